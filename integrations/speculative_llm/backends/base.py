@@ -1,0 +1,205 @@
+"""The Backend protocol every serving engine implements, and shared helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar, Self, TypeVar
+
+from speculative_llm.errors import UnsupportedFeatureError
+from speculative_llm.types import Chunk, Completion, GenerationRequest
+
+__all__ = ["TOOL_CAPABLE_BACKENDS", "Backend", "Capabilities", "ModelInfo", "iterate_in_thread"]
+
+TOOL_CAPABLE_BACKENDS = ("llamacpp", "vllm", "sglang", "openai")
+"""Backends that can call tools, named in errors of backends that cannot."""
+
+_Item = TypeVar("_Item")
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do and report.
+
+    Attributes:
+        methods: Speculative methods a request may ask for (``none`` included when
+            speculation can be switched off per request; ``server`` when the server's
+            own configuration is used).
+        per_request_stats: Acceptance figures are reported for each request (else
+            they are derived from server-wide counters, or unavailable).
+        live_stats: Statistics arrive on streamed chunks while generating.
+        token_provenance: Tokens are marked ``draft``/``target`` (else ``unknown``).
+        per_request_toggle: Speculation can be switched off for one request (the
+            baseline side); when False, the baseline needs a second server.
+        tool_calling: The backend maps tools and returns tool calls.
+        structured_output: The backend honours ``response_format``.
+    """
+
+    methods: frozenset[str]
+    per_request_stats: bool
+    live_stats: bool
+    token_provenance: bool
+    per_request_toggle: bool
+    tool_calling: bool = False
+    structured_output: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a backend knows about the model it serves."""
+
+    name: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+
+
+class Backend(ABC):
+    """A serving engine that generates with (or without) speculative decoding.
+
+    Subclasses implement ``stream`` and ``astream``; ``generate`` and ``agenerate``
+    accumulate the stream unless a backend has a cheaper non-streaming path.
+    Backends are context managers; ``close`` frees connections, models or processes.
+    """
+
+    name: ClassVar[str] = "base"
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend can do and report."""
+
+    @property
+    @abstractmethod
+    def model_name(self) -> str:
+        """Name of the (target) model this backend generates with."""
+
+    def model_info(self) -> ModelInfo:
+        """Model facts (context window...); backends that know more override this."""
+        return ModelInfo(name=self.model_name)
+
+    @abstractmethod
+    def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
+        """Generate, yielding chunks as they are produced; the last one has ``final=True``."""
+
+    @abstractmethod
+    def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """Async twin of ``stream``."""
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """Generate a whole completion."""
+        return Completion.from_chunks(self.stream(request), model=self.model_name, backend=self.name)
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async twin of ``generate``."""
+        chunks = [chunk async for chunk in self.astream(request)]
+        return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Raise ``UnsupportedFeatureError`` when the request asks for what this backend lacks."""
+        caps = self.capabilities
+        if request.spec is not None and request.spec.method not in caps.methods:
+            hint = (
+                " This server cannot switch speculation off per request: start a second server "
+                "without speculative flags and point the baseline at it."
+                if request.spec.method == "none"
+                else ""
+            )
+            raise UnsupportedFeatureError(
+                f"Backend {self.name!r} does not support speculative method "
+                f"{request.spec.method!r}; it supports: {', '.join(sorted(caps.methods))}.{hint}"
+            )
+        if request.tools and not caps.tool_calling:
+            raise UnsupportedFeatureError(
+                f"Backend {self.name!r} cannot call tools. Use one that can: "
+                f"{', '.join(TOOL_CAPABLE_BACKENDS)} (for example a llama-server started with "
+                "--jinja)."
+            )
+        if request.response_format and not caps.structured_output:
+            raise UnsupportedFeatureError(
+                f"Backend {self.name!r} does not support response_format (structured output). "
+                f"Use one that does: {', '.join(TOOL_CAPABLE_BACKENDS)}."
+            )
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free connections, models or processes held by this backend."""
+
+    async def aclose(self) -> None:
+        """Async twin of ``close``."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+_DONE = object()
+
+
+async def iterate_in_thread(make_iterator: Callable[[], Iterator[_Item]]) -> AsyncIterator[_Item]:
+    """Run a blocking iterator in a worker thread and yield its items asynchronously.
+
+    The event loop never blocks. When the consumer stops early (break, cancellation),
+    the worker is told to stop and the iterator is closed in its own thread, so a
+    generator's ``finally`` (releasing an engine lock, for instance) always runs.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    stop = threading.Event()
+
+    def produce() -> None:
+        iterator = make_iterator()
+        try:
+            for item in iterator:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+                if stop.is_set():
+                    break
+        except BaseException as error:  # handed to the consumer, re-raised there
+            loop.call_soon_threadsafe(queue.put_nowait, _Failure(error))
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+
+    worker = threading.Thread(target=produce, name="speculative-llm-stream", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is _DONE:
+                break
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error

@@ -1,0 +1,300 @@
+"""SpecStats: the one normalised statistics record of a speculative generation.
+
+Definitions (the same for every backend):
+
+* ``draft_tokens``: tokens proposed by the drafter.
+* ``accepted_tokens``: proposed tokens the target accepted.
+* ``verify_steps``: target forward passes while decoding (None when the backend
+  does not say).
+* ``acceptance_rate = accepted_tokens / draft_tokens`` (vLLM's definition: the
+  bonus token is not counted).
+* ``mean_accepted_length = generated_tokens / verify_steps`` (Spec-Bench's and
+  SGLang's definition: includes the bonus or correction token of every step).
+* ``tokens_per_second = generated_tokens / decode_s``.
+
+A missing figure is ``None``: numbers are never invented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "StatsSource",
+    "SpecStats",
+    "expected_tokens_per_step",
+    "expected_walltime_factor",
+]
+
+StatsSource = Literal["exact", "derived", "unavailable"]
+"""Where the figures come from: ``exact`` (reported for this request by the backend),
+``derived`` (difference of server-wide counters around the request; mixes concurrent
+requests) or ``unavailable`` (the backend reports no acceptance figures)."""
+
+_SOURCE_RANK: dict[str, int] = {"exact": 0, "derived": 1, "unavailable": 2}
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Leviathan et al. (2023), eq. 1: expected tokens per verify step.
+
+    E[tokens/step] = (1 - a^(k+1)) / (1 - a), which is k + 1 when a = 1.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_walltime_factor(alpha: float, k: int, cost_ratio: float) -> float:
+    """Leviathan et al. (2023), theorem 3.8: expected wall-time improvement factor.
+
+    factor = (1 - a^(k+1)) / ((1 - a) (k c + 1)), with c = draft cost / target cost.
+    """
+    if cost_ratio < 0:
+        raise ValueError(f"cost_ratio must be >= 0, got {cost_ratio}")
+    return expected_tokens_per_step(alpha, k) / (k * cost_ratio + 1.0)
+
+
+def _sum_optional(values: Iterable[int | float | None]) -> Any:
+    items = list(values)
+    if not items or any(v is None for v in items):
+        return None
+    return sum(items)  # type: ignore[arg-type]
+
+
+def _sum_positions(rows: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+    items = list(rows)
+    if not items or any(r is None for r in items):
+        return None
+    width = max((len(r) for r in items if r is not None), default=0)
+    totals = [0] * width
+    for row in items:
+        assert row is not None
+        for position, count in enumerate(row):
+            totals[position] += count
+    return tuple(totals)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecStats:
+    """Normalised statistics of one generation (or an aggregate of several).
+
+    Attributes:
+        backend: Backend name (``local``, ``llamacpp``, ``vllm``...).
+        method: Speculative method used (``none`` for the baseline).
+        source: ``exact``, ``derived`` or ``unavailable`` (see ``StatsSource``).
+        num_speculative_tokens: Draft length k (the starting k when adaptive).
+        prompt_tokens: Tokens in the prompt.
+        generated_tokens: Tokens generated (the completion length).
+        draft_tokens: Tokens proposed by the drafter.
+        accepted_tokens: Proposed tokens accepted by the target.
+        verify_steps: Target forward passes while decoding (one per emitted step).
+        draft_steps: Verify steps that carried at least one draft token.
+        rejected_steps: Verify steps in which the target rejected a draft token.
+        accepted_per_position: ``[i]`` = times draft position i was accepted.
+        drafted_per_position: ``[i]`` = times draft position i was proposed.
+        ttft_s: Seconds from the request to the first generated token.
+        decode_s: Seconds spent generating after the prompt was processed.
+        total_s: Seconds from the request to the last token.
+        draft_s: Seconds spent drafting (in-process engine only).
+        verify_s: Seconds spent in target forward passes while decoding.
+        requests: Number of generations aggregated in this record.
+        note: Caveat about the figures (for example how derived figures were obtained).
+    """
+
+    backend: str
+    method: str
+    source: StatsSource
+    num_speculative_tokens: int | None = None
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    verify_steps: int | None = None
+    draft_steps: int | None = None
+    rejected_steps: int | None = None
+    accepted_per_position: tuple[int, ...] | None = None
+    drafted_per_position: tuple[int, ...] | None = None
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    total_s: float | None = None
+    draft_s: float | None = None
+    verify_s: float | None = None
+    requests: int = 1
+    note: str | None = None
+
+    # ---- derived figures -------------------------------------------------------------
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted_tokens / draft_tokens (None when unknown or nothing was drafted)."""
+        if self.accepted_tokens is None or not self.draft_tokens:
+            return None
+        return self.accepted_tokens / self.draft_tokens
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """generated_tokens / verify_steps: tokens per target forward pass, bonus included."""
+        if self.generated_tokens is None or not self.verify_steps:
+            return None
+        return self.generated_tokens / self.verify_steps
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """generated_tokens / decode_s."""
+        if self.generated_tokens is None or not self.decode_s:
+            return None
+        return self.generated_tokens / self.decode_s
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...] | None:
+        """``[i]`` = accepted / proposed at draft position i."""
+        if self.accepted_per_position is None or self.drafted_per_position is None:
+            return None
+        return tuple(
+            accepted / drafted if drafted else 0.0
+            for accepted, drafted in zip(
+                self.accepted_per_position, self.drafted_per_position, strict=False
+            )
+        )
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance probability a of Leviathan et al., estimated from the run.
+
+        Every verify step evaluates draft tokens up to the first rejection, so the
+        maximum-likelihood estimate is accepted / (accepted + rejected_steps). Falls back
+        to ``acceptance_rate`` when the backend does not report rejected steps.
+        """
+        if self.accepted_tokens is not None and self.rejected_steps is not None:
+            evaluated = self.accepted_tokens + self.rejected_steps
+            return self.accepted_tokens / evaluated if evaluated else None
+        return self.acceptance_rate
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c of Leviathan et al.: time to draft one token / time of one verify step."""
+        if not (self.draft_s is not None and self.draft_tokens and self.verify_s and
+                self.verify_steps):
+            return None
+        return (self.draft_s / self.draft_tokens) / (self.verify_s / self.verify_steps)
+
+    def expected_tokens_per_step(self, k: int | None = None) -> float | None:
+        """Leviathan's (1 - a^(k+1)) / (1 - a) for the measured a (k defaults to the run's)."""
+        alpha, k = self.alpha, k if k is not None else self.num_speculative_tokens
+        if alpha is None or k is None:
+            return None
+        return expected_tokens_per_step(alpha, k)
+
+    def expected_speedup(self, cost_ratio: float | None = None, k: int | None = None) -> float | None:
+        """Leviathan's wall-time factor (1 - a^(k+1)) / ((1 - a)(k c + 1)) for the measured a.
+
+        Args:
+            cost_ratio: c; defaults to the measured ``cost_ratio``, or 0 when the drafter's
+                cost was not measured (prompt lookup costs next to nothing).
+            k: Draft length; defaults to the run's.
+        """
+        alpha, k = self.alpha, k if k is not None else self.num_speculative_tokens
+        if alpha is None or k is None:
+            return None
+        c = cost_ratio if cost_ratio is not None else (self.cost_ratio or 0.0)
+        return expected_walltime_factor(alpha, k, c)
+
+    def speedup_over(self, baseline: SpecStats) -> float | None:
+        """Measured speedup: this run's tokens/s divided by the baseline's."""
+        mine, theirs = self.tokens_per_second, baseline.tokens_per_second
+        if mine is None or not theirs:
+            return None
+        return mine / theirs
+
+    # ---- construction and export --------------------------------------------------------
+
+    @classmethod
+    def unavailable(cls, backend: str, method: str = "server", **timings: Any) -> SpecStats:
+        """A record for a backend that reports no acceptance figures (timings may be given)."""
+        return cls(backend=backend, method=method, source="unavailable", **timings)
+
+    @classmethod
+    def aggregate(cls, records: Iterable[SpecStats]) -> SpecStats | None:
+        """Sum several records (counts and times add up; a figure missing anywhere is None).
+
+        The source of the aggregate is the weakest source among the records.
+        """
+        items = list(records)
+        if not items:
+            return None
+        first = items[0]
+        same = {
+            name: getattr(first, name)
+            if all(getattr(r, name) == getattr(first, name) for r in items)
+            else None
+            for name in ("num_speculative_tokens",)
+        }
+        backends = sorted({r.backend for r in items})
+        methods = sorted({r.method for r in items})
+        notes = sorted({r.note for r in items if r.note})
+        summed = {
+            name: _sum_optional(getattr(r, name) for r in items)
+            for name in (
+                "prompt_tokens",
+                "generated_tokens",
+                "draft_tokens",
+                "accepted_tokens",
+                "verify_steps",
+                "draft_steps",
+                "rejected_steps",
+                "ttft_s",
+                "decode_s",
+                "total_s",
+                "draft_s",
+                "verify_s",
+            )
+        }
+        return cls(
+            backend=",".join(backends),
+            method=",".join(methods),
+            source=max((r.source for r in items), key=_SOURCE_RANK.__getitem__),
+            accepted_per_position=_sum_positions(r.accepted_per_position for r in items),
+            drafted_per_position=_sum_positions(r.drafted_per_position for r in items),
+            requests=sum(r.requests for r in items),
+            note="; ".join(notes) or None,
+            **same,
+            **summed,
+        )
+
+    def replace(self, **changes: Any) -> SpecStats:
+        """Return a copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self, *, derived: bool = True) -> dict[str, Any]:
+        """All fields as a JSON-compatible dict, with the derived figures when ``derived``."""
+        record: dict[str, Any] = {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in dataclasses.fields(self)
+        }
+        if derived:
+            record.update(
+                acceptance_rate=self.acceptance_rate,
+                mean_accepted_length=self.mean_accepted_length,
+                tokens_per_second=self.tokens_per_second,
+                alpha=self.alpha,
+                expected_tokens_per_step=self.expected_tokens_per_step(),
+                expected_speedup=self.expected_speedup(),
+            )
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> SpecStats:
+        """Rebuild a record from ``to_dict`` output (derived figures are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in record.items() if k in names}
+        for key in ("accepted_per_position", "drafted_per_position"):
+            if kwargs.get(key) is not None:
+                kwargs[key] = tuple(kwargs[key])
+        return cls(**kwargs)

@@ -1,0 +1,314 @@
+"""Core request and response types shared by every backend and framework adapter."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError
+from speculative_llm.stats import SpecStats
+
+__all__ = [
+    "Chunk",
+    "Completion",
+    "FinishReason",
+    "GenerationRequest",
+    "Message",
+    "Provenance",
+    "Role",
+    "Token",
+    "ToolCall",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+Provenance = Literal["draft", "target", "unknown"]
+"""Who produced a token: ``draft`` (proposed by the drafter and accepted by the target),
+``target`` (the target model: a correction, the bonus token or plain decoding) or
+``unknown`` (the backend cannot tell)."""
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]
+
+_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call requested by the model.
+
+    Args:
+        name: Function name.
+        arguments: Parsed JSON arguments.
+        id: Call id, echoed back in the ``tool`` message with the result.
+    """
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call in OpenAI chat format (arguments as a JSON string)."""
+        import json
+
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message.
+
+    Args:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: Message text.
+        tool_calls: Calls requested by an assistant message.
+        tool_call_id: For a ``tool`` message, the id of the call it answers.
+        name: Optional author or tool name.
+    """
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise ConfigError(
+                f"Unknown message role {self.role!r}; use one of {', '.join(_ROLES)}.",
+                field="role",
+            )
+        if not isinstance(self.content, str):
+            raise ConfigError(
+                f"Message content must be a string, got {type(self.content).__name__}.",
+                field="content",
+            )
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message in OpenAI chat format."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One generation request, the same for every backend.
+
+    Give either ``messages`` (chat) or ``prompt`` (plain completion).
+
+    Args:
+        messages: Chat messages; the backend applies the model's chat template.
+        prompt: Raw text prompt.
+        max_tokens: Most tokens to generate (> 0).
+        temperature: 0 for greedy decoding, > 0 to sample.
+        top_p: Nucleus sampling mass in (0, 1].
+        top_k: Keep the k most likely tokens; 0 keeps all.
+        stop: Strings that end the generation (not included in the output).
+        seed: Random seed for reproducible sampling.
+        tools: Tool definitions in OpenAI format.
+        tool_choice: ``auto``, ``none``, ``required`` or an OpenAI tool-choice dict.
+        response_format: OpenAI ``response_format`` (``json_object`` or ``json_schema``).
+        spec: Speculative configuration; None uses the backend's default;
+            ``SpecConfig.baseline()`` turns speculation off.
+        model: Model name to send to a server that serves several.
+        extra: Backend-specific request fields, passed through unchanged.
+
+    Raises:
+        ConfigError: A value is invalid; the message says which and how to fix it.
+    """
+
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    spec: SpecConfig | None = None
+    model: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise ConfigError(
+                "Give exactly one of messages (chat) or prompt (completion).", field="messages"
+            )
+        if self.messages is not None:
+            if not isinstance(self.messages, tuple):
+                object.__setattr__(self, "messages", tuple(self.messages))
+            if not self.messages:
+                raise ConfigError("messages is empty: give at least one message.", field="messages")
+            if not any(m.content.strip() or m.tool_calls for m in self.messages):
+                raise ConfigError(
+                    "Every message is empty: give the model some text.", field="messages"
+                )
+        if self.prompt is not None and not self.prompt.strip():
+            raise ConfigError("prompt is empty: give the model some text.", field="prompt")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
+            raise ConfigError(f"max_tokens must be an integer, got {self.max_tokens!r}.",
+                              field="max_tokens")
+        if self.max_tokens <= 0:
+            raise ConfigError(
+                f"max_tokens must be > 0, got {self.max_tokens}.", field="max_tokens"
+            )
+        if self.temperature < 0:
+            raise ConfigError(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
+                field="temperature",
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}.", field="top_p")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}.", field="top_k")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        elif not isinstance(self.stop, tuple):
+            object.__setattr__(self, "stop", tuple(self.stop))
+        if any(not s for s in self.stop):
+            raise ConfigError("stop strings must not be empty.", field="stop")
+        if self.tools is not None and not isinstance(self.tools, tuple):
+            object.__setattr__(self, "tools", tuple(self.tools))
+
+    @property
+    def is_chat(self) -> bool:
+        """Whether the request carries chat messages."""
+        return self.messages is not None
+
+    @property
+    def greedy(self) -> bool:
+        """Whether decoding is greedy (temperature 0)."""
+        return self.temperature == 0.0
+
+    def replace(self, **changes: Any) -> GenerationRequest:
+        """Return a copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_messages(
+        cls, messages: Sequence[Message | Mapping[str, Any]], **options: Any
+    ) -> GenerationRequest:
+        """Build a chat request from ``Message`` objects or OpenAI-style dicts."""
+        converted = tuple(
+            m if isinstance(m, Message) else Message(role=m["role"], content=m.get("content") or "")
+            for m in messages
+        )
+        return cls(messages=converted, **options)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One generated token with its provenance.
+
+    Args:
+        text: Decoded text of the token (may be empty for partial UTF-8 sequences).
+        provenance: ``draft``, ``target`` or ``unknown``.
+        id: Vocabulary id, when the backend reports it.
+    """
+
+    text: str
+    provenance: Provenance = "unknown"
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts in OpenAI's terms."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """prompt_tokens + completion_tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of a stream.
+
+    Args:
+        text: New text in this chunk (a delta).
+        tokens: The tokens behind ``text``, with provenance.
+        stats: Live statistics so far (``final`` False) or the final record (last chunk).
+        finish_reason: Set on the last chunk.
+        tool_calls: Complete tool calls (sent on the last chunk).
+        usage: Token counts (on the last chunk).
+        final: Whether this is the last chunk of the stream.
+    """
+
+    text: str = ""
+    tokens: tuple[Token, ...] = ()
+    stats: SpecStats | None = None
+    finish_reason: FinishReason | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The result of a generation.
+
+    Args:
+        text: Generated text.
+        stats: Statistics of the generation (always present; ``source`` says how exact).
+        tokens: Generated tokens with provenance (empty when the backend gives none).
+        finish_reason: Why generation ended.
+        tool_calls: Tool calls requested by the model.
+        usage: Token counts.
+        model: Name of the model that answered.
+        raw: The backend's raw response, when there is one.
+    """
+
+    text: str
+    stats: SpecStats
+    tokens: tuple[Token, ...] = ()
+    finish_reason: FinishReason | None = "stop"
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    raw: dict[str, Any] | None = None
+
+    @classmethod
+    def from_chunks(
+        cls, chunks: Iterable[Chunk], *, model: str = "", backend: str = "unknown"
+    ) -> Completion:
+        """Accumulate a stream into one completion (the last chunk's stats win)."""
+        pieces: list[str] = []
+        tokens: list[Token] = []
+        stats: SpecStats | None = None
+        finish_reason: FinishReason | None = None
+        tool_calls: tuple[ToolCall, ...] = ()
+        usage: Usage | None = None
+        for chunk in chunks:
+            pieces.append(chunk.text)
+            tokens.extend(chunk.tokens)
+            stats = chunk.stats or stats
+            finish_reason = chunk.finish_reason or finish_reason
+            tool_calls = chunk.tool_calls or tool_calls
+            usage = chunk.usage or usage
+        return cls(
+            text="".join(pieces),
+            stats=stats or SpecStats.unavailable(backend),
+            tokens=tuple(tokens),
+            finish_reason=finish_reason,
+            tool_calls=tool_calls,
+            usage=usage or Usage(completion_tokens=len(tokens)),
+            model=model,
+        )
