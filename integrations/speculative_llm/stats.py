@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "StatsSource",
     "SpecStats",
+    "StatsSource",
     "expected_tokens_per_step",
     "expected_walltime_factor",
 ]
@@ -179,9 +179,10 @@ class SpecStats:
 
     @property
     def cost_ratio(self) -> float | None:
-        """c of Leviathan et al.: time to draft one token / time of one verify step."""
-        if not (self.draft_s is not None and self.draft_tokens and self.verify_s and
-                self.verify_steps):
+        """C of Leviathan et al.: time to draft one token / time of one verify step."""
+        if not (
+            self.draft_s is not None and self.draft_tokens and self.verify_s and self.verify_steps
+        ):
             return None
         return (self.draft_s / self.draft_tokens) / (self.verify_s / self.verify_steps)
 
@@ -192,7 +193,9 @@ class SpecStats:
             return None
         return expected_tokens_per_step(alpha, k)
 
-    def expected_speedup(self, cost_ratio: float | None = None, k: int | None = None) -> float | None:
+    def expected_speedup(
+        self, cost_ratio: float | None = None, k: int | None = None
+    ) -> float | None:
         """Leviathan's wall-time factor (1 - a^(k+1)) / ((1 - a)(k c + 1)) for the measured a.
 
         Args:

@@ -160,12 +160,11 @@ class GenerationRequest:
         if self.prompt is not None and not self.prompt.strip():
             raise ConfigError("prompt is empty: give the model some text.", field="prompt")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            raise ConfigError(f"max_tokens must be an integer, got {self.max_tokens!r}.",
-                              field="max_tokens")
-        if self.max_tokens <= 0:
             raise ConfigError(
-                f"max_tokens must be > 0, got {self.max_tokens}.", field="max_tokens"
+                f"max_tokens must be an integer, got {self.max_tokens!r}.", field="max_tokens"
             )
+        if self.max_tokens <= 0:
+            raise ConfigError(f"max_tokens must be > 0, got {self.max_tokens}.", field="max_tokens")
         if self.temperature < 0:
             raise ConfigError(
                 f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",

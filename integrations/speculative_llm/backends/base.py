@@ -91,7 +91,9 @@ class Backend(ABC):
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion."""
-        return Completion.from_chunks(self.stream(request), model=self.model_name, backend=self.name)
+        return Completion.from_chunks(
+            self.stream(request), model=self.model_name, backend=self.name
+        )
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""

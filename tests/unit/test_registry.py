@@ -1,0 +1,120 @@
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from speculative_llm import (
+    Backend,
+    Capabilities,
+    Chunk,
+    ConfigError,
+    GenerationRequest,
+    SpecConfig,
+    UnsupportedFeatureError,
+    available_backends,
+    create_backend,
+    register_backend,
+)
+from speculative_llm.backends.base import iterate_in_thread
+
+
+class EchoBackend(Backend):
+    """A minimal third-party backend: echoes the prompt word by word."""
+
+    name = "echo"
+
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = suffix
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            methods=frozenset({"server"}),
+            per_request_stats=False,
+            live_stats=False,
+            token_provenance=False,
+            per_request_toggle=False,
+        )
+
+    @property
+    def model_name(self) -> str:
+        return "echo"
+
+    def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
+        self.check_request(request)
+        assert request.prompt is not None
+        for word in (request.prompt + self.suffix).split():
+            yield Chunk(text=word + " ")
+        yield Chunk(final=True, finish_reason="stop")
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        for chunk in self.stream(request):
+            yield chunk
+
+
+def test_unknown_backend_lists_known_ones() -> None:
+    with pytest.raises(ConfigError, match="Did you mean 'vllm'") as caught:
+        create_backend("vlm")
+    assert "llamacpp" in str(caught.value)
+
+
+def test_register_and_create_a_third_party_backend() -> None:
+    register_backend("echo", EchoBackend)
+    assert "echo" in available_backends()
+    backend = create_backend("echo", suffix=" !")
+    completion = backend.generate(GenerationRequest(prompt="a b"))
+    assert completion.text == "a b ! "
+    assert completion.stats.source == "unavailable"
+    assert completion.stats.backend == "echo"
+
+
+def test_register_by_import_path() -> None:
+    register_backend("echo-path", f"{__name__}:EchoBackend")
+    assert isinstance(create_backend("echo-path"), EchoBackend)
+
+
+def test_check_request_rejects_unsupported_method_and_tools() -> None:
+    backend = EchoBackend()
+    with pytest.raises(UnsupportedFeatureError, match="second server"):
+        backend.generate(GenerationRequest(prompt="a", spec=SpecConfig.baseline()))
+    with pytest.raises(UnsupportedFeatureError, match=r"cannot call tools.*llamacpp"):
+        backend.generate(GenerationRequest(prompt="a", tools=({"type": "function"},)))
+    with pytest.raises(UnsupportedFeatureError, match="response_format"):
+        backend.generate(GenerationRequest(prompt="a", response_format={"type": "json_object"}))
+
+
+async def test_agenerate_accumulates_the_async_stream() -> None:
+    completion = await EchoBackend().agenerate(GenerationRequest(prompt="x y z"))
+    assert completion.text == "x y z "
+
+
+async def test_iterate_in_thread_yields_everything_and_propagates_errors() -> None:
+    def numbers() -> Iterator[int]:
+        yield from range(5)
+        raise RuntimeError("boom")
+
+    seen: list[int] = []
+    with pytest.raises(RuntimeError, match="boom"):
+        async for number in iterate_in_thread(numbers):
+            seen.append(number)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+async def test_iterate_in_thread_closes_the_iterator_on_early_exit() -> None:
+    closed = threading.Event()
+
+    def endless() -> Iterator[int]:
+        try:
+            number = 0
+            while True:
+                yield number
+                number += 1
+        finally:
+            closed.set()
+
+    async for number in iterate_in_thread(endless):
+        if number == 3:
+            break
+    # the worker closes the generator in its own thread
+    assert await asyncio.to_thread(closed.wait, 5.0)

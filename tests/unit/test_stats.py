@@ -1,0 +1,143 @@
+import math
+
+import pytest
+
+from speculative_llm import SpecStats, expected_tokens_per_step, expected_walltime_factor
+
+
+def make(**fields: object) -> SpecStats:
+    return SpecStats(backend="local", method="ngram", source="exact", **fields)  # type: ignore[arg-type]
+
+
+def test_leviathan_tokens_per_step_formula() -> None:
+    # (1 - a^(k+1)) / (1 - a) = 1 + a + ... + a^k
+    for alpha in (0.0, 0.3, 0.8, 0.99):
+        for k in (1, 3, 8):
+            assert expected_tokens_per_step(alpha, k) == pytest.approx(
+                sum(alpha**i for i in range(k + 1))
+            )
+    assert expected_tokens_per_step(1.0, 4) == 5.0
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+
+
+def test_leviathan_walltime_factor_divides_by_cost() -> None:
+    assert expected_walltime_factor(0.8, 4, 0.0) == pytest.approx(expected_tokens_per_step(0.8, 4))
+    assert expected_walltime_factor(0.8, 4, 0.25) == pytest.approx(
+        expected_tokens_per_step(0.8, 4) / 2.0
+    )
+    with pytest.raises(ValueError):
+        expected_walltime_factor(0.5, 4, -1)
+    with pytest.raises(ValueError):
+        expected_tokens_per_step(1.5, 4)
+
+
+def test_derived_figures() -> None:
+    stats = make(
+        num_speculative_tokens=4,
+        generated_tokens=30,
+        draft_tokens=40,
+        accepted_tokens=20,
+        verify_steps=10,
+        rejected_steps=8,
+        decode_s=2.0,
+        draft_s=0.1,
+        verify_s=1.0,
+    )
+    assert stats.acceptance_rate == 0.5
+    assert stats.mean_accepted_length == 3.0
+    assert stats.tokens_per_second == 15.0
+    assert stats.alpha == pytest.approx(20 / 28)
+    # c = (0.1 / 40) / (1.0 / 10)
+    assert stats.cost_ratio == pytest.approx(0.025)
+    assert stats.expected_tokens_per_step() == pytest.approx(expected_tokens_per_step(20 / 28, 4))
+    assert stats.expected_speedup() == pytest.approx(expected_walltime_factor(20 / 28, 4, 0.025))
+    assert stats.expected_speedup(cost_ratio=0.0, k=2) == pytest.approx(
+        expected_tokens_per_step(20 / 28, 2)
+    )
+
+
+def test_missing_figures_stay_none() -> None:
+    stats = SpecStats.unavailable("tgi", generated_tokens=5, decode_s=0.5)
+    assert stats.source == "unavailable"
+    assert stats.acceptance_rate is None
+    assert stats.mean_accepted_length is None
+    assert stats.alpha is None
+    assert stats.expected_speedup() is None
+    assert stats.tokens_per_second == 10.0
+    # nothing drafted: the rate is undefined, not zero
+    assert make(draft_tokens=0, accepted_tokens=0).acceptance_rate is None
+
+
+def test_alpha_falls_back_to_acceptance_rate() -> None:
+    assert make(draft_tokens=10, accepted_tokens=4).alpha == 0.4
+
+
+def test_acceptance_by_position() -> None:
+    stats = make(accepted_per_position=(8, 4, 0), drafted_per_position=(10, 8, 0))
+    assert stats.acceptance_by_position == (0.8, 0.5, 0.0)
+
+
+def test_speedup_over_baseline() -> None:
+    fast = make(generated_tokens=100, decode_s=1.0)
+    slow = SpecStats(
+        backend="local", method="none", source="exact", generated_tokens=100, decode_s=4.0
+    )
+    assert fast.speedup_over(slow) == 4.0
+    assert fast.speedup_over(make()) is None
+
+
+def test_aggregate_sums_counts_and_keeps_the_weakest_source() -> None:
+    first = make(
+        num_speculative_tokens=4,
+        generated_tokens=10,
+        draft_tokens=8,
+        accepted_tokens=6,
+        verify_steps=4,
+        accepted_per_position=(3, 2, 1),
+        drafted_per_position=(4, 3, 1),
+        decode_s=1.0,
+    )
+    second = first.replace(
+        backend="vllm",
+        source="derived",
+        note="mixes requests",
+        accepted_per_position=(1, 0, 0, 0),
+        drafted_per_position=(2, 1, 1, 1),
+    )
+    total = SpecStats.aggregate([first, second])
+    assert total is not None
+    assert total.requests == 2
+    assert total.generated_tokens == 20
+    assert total.draft_tokens == 16
+    assert total.accepted_tokens == 12
+    assert total.accepted_per_position == (4, 2, 1, 0)
+    assert total.drafted_per_position == (6, 4, 2, 1)
+    assert total.source == "derived"
+    assert total.backend == "local,vllm"
+    assert total.note == "mixes requests"
+    assert total.num_speculative_tokens == 4
+    assert total.acceptance_rate == 12 / 16
+    assert SpecStats.aggregate([]) is None
+
+
+def test_aggregate_unknown_anywhere_is_unknown() -> None:
+    total = SpecStats.aggregate([make(draft_tokens=3), make(draft_tokens=None)])
+    assert total is not None
+    assert total.draft_tokens is None
+
+
+def test_dict_round_trip() -> None:
+    stats = make(
+        num_speculative_tokens=3,
+        generated_tokens=9,
+        draft_tokens=6,
+        accepted_tokens=3,
+        verify_steps=4,
+        accepted_per_position=(2, 1, 0),
+        drafted_per_position=(2, 2, 2),
+    )
+    record = stats.to_dict()
+    assert record["acceptance_rate"] == 0.5
+    assert record["accepted_per_position"] == [2, 1, 0]
+    assert math.isclose(record["mean_accepted_length"], 2.25)
+    assert SpecStats.from_dict(record) == stats
