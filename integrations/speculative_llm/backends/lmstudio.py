@@ -1,0 +1,279 @@
+"""LM Studio backend: per-request draft model and its counts (REST API v0).
+
+Sources (lmstudio-ai/docs): ``1_developer/2_rest/endpoints.md`` (REST API v0:
+``POST /api/v0/chat/completions`` and ``/api/v0/completions``, OpenAI-shaped, with a
+top-level ``stats`` object: ``tokens_per_second``, ``time_to_first_token`` and
+``generation_time`` in seconds, ``stop_reason``) and the API changelog entry of LM Studio
+0.3.10 "Speculative Decoding API": a request field ``"draft_model"`` turns speculative
+decoding on for that request, and ``stats`` then adds ``draft_model``,
+``total_draft_tokens_count``, ``accepted_draft_tokens_count``,
+``rejected_draft_tokens_count`` and ``ignored_draft_tokens_count``. When streaming, the
+last chunk carries ``usage`` and ``stats``.
+
+Speculation is chosen per request (leave ``draft_model`` out for the baseline); the
+draft must share the target's vocabulary (LM Studio lists compatible drafts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import SecretStr
+
+from speculative_llm.backends._http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    EngineHints,
+)
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.openai_compat import (
+    OpenAICompatibleBackend,
+    RequestContext,
+    ResponseSummary,
+)
+from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import GenerationRequest
+
+__all__ = ["LMStudioBackend", "lmstudio_stats"]
+
+HINTS = EngineHints(
+    engine="LM Studio",
+    start_hint=(
+        "Start its server with `lms server start` (port 1234) and load a model with "
+        "`lms load MODEL`, then check base_url."
+    ),
+    speculation_hint=(
+        "LM Studio speculates per request: give a draft model (draft_model='...', a smaller "
+        "model of the target's family; LM Studio 0.3.10 or newer)."
+    ),
+)
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    number = int(value)
+    return number if number >= 0 else None
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if number == number and number >= 0 else None
+
+
+def lmstudio_stats(
+    stats: Mapping[str, Any] | None,
+    *,
+    draft_model: str | None,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+    ttft_s: float | None,
+    decode_s: float | None,
+    total_s: float | None,
+) -> SpecStats:
+    """``SpecStats`` from LM Studio's ``stats`` object.
+
+    Args:
+        stats: The response's ``stats`` (None when absent).
+        draft_model: The draft model the request asked for (None: no speculation).
+        prompt_tokens: From ``usage``.
+        generated_tokens: From ``usage``.
+        ttft_s: Client-measured time to first token (used when ``stats`` has none).
+        decode_s: Client-measured decode time (used when ``stats`` has none).
+        total_s: Client-measured request time.
+    """
+    if not isinstance(stats, Mapping):
+        return SpecStats.unavailable(
+            "lmstudio",
+            method="draft_model" if draft_model else "none",
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            ttft_s=ttft_s,
+            decode_s=decode_s,
+            total_s=total_s,
+            note="LM Studio sent no stats object (use the REST API v0 endpoints /api/v0/...)",
+        )
+    ttft = _seconds(stats.get("time_to_first_token"))
+    decode = _seconds(stats.get("generation_time"))
+    drafted = _count(stats.get("total_draft_tokens_count"))
+    accepted = _count(stats.get("accepted_draft_tokens_count"))
+    used_draft = stats.get("draft_model") if isinstance(stats.get("draft_model"), str) else None
+    if ttft is None:
+        ttft = ttft_s
+    if decode is None:
+        decode = decode_s
+    if drafted is None and accepted is None:
+        if draft_model:
+            return SpecStats(
+                backend="lmstudio",
+                method="draft_model",
+                source="unavailable",
+                prompt_tokens=prompt_tokens,
+                generated_tokens=generated_tokens,
+                note=(
+                    f"LM Studio reported no draft counts although draft model "
+                    f"{draft_model!r} was requested; it may have refused the draft "
+                    "(incompatible vocabulary)"
+                ),
+                ttft_s=ttft,
+                decode_s=decode,
+                total_s=total_s,
+            )
+        # No draft model was asked for: plain decoding, nothing was drafted.
+        return SpecStats(
+            backend="lmstudio",
+            method="none",
+            source="exact",
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            draft_tokens=0,
+            accepted_tokens=0,
+            note="no draft model: plain decoding",
+            ttft_s=ttft,
+            decode_s=decode,
+            total_s=total_s,
+        )
+    rejected = _count(stats.get("rejected_draft_tokens_count"))
+    ignored = _count(stats.get("ignored_draft_tokens_count"))
+    return SpecStats(
+        backend="lmstudio",
+        method="draft_model",
+        source="exact",
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        note=(
+            f"LM Studio stats (draft model {used_draft or draft_model!r}): "
+            f"{rejected if rejected is not None else '?'} drafts rejected, "
+            f"{ignored if ignored is not None else '?'} ignored (never verified); LM Studio "
+            "reports no step count"
+        ),
+        ttft_s=ttft,
+        decode_s=decode,
+        total_s=total_s,
+    )
+
+
+class LMStudioBackend(OpenAICompatibleBackend):
+    """LM Studio's REST API v0 with per-request speculative decoding.
+
+    Args:
+        base_url: The server URL (LM Studio listens on ``http://127.0.0.1:1234``).
+        model: The target model key (LM Studio uses the loaded model when omitted).
+        draft_model: Default draft model key; a request's ``spec`` overrides it
+            (``SpecConfig.baseline()`` sends none, ``method="draft_model"`` sends its own).
+        api_key: LM Studio's API token, when authentication is on; kept secret.
+        timeout: Read timeout in seconds.
+        connect_timeout: Connect timeout in seconds.
+        max_retries: Retries on connection errors and HTTP 429/502/503.
+        retry_backoff: First retry delay in seconds.
+        endpoint: ``auto``, ``chat`` or ``completion``.
+        require_speculation: Refuse requests that would run without a draft model.
+        headers: Extra HTTP headers.
+        extra_body: Fields added to every request body.
+        verify: TLS verification.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    name: ClassVar[str] = "lmstudio"
+    hints: ClassVar[EngineHints] = HINTS
+    chat_path: ClassVar[str] = "/api/v0/chat/completions"
+    completion_path: ClassVar[str] = "/api/v0/completions"
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:1234",
+        *,
+        model: str | None = None,
+        draft_model: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        endpoint: str = "auto",
+        require_speculation: bool = False,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        super().__init__(
+            base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            endpoint=endpoint,
+            headers=headers,
+            extra_body=extra_body,
+            verify=verify,
+        )
+        if draft_model is not None and (not isinstance(draft_model, str) or not draft_model):
+            raise ConfigError(
+                f"draft_model must be a model key string, got {draft_model!r}.", field="draft_model"
+            )
+        self.draft_model = draft_model
+        self.require_speculation = require_speculation
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-request draft model (and baseline) with exact counts; no live stats."""
+        return Capabilities(
+            methods=frozenset({"none", "draft_model", "server"}),
+            per_request_stats=True,
+            live_stats=False,
+            token_provenance=False,
+            per_request_toggle=True,
+            tool_calling=True,
+            structured_output=True,
+        )
+
+    def draft_model_for(self, request: GenerationRequest) -> str | None:
+        """The draft model a request runs with (None: no speculation)."""
+        spec = request.spec
+        if spec is None or spec.method == "server":
+            return self.draft_model
+        if spec.method == "none":
+            return None
+        return spec.draft_model or self.draft_model
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """The base checks; with ``require_speculation``, a draft model must be known."""
+        super().check_request(request)
+        if self.require_speculation and self.draft_model_for(request) is None:
+            raise SpeculationNotEnabledError(
+                f"This request would run without speculative decoding. {HINTS.speculation_hint}"
+            )
+
+    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+        """``draft_model`` when the request speculates."""
+        body = dict(self._extra_body)
+        draft = self.draft_model_for(request)
+        if draft is not None:
+            body["draft_model"] = draft
+        return body
+
+    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
+        """Exact draft counts from ``stats``."""
+        usage = summary.usage
+        stats = summary.extras.get("stats")
+        return lmstudio_stats(
+            stats if isinstance(stats, Mapping) else None,
+            draft_model=self.draft_model_for(context.request),
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            generated_tokens=usage.completion_tokens if usage else None,
+            ttft_s=summary.client_ttft_s,
+            decode_s=summary.client_decode_s,
+            total_s=summary.client_total_s,
+        )

@@ -1,0 +1,501 @@
+"""SGLang backend: per-request speculative figures from ``meta_info`` or ``sglext``.
+
+Sources (sgl-project/sglang, python/sglang/srt/):
+
+* ``managers/tokenizer_manager.py`` (``_calculate_spec_decoding_metrics``) puts into the
+  native ``/generate`` ``meta_info``: ``spec_verify_ct`` (verify forward passes),
+  ``spec_accept_rate`` (correct / proposed drafts, no bonus), ``spec_accept_length``
+  (``completion_tokens / spec_verify_ct``, bonus included), and the counts under three
+  generations of names: ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` (current),
+  ``spec_accepted_drafts`` / ``spec_proposed_drafts`` (backward-compatible aliases, "remove
+  in next release"), ``spec_accept_token_num`` / ``spec_draft_token_num`` (older releases);
+  the histogram of drafts accepted per step as ``spec_correct_drafts_histogram`` (alias
+  ``spec_accept_histogram``); newer builds add ``spec_num_correct_drafts_by_position`` and
+  ``spec_num_proposed_drafts_by_position``.
+* ``entrypoints/openai/protocol.py`` / ``utils.py`` (``spec_tokens_details_from_meta_info``):
+  a chat or completion request with ``"return_spec_tokens_details": true`` gets the same
+  fields under the top-level ``sglext.spec_tokens_details`` (missing values filled with 0);
+  when streaming they come on an extra chunk with ``choices: []`` before the usage chunk.
+* ``entrypoints/http_server.py``: ``/generate`` streams ``data: {...}`` events whose ``text``
+  is the whole text so far (unless the server runs ``--incremental-streaming-output``) and
+  ends with ``data: [DONE]``; ``GET /server_info`` (alias ``/get_server_info``) returns
+  the server arguments, among them ``speculative_algorithm`` (null without speculation)
+  and ``speculative_num_draft_tokens`` (tokens per verify, the root included).
+
+Speculation cannot be switched off per request; provenance is not reported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import SecretStr
+
+from speculative_llm.backends._http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    EngineHints,
+    JSONResponse,
+    StreamDecoder,
+    error_for_status,
+)
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.openai_compat import (
+    OpenAICompatibleBackend,
+    RequestContext,
+    ResponseSummary,
+    StreamDecoderBase,
+    map_finish_reason,
+)
+from speculative_llm.errors import (
+    ConfigError,
+    MalformedResponseError,
+    SpeculationNotEnabledError,
+)
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
+
+__all__ = ["SGLangBackend", "parse_server_info", "sglang_stats"]
+
+HINTS = EngineHints(
+    engine="SGLang",
+    start_hint=(
+        "Start one with `python -m sglang.launch_server --model-path MODEL --port 30000`, "
+        "then check base_url."
+    ),
+    speculation_hint=(
+        "Start SGLang with `--speculative-algorithm EAGLE` (or EAGLE3, NGRAM, STANDALONE, "
+        "MTP) and its draft options, e.g. `--speculative-draft-model-path DRAFT "
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`."
+    ),
+)
+
+_ALGORITHM_METHODS = {
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "NGRAM": "ngram",
+    "LOOKAHEAD": "ngram",
+    "STANDALONE": "draft_model",
+    "NEXTN": "mtp",
+    "MTP": "mtp",
+}
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    number = int(value)
+    return number if number >= 0 else None
+
+
+def _counts(value: object) -> list[int] | None:
+    if not isinstance(value, list):
+        return None
+    items = [_count(v) for v in value]
+    if not items or any(v is None for v in items):
+        return None
+    return [v for v in items if v is not None]
+
+
+def _first(details: Mapping[str, Any], *keys: str) -> object:
+    for key in keys:
+        if key in details and details[key] is not None:
+            return details[key]
+    return None
+
+
+def parse_server_info(payload: Mapping[str, Any] | None) -> tuple[bool | None, str, int | None]:
+    """(speculation on?, method, k) from ``/server_info``; unknowns are None / ``server``."""
+    if not isinstance(payload, Mapping) or "speculative_algorithm" not in payload:
+        return None, "server", None
+    algorithm = payload.get("speculative_algorithm")
+    if algorithm in (None, "", "None", "NONE"):
+        return False, "none", None
+    method = _ALGORITHM_METHODS.get(str(algorithm).upper(), "server")
+    draft_tokens = _count(payload.get("speculative_num_draft_tokens"))
+    k = draft_tokens - 1 if draft_tokens else None
+    return True, method, k
+
+
+def sglang_stats(
+    details: Mapping[str, Any] | None,
+    *,
+    method: str = "server",
+    num_speculative_tokens: int | None = None,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+    ttft_s: float | None,
+    decode_s: float | None,
+    total_s: float | None,
+) -> SpecStats:
+    """``SpecStats`` from SGLang's ``spec_*`` fields (``meta_info`` or ``spec_tokens_details``)."""
+    if not isinstance(details, Mapping) or not any(str(k).startswith("spec_") for k in details):
+        return SpecStats.unavailable(
+            "sglang",
+            method=method,
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            note=(
+                "SGLang sent no spec_* figures: the server may run without speculative "
+                f"decoding. {HINTS.speculation_hint}"
+            ),
+            ttft_s=ttft_s,
+            decode_s=decode_s,
+            total_s=total_s,
+        )
+    accepted = _count(
+        _first(details, "spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+    )
+    drafted = _count(
+        _first(details, "spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+    )
+    histogram = _counts(_first(details, "spec_correct_drafts_histogram", "spec_accept_histogram"))
+    accepted_by_position = _counts(details.get("spec_num_correct_drafts_by_position"))
+    drafted_by_position = _counts(details.get("spec_num_proposed_drafts_by_position"))
+    if accepted_by_position is None and histogram is not None:
+        # Accepted drafts are a prefix: position i was accepted by every step that
+        # accepted more than i drafts.
+        accepted_by_position = [
+            sum(histogram[j] for j in range(i + 1, len(histogram)))
+            for i in range(len(histogram) - 1)
+        ]
+    if num_speculative_tokens is None and histogram is not None and len(histogram) > 1:
+        num_speculative_tokens = len(histogram) - 1
+    return SpecStats(
+        backend="sglang",
+        method=method,
+        source="exact",
+        num_speculative_tokens=num_speculative_tokens,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        verify_steps=_count(details.get("spec_verify_ct")),
+        accepted_per_position=tuple(accepted_by_position) if accepted_by_position else None,
+        drafted_per_position=tuple(drafted_by_position) if drafted_by_position else None,
+        note="spec_verify_ct counted by SGLang (its accept length includes the bonus token)",
+        ttft_s=ttft_s,
+        decode_s=decode_s,
+        total_s=total_s,
+    )
+
+
+class _NativeDecoder(StreamDecoderBase):
+    """``/generate`` stream: cumulative (or incremental) ``text`` + ``meta_info``."""
+
+    def __init__(
+        self, *, backend: SGLangBackend, context: RequestContext, incremental: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self._backend = backend
+        self._context = context
+        self._incremental = incremental
+        self.meta_info: dict[str, Any] = {}
+
+    def feed_payload(self, payload: dict[str, Any], now: float) -> list[Chunk]:
+        text = payload.get("text", "")
+        if not isinstance(text, str):
+            raise MalformedResponseError(
+                f"'text' in a /generate stream event from {self.url} is not a string.",
+                url=self.url,
+            )
+        meta = payload.get("meta_info")
+        if isinstance(meta, dict):
+            self.meta_info.update(meta)
+            reason = meta.get("finish_reason")
+            if reason is not None:
+                self.finish_reason = map_finish_reason(reason) or "stop"
+            usage = _usage_of(meta)
+            if usage is not None:
+                self.usage = usage
+        if self._incremental:
+            delta = text
+        else:
+            so_far = self.text
+            if not text.startswith(so_far):
+                raise MalformedResponseError(
+                    f"SGLang at {self.url} sent stream text that does not extend the text so "
+                    "far; if the server runs with --incremental-streaming-output, create the "
+                    "backend with native_stream_text='incremental'.",
+                    url=self.url,
+                    partial_text=so_far,
+                )
+            delta = text[len(so_far) :]
+        if not delta:
+            return []
+        self.add_text(delta, now)
+        return [Chunk(text=delta)]
+
+    def final_chunk(self, now: float) -> Chunk:
+        summary = self.summary(now)
+        return Chunk(
+            stats=self._backend.native_stats(self._context, summary, self.meta_info),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            final=True,
+        )
+
+
+def _usage_of(meta: Mapping[str, Any]) -> Usage | None:
+    prompt = _count(meta.get("prompt_tokens"))
+    completion = _count(meta.get("completion_tokens"))
+    if prompt is None and completion is None:
+        return None
+    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+
+
+class SGLangBackend(OpenAICompatibleBackend):
+    """An SGLang server with exact per-request speculative statistics.
+
+    ``endpoint="auto"`` (default) sends chat requests to ``/v1/chat/completions`` with
+    ``return_spec_tokens_details`` and prompt requests to the native ``/generate``;
+    ``chat``, ``completion`` (``/v1/completions``) or ``native`` force one.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:30000``.
+        model: Served model name.
+        api_key: The server's ``--api-key``; kept secret.
+        timeout: Read timeout in seconds.
+        connect_timeout: Connect timeout in seconds.
+        max_retries: Retries on connection errors and HTTP 429/502/503.
+        retry_backoff: First retry delay in seconds.
+        endpoint: ``auto``, ``chat``, ``completion`` or ``native``.
+        native_stream_text: ``cumulative`` (SGLang's default) or ``incremental`` (a server
+            started with ``--incremental-streaming-output``).
+        require_speculation: Raise ``SpeculationNotEnabledError`` when ``/server_info``
+            shows no speculative algorithm.
+        headers: Extra HTTP headers.
+        extra_body: Fields added to every request body.
+        verify: TLS verification.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    name: ClassVar[str] = "sglang"
+    hints: ClassVar[EngineHints] = HINTS
+    native_path: ClassVar[str] = "/generate"
+    endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "completion", "native")
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        endpoint: str = "auto",
+        native_stream_text: str = "cumulative",
+        require_speculation: bool = False,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        super().__init__(
+            base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            endpoint=endpoint,
+            headers=headers,
+            extra_body=extra_body,
+            verify=verify,
+        )
+        if native_stream_text not in ("cumulative", "incremental"):
+            raise ConfigError(
+                f"native_stream_text must be 'cumulative' or 'incremental', got "
+                f"{native_stream_text!r}.",
+                field="native_stream_text",
+            )
+        self.native_stream_text = native_stream_text
+        self.require_speculation = require_speculation
+        self._server: tuple[bool | None, str, int | None] | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
+        return Capabilities(
+            methods=frozenset({"server"}),
+            per_request_stats=True,
+            live_stats=False,
+            token_provenance=False,
+            per_request_toggle=False,
+            tool_calling=True,
+            structured_output=True,
+        )
+
+    def _is_native(self, request: GenerationRequest) -> bool:
+        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
+
+    def _is_chat(self, request: GenerationRequest) -> bool:
+        if self.endpoint == "native":
+            return False
+        return super()._is_chat(request)
+
+    def request_path(self, request: GenerationRequest, *, stream: bool = False) -> str:
+        """``/generate`` for native requests, else the OpenAI paths."""
+        if self._is_native(request):
+            return self.native_path
+        return super().request_path(request, stream=stream)
+
+    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+        """Ask for ``sglext.spec_tokens_details`` on OpenAI endpoints."""
+        return {"return_spec_tokens_details": True, **self._extra_body}
+
+    def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+        """OpenAI bodies, or the native ``/generate`` body."""
+        if not self._is_native(request):
+            return super().build_body(request, stream=stream)
+        assert request.prompt is not None
+        sampling: dict[str, Any] = {
+            "max_new_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+        }
+        if request.top_k > 0:
+            sampling["top_k"] = request.top_k
+        if request.stop:
+            sampling["stop"] = list(request.stop)
+        if request.seed is not None:
+            sampling["sampling_seed"] = request.seed
+        schema = _schema_of(request.response_format)
+        if schema is not None:
+            sampling["json_schema"] = json.dumps(schema)
+        body: dict[str, Any] = {
+            "text": request.prompt,
+            "sampling_params": sampling,
+            "stream": stream,
+        }
+        body.update(self._extra_body)
+        body.update(request.extra)
+        return body
+
+    # ---- server facts ----
+
+    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
+        """Read the server arguments once (``/server_info``, older ``/get_server_info``)."""
+        return ("/server_info", "/get_server_info") if self._server is None else ()
+
+    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
+        """Remember the speculative algorithm; enforce ``require_speculation``."""
+        if phase != "before" or self._server is not None:
+            return
+        payload = None
+        for path in ("/server_info", "/get_server_info"):
+            result = context.before.get(path)
+            payload = result.json_object() if result is not None else None
+            if payload is not None:
+                break
+        self._server = parse_server_info(payload)
+        if self.require_speculation and self._server[0] is False:
+            raise SpeculationNotEnabledError(
+                f"SGLang at {self.base_url} runs without speculative decoding "
+                f"(speculative_algorithm is null in /server_info). {HINTS.speculation_hint}"
+            )
+
+    # ---- statistics ----
+
+    def _server_method(self) -> tuple[str, int | None]:
+        if self._server is None:
+            return "server", None
+        return self._server[1], self._server[2]
+
+    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
+        """Exact figures from ``sglext.spec_tokens_details``."""
+        sglext = summary.extras.get("sglext")
+        details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
+        if isinstance(details, list):  # n > 1: one entry per choice
+            details = details[0] if details else None
+        return self._stats(details if isinstance(details, Mapping) else None, summary)
+
+    def native_stats(
+        self, context: RequestContext, summary: ResponseSummary, meta_info: Mapping[str, Any]
+    ) -> SpecStats:
+        """Exact figures from a native answer's ``meta_info``."""
+        return self._stats(meta_info, summary)
+
+    def _stats(self, details: Mapping[str, Any] | None, summary: ResponseSummary) -> SpecStats:
+        method, k = self._server_method()
+        usage = summary.usage
+        return sglang_stats(
+            details,
+            method=method,
+            num_speculative_tokens=k,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            generated_tokens=usage.completion_tokens if usage else None,
+            ttft_s=summary.client_ttft_s,
+            decode_s=summary.client_decode_s,
+            total_s=summary.client_total_s,
+        )
+
+    def make_decoder(self, context: RequestContext) -> StreamDecoder:
+        """The native decoder for ``/generate``, else the OpenAI one."""
+        if not self._is_native(context.request):
+            return super().make_decoder(context)
+        return _NativeDecoder(
+            backend=self,
+            context=context,
+            incremental=self.native_stream_text == "incremental",
+            url=context.url,
+            hints=self.hints,
+            started=context.started,
+        )
+
+    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
+        """Native answers (``text`` + ``meta_info``), else OpenAI parsing."""
+        if not self._is_native(context.request):
+            return super().parse_completion(context, response)
+        data = response.data
+        if "error" in data:
+            raise error_for_status(500, json.dumps(data), url=context.url, hints=self.hints)
+        text = data.get("text")
+        meta = data.get("meta_info")
+        if not isinstance(text, str) or not isinstance(meta, dict):
+            raise MalformedResponseError(
+                f"The /generate answer from {context.url} lacks 'text' or 'meta_info'; is this "
+                "an SGLang server?",
+                url=context.url,
+            )
+        usage = _usage_of(meta)
+        summary = ResponseSummary(
+            text=text,
+            usage=usage,
+            extras={"meta_info": meta},
+            finish_reason=map_finish_reason(meta.get("finish_reason")),
+            started=context.started,
+            first_token_at=None,
+            ended=context.ended if context.ended is not None else context.started,
+            streamed=False,
+            headers=response.headers,
+        )
+        return Completion(
+            text=text,
+            stats=self.native_stats(context, summary, meta),
+            finish_reason=summary.finish_reason,
+            usage=usage or Usage(),
+            model=self.model_name,
+            raw=data,
+        )
+
+
+def _schema_of(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if response_format is None:
+        return None
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        return dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
+    if kind == "json_object":
+        return {"type": "object"}
+    return None

@@ -1,0 +1,366 @@
+"""Hugging Face TGI (text-generation-inference) backend: timings, no acceptance figures.
+
+Source: huggingface/text-generation-inference ``router/src/server.rs`` and ``lib.rs``.
+TGI speculates with ``--speculate N`` (Medusa heads or n-gram) but reports no per-request
+acceptance figures, so statistics have source ``unavailable`` with token counts and
+timings:
+
+* native ``POST /generate`` with ``parameters.details: true`` answers
+  ``{"generated_text", "details": {"finish_reason": "length"|"eos_token"|"stop_sequence",
+  "generated_tokens", "seed", "prefill", "tokens": [{"id", "text", "logprob", "special"}]}}``
+  and sets headers ``x-prompt-tokens``, ``x-generated-tokens``, ``x-inference-time`` (ms,
+  from the start of inference to the last token, prompt pass included), ``x-queue-time``,
+  ``x-time-per-token``;
+* ``POST /generate_stream`` sends ``data:{"index", "token": {...}, "generated_text": null,
+  "details": null}`` per token and, last, ``generated_text`` and ``details`` (with
+  ``input_length``); no ``[DONE]``; errors as ``{"error", "error_type"}``;
+* the OpenAI route ``/v1/chat/completions`` (Messages API) streams OpenAI chunks;
+* validation: ``temperature`` and ``top_p`` must be strictly inside their ranges, greedy
+  decoding is ``do_sample: false``; structured output is the grammar
+  ``{"type": "json", "value": schema}`` (``GrammarType``, alias ``json_object``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import SecretStr
+
+from speculative_llm.backends._http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    EngineHints,
+    JSONResponse,
+    StreamDecoder,
+)
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.openai_compat import (
+    OpenAICompatibleBackend,
+    RequestContext,
+    ResponseSummary,
+    StreamDecoderBase,
+    map_finish_reason,
+)
+from speculative_llm.errors import MalformedResponseError
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Token, Usage
+
+__all__ = ["TGIBackend", "tgi_grammar"]
+
+HINTS = EngineHints(
+    engine="TGI",
+    start_hint=(
+        "Start one with `text-generation-launcher --model-id MODEL --port 8080` (or its Docker "
+        "image), then check base_url."
+    ),
+    speculation_hint=(
+        "TGI speculates with `--speculate N` (Medusa heads, or n-gram when the model has "
+        "none); it reports no acceptance figures."
+    ),
+)
+
+_NOTE = (
+    "TGI reports no speculative-decoding figures (start it with --speculate N to speculate); "
+    "token counts and timings only"
+)
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    number = int(value)
+    return number if number >= 0 else None
+
+
+def _header_count(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None
+    return number if number >= 0 else None
+
+
+def tgi_grammar(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An OpenAI ``response_format`` as TGI's grammar (None for plain text)."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        return {"type": "json", "value": dict(schema) if isinstance(schema, Mapping) else {}}
+    if kind == "json_object":
+        return {"type": "json", "value": {"type": "object"}}
+    if kind in ("json", "regex"):  # already TGI's shape
+        return dict(response_format)
+    return None
+
+
+def _tokens_of(raw: object) -> tuple[Token, ...]:
+    """TGI ``details.tokens`` as tokens (special tokens such as EOS are left out)."""
+    if not isinstance(raw, list):
+        return ()
+    tokens = []
+    for item in raw:
+        if not isinstance(item, dict) or item.get("special") is True:
+            continue
+        text = item.get("text")
+        token_id = item.get("id")
+        tokens.append(
+            Token(
+                text=text if isinstance(text, str) else "",
+                provenance="unknown",
+                id=token_id
+                if isinstance(token_id, int) and not isinstance(token_id, bool)
+                else None,
+            )
+        )
+    return tuple(tokens)
+
+
+class _NativeDecoder(StreamDecoderBase):
+    """``/generate_stream``: one event per token, the last one has ``generated_text``."""
+
+    def __init__(self, *, backend: TGIBackend, context: RequestContext, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._backend = backend
+        self._context = context
+
+    def feed_payload(self, payload: dict[str, Any], now: float) -> list[Chunk]:
+        token = payload.get("token")
+        if not isinstance(token, dict):
+            raise MalformedResponseError(
+                f"A /generate_stream event from {self.url} has no token object.", url=self.url
+            )
+        text = token.get("text")
+        if not isinstance(text, str):
+            raise MalformedResponseError(
+                f"A token from {self.url} has no text string.", url=self.url
+            )
+        if payload.get("generated_text") is not None:
+            self.mark_done()
+            details = payload.get("details")
+            if isinstance(details, dict):
+                self.finish_reason = map_finish_reason(details.get("finish_reason")) or "stop"
+                generated = _count(details.get("generated_tokens"))
+                prompt = _count(details.get("input_length"))
+                if generated is not None or prompt is not None:
+                    self.usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+            else:
+                self.finish_reason = "stop"
+        if token.get("special") is True:
+            return []
+        token_id = token.get("id")
+        self.add_text(text, now)
+        return [
+            Chunk(
+                text=text,
+                tokens=(
+                    Token(
+                        text=text,
+                        provenance="unknown",
+                        id=token_id
+                        if isinstance(token_id, int) and not isinstance(token_id, bool)
+                        else None,
+                    ),
+                ),
+            )
+        ]
+
+    def final_chunk(self, now: float) -> Chunk:
+        return Chunk(
+            stats=self._backend.build_stats(self._context, self.summary(now)),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            final=True,
+        )
+
+
+class TGIBackend(OpenAICompatibleBackend):
+    """A TGI server: chat through its OpenAI route, prompts through native ``/generate``.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
+        model: Model name for the OpenAI route (TGI serves one model and ignores it).
+        api_key: Bearer token, when the server sits behind one; kept secret.
+        timeout: Read timeout in seconds.
+        connect_timeout: Connect timeout in seconds.
+        max_retries: Retries on connection errors and HTTP 429/502/503.
+        retry_backoff: First retry delay in seconds.
+        endpoint: ``auto`` (chat -> OpenAI route, prompt -> ``/generate``), ``chat`` or
+            ``native``.
+        headers: Extra HTTP headers.
+        extra_body: Fields added to every request body (inside ``parameters`` natively).
+        verify: TLS verification.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    name: ClassVar[str] = "tgi"
+    hints: ClassVar[EngineHints] = HINTS
+    endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "native")
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        endpoint: str = "auto",
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        super().__init__(
+            base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            endpoint=endpoint,
+            headers=headers,
+            extra_body=extra_body,
+            verify=verify,
+        )
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """No acceptance figures, no provenance, no per-request toggle."""
+        return Capabilities(
+            methods=frozenset({"server"}),
+            per_request_stats=False,
+            live_stats=False,
+            token_provenance=False,
+            per_request_toggle=False,
+            tool_calling=True,
+            structured_output=True,
+        )
+
+    def _is_native(self, request: GenerationRequest) -> bool:
+        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
+
+    def _is_chat(self, request: GenerationRequest) -> bool:
+        return not self._is_native(request)
+
+    def request_path(self, request: GenerationRequest, *, stream: bool = False) -> str:
+        """``/generate`` or ``/generate_stream`` natively, else the OpenAI chat route."""
+        if not self._is_native(request):
+            return self.chat_path
+        return "/generate_stream" if stream else "/generate"
+
+    def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+        """OpenAI chat body (grammar-mapped ``response_format``) or the native body."""
+        if not self._is_native(request):
+            body = super().build_body(request, stream=stream)
+            if request.response_format is not None and "response_format" not in request.extra:
+                grammar = tgi_grammar(request.response_format)
+                if grammar is None:
+                    body.pop("response_format", None)
+                else:
+                    body["response_format"] = grammar
+            if request.top_p >= 1.0:
+                body.pop("top_p", None)  # TGI refuses top_p = 1.0 (it must be < 1)
+            return body
+        assert request.prompt is not None
+        parameters: dict[str, Any] = {"max_new_tokens": request.max_tokens, "details": True}
+        if request.temperature > 0:
+            parameters["do_sample"] = True
+            parameters["temperature"] = request.temperature
+            if request.top_p < 1.0:
+                parameters["top_p"] = request.top_p
+            if request.top_k > 0:
+                parameters["top_k"] = request.top_k
+        else:
+            parameters["do_sample"] = False
+        if request.stop:
+            parameters["stop"] = list(request.stop)
+        if request.seed is not None:
+            parameters["seed"] = request.seed
+        grammar = tgi_grammar(request.response_format)
+        if grammar is not None:
+            parameters["grammar"] = grammar
+        parameters.update(self._extra_body)
+        parameters.update(request.extra)
+        return {"inputs": request.prompt, "parameters": parameters, "stream": stream}
+
+    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
+        """Token counts and timings (``x-inference-time`` for non-streamed native answers)."""
+        stats = self.timing_stats(context, summary, source_note=_NOTE)
+        if summary.streamed or not self._is_native(context.request):
+            return stats
+        inference_ms = _header_count(summary.headers, "x-inference-time")
+        prompt = _header_count(summary.headers, "x-prompt-tokens")
+        return stats.replace(
+            decode_s=inference_ms / 1000.0 if inference_ms is not None else None,
+            prompt_tokens=prompt if prompt is not None else stats.prompt_tokens,
+            note=_NOTE + "; decode_s is TGI's x-inference-time (includes the prompt pass)",
+        )
+
+    def make_decoder(self, context: RequestContext) -> StreamDecoder:
+        """The native decoder for ``/generate_stream``, else the OpenAI one."""
+        if not self._is_native(context.request):
+            return super().make_decoder(context)
+        return _NativeDecoder(
+            backend=self,
+            context=context,
+            url=context.url,
+            hints=self.hints,
+            started=context.started,
+        )
+
+    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
+        """Native ``generated_text`` + ``details``, else OpenAI parsing."""
+        if not self._is_native(context.request):
+            return super().parse_completion(context, response)
+        data = response.data
+        text = data.get("generated_text")
+        if not isinstance(text, str):
+            raise MalformedResponseError(
+                f"The /generate answer from {context.url} has no 'generated_text'; is this a "
+                "TGI server?",
+                url=context.url,
+            )
+        raw_details = data.get("details")
+        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+        generated = _count(details.get("generated_tokens"))
+        if generated is None:
+            generated = _header_count(response.headers, "x-generated-tokens")
+        prompt = _header_count(response.headers, "x-prompt-tokens")
+        usage = (
+            Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+            if generated is not None or prompt is not None
+            else None
+        )
+        summary = ResponseSummary(
+            text=text,
+            usage=usage,
+            extras={"details": details},
+            finish_reason=map_finish_reason(details.get("finish_reason")),
+            started=context.started,
+            first_token_at=None,
+            ended=context.ended if context.ended is not None else context.started,
+            streamed=False,
+            headers=response.headers,
+        )
+        return Completion(
+            text=text,
+            stats=self.build_stats(context, summary),
+            tokens=_tokens_of(details.get("tokens")),
+            finish_reason=summary.finish_reason,
+            usage=usage or Usage(),
+            model=self.model_name,
+            raw=data,
+        )

