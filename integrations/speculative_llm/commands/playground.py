@@ -1,0 +1,160 @@
+"""``speculative-llm playground``: open the side-by-side playground in the browser.
+
+The page's settings start from the options given here (backend, model, method...);
+the user can change them in the page. The app listens on 127.0.0.1 unless
+``--host`` or ``--share`` say otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from speculative_llm.errors import ConfigError, MissingDependencyError
+
+__all__ = ["add_parser", "run"]
+
+_URL_KINDS = ("llamacpp", "vllm", "sglang", "lmstudio", "tgi", "openai")
+_BACKENDS = ("local", "llama-server", *_URL_KINDS)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``playground`` sub-command to the CLI."""
+    parser = subparsers.add_parser(
+        "playground",
+        help="open the side-by-side playground (baseline vs speculative) in the browser",
+        description=(
+            "Start the Gradio playground: type a prompt and watch the baseline and the "
+            "speculative run stream side by side, with live statistics and the measured "
+            "speedup. Listens on 127.0.0.1 unless --host or --share say otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--backend",
+        choices=_BACKENDS,
+        default="local",
+        help="initial backend: local (in-process engine, default), llama-server (started by the "
+        "app) or the kind of a running server reached with --url",
+    )
+    parser.add_argument(
+        "--model",
+        "-m",
+        default=None,
+        help="target model (default smollm2-135m; for a --url server: the served model name)",
+    )
+    parser.add_argument("--draft-model", help="draft model with the target's vocabulary")
+    parser.add_argument(
+        "--method",
+        choices=("ngram", "draft_model", "server", "eagle", "eagle3", "mtp"),
+        default=None,
+        help="speculative method (default: ngram, or server with --url)",
+    )
+    parser.add_argument("-k", type=int, default=5, help="draft length (default 5)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per side (default 128)")
+    parser.add_argument("--url", help="URL of a running server (with a server --backend)")
+    parser.add_argument(
+        "--baseline-url", help="URL of a second server without speculation, for the baseline"
+    )
+    parser.add_argument("--device", default="cpu", help="local engine device (default cpu)")
+    parser.add_argument("--dtype", default="auto", help="local engine dtype (default auto)")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    parser.add_argument(
+        "--share", action="store_true", help="also open a public Gradio share link (opt-in)"
+    )
+    parser.add_argument(
+        "--auth",
+        help="require a login, as user:password (default: $SPECULATIVE_PLAYGROUND_AUTH)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="comparisons run at once (default 1: honest timings; others queue)",
+    )
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
+    parser.set_defaults(func=run)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from speculative_playground.settings import DEFAULT_MODEL, RunSettings
+
+    if args.backend in _URL_KINDS:
+        if not args.url:
+            raise ConfigError(
+                f"--backend {args.backend} talks to a running server: give its address with "
+                "--url (for example --url http://127.0.0.1:8080).",
+                field="url",
+            )
+        return RunSettings(
+            backend="url",
+            server_kind=args.backend,
+            server_url=args.url,
+            baseline_url=args.baseline_url or "",
+            model=args.model or "",
+            draft_model=args.draft_model,
+            method=args.method or "server",
+            k=args.k,
+            max_tokens=args.max_tokens,
+        )
+    if args.url or args.baseline_url:
+        raise ConfigError(
+            "--url and --baseline-url go with the kind of a running server: "
+            f"--backend {{{','.join(_URL_KINDS)}}}.",
+            field="url",
+        )
+    return RunSettings(
+        backend="managed" if args.backend == "llama-server" else "local",
+        model=args.model or DEFAULT_MODEL,
+        draft_model=args.draft_model,
+        method=args.method or ("draft_model" if args.draft_model else "ngram"),
+        k=args.k,
+        max_tokens=args.max_tokens,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and serve the playground until interrupted; returns the exit code."""
+    try:
+        import gradio  # noqa: F401
+    except ImportError as error:
+        raise MissingDependencyError("gradio", "playground", "The playground") from error
+    from speculative_playground import build_app, launch
+    from speculative_playground.backend_pool import BackendPool
+    from speculative_playground.security import SecurityPolicy, UrlAllowlist
+    from speculative_playground.settings import PACKAGED_MODELS
+
+    if args.concurrency < 1:
+        raise ConfigError(
+            f"--concurrency must be >= 1, got {args.concurrency}.", field="concurrency"
+        )
+    settings = _settings(args)
+    policy = SecurityPolicy.from_options(host=args.host, share=args.share, auth=args.auth)
+    operator_urls = [u for u in (settings.server_url, settings.baseline_url) if u]
+    if operator_urls and not policy.local_only:
+        # URLs the operator gave on the command line are trusted; typed ones still are not.
+        entries = ",".join(operator_urls)
+        extra = UrlAllowlist.parse(entries).entries
+        current = policy.url_allowlist.entries if policy.url_allowlist else ()
+        policy = dataclasses.replace(policy, url_allowlist=UrlAllowlist((*current, *extra)))
+    chosen = (settings.model, settings.draft_model) if settings.backend != "url" else ()
+    custom = [name for name in chosen if name and name not in PACKAGED_MODELS]
+    models = list(dict.fromkeys([*custom, *PACKAGED_MODELS]))
+    pool = BackendPool(
+        policy=policy,
+        offered_models=models,
+        local_options={"device": args.device, "dtype": args.dtype},
+    )
+    app = build_app(
+        policy=policy,
+        pool=pool,
+        models=models,
+        defaults=settings,
+        concurrency_limit=args.concurrency,
+    )
+    try:
+        launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
+    finally:
+        pool.close()
+    return 0

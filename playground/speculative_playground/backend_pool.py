@@ -1,0 +1,384 @@
+"""Backends for a comparison: loaded once, shared between sessions, closed at exit.
+
+Loading a local model takes seconds and starting a llama-server more, so both are
+cached by configuration and lent out (``lease``). An entry is closed only when it is
+evicted while nobody uses it, or when the pool closes. HTTP backends for servers
+reached by URL are cheap and made for each run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from speculative_llm.backends.base import Backend
+from speculative_llm.backends.registry import create_backend
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError, UnsupportedFeatureError
+from speculative_llm.types import GenerationRequest, Message
+from speculative_playground.security import SecurityPolicy
+from speculative_playground.settings import PACKAGED_MODELS, RunSettings
+
+__all__ = ["BackendPair", "BackendPool", "LeaseCache"]
+
+_Value = TypeVar("_Value")
+
+_LLAMA_SPEC_TYPES = {"ngram": "ngram-simple", "draft_model": "draft-simple"}
+
+
+@dataclass
+class _Entry(Generic[_Value]):
+    value: _Value
+    users: int = 0
+
+
+class LeaseCache(Generic[_Value]):
+    """A thread-safe cache of expensive objects lent out by key.
+
+    Each key is built once even when several threads ask for it at the same time;
+    beyond ``capacity`` entries, the least recently used idle ones are closed.
+
+    Args:
+        capacity: Idle entries kept (entries in use are never closed).
+        close: Called on an entry's value when it is evicted or the cache closes.
+    """
+
+    def __init__(self, capacity: int, close: Callable[[_Value], None]) -> None:
+        if capacity < 1:
+            raise ConfigError(f"capacity must be >= 1, got {capacity}.", field="capacity")
+        self.capacity = capacity
+        self._close = close
+        self._entries: OrderedDict[Hashable, _Entry[_Value]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[Hashable, threading.Lock] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def keys(self) -> list[Hashable]:
+        """Cached keys, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    @contextmanager
+    def lease(self, key: Hashable, build: Callable[[], _Value]) -> Iterator[_Value]:
+        """Lend the value for ``key``, building it with ``build`` on first use.
+
+        A failing ``build`` caches nothing and its error propagates.
+        """
+        entry = self._acquire(key, build)
+        try:
+            yield entry.value
+        finally:
+            with self._lock:
+                entry.users -= 1
+            self._evict()
+
+    def _acquire(self, key: Hashable, build: Callable[[], _Value]) -> _Entry[_Value]:
+        with self._lock:
+            entry = self._take(key)
+            if entry is not None:
+                return entry
+            builder = self._building.setdefault(key, threading.Lock())
+        with builder:
+            # Another thread may have finished building while this one waited.
+            with self._lock:
+                entry = self._take(key)
+                if entry is not None:
+                    return entry
+            value = build()
+            with self._lock:
+                entry = _Entry(value, users=1)
+                self._entries[key] = entry
+                self._building.pop(key, None)
+        self._evict()
+        return entry
+
+    def _take(self, key: Hashable) -> _Entry[_Value] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.users += 1
+            self._entries.move_to_end(key)
+        return entry
+
+    def _evict(self) -> None:
+        evicted: list[_Value] = []
+        with self._lock:
+            excess = len(self._entries) - self.capacity
+            for key in list(self._entries):
+                if excess <= 0:
+                    break
+                if self._entries[key].users == 0:
+                    evicted.append(self._entries.pop(key).value)
+                    excess -= 1
+        for value in evicted:
+            self._close(value)
+
+    def close(self) -> None:
+        """Close every entry (in use or not) and empty the cache."""
+        with self._lock:
+            values = [entry.value for entry in self._entries.values()]
+            self._entries.clear()
+        for value in values:
+            self._close(value)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendPair:
+    """The two sides of a comparison.
+
+    Attributes:
+        baseline: Backend of the baseline side.
+        speculative: Backend of the speculative side (may be the same object).
+        baseline_spec: ``spec`` of the baseline request (None: the server's default).
+        speculative_spec: ``spec`` of the speculative request (None: the server's).
+        shared_machine: Whether both sides run on the same machine.
+    """
+
+    baseline: Backend
+    speculative: Backend
+    baseline_spec: SpecConfig | None
+    speculative_spec: SpecConfig | None
+    shared_machine: bool
+
+    def requests(self, request: GenerationRequest) -> tuple[GenerationRequest, GenerationRequest]:
+        """The baseline and speculative requests, checked against each backend.
+
+        Raises:
+            UnsupportedFeatureError: A backend cannot serve its side as configured.
+        """
+        baseline = request.replace(spec=self.baseline_spec)
+        speculative = request.replace(spec=self.speculative_spec)
+        self.baseline.check_request(baseline)
+        self.speculative.check_request(speculative)
+        return baseline, speculative
+
+
+def _close_backend(backend: Backend) -> None:
+    backend.close()
+
+
+def _warm_up(backend: Backend, spec: SpecConfig | None) -> None:
+    """One tiny generation per side, so the first measured run pays no start-up cost."""
+    request = GenerationRequest(messages=(Message(role="user", content="Hi"),), max_tokens=4)
+    for side_spec in (SpecConfig.baseline(), spec):
+        for _ in backend.stream(request.replace(spec=side_spec)):
+            pass
+
+
+class BackendPool:
+    """Creates, caches and lends the backends a comparison needs.
+
+    Args:
+        policy: Deployment policy (which URLs and models users may type).
+        offered_models: Models offered in the page (the only ones an exposed app loads).
+        local_options: Extra ``LocalBackend`` options (``device``, ``dtype``,
+            ``torch_threads``).
+        capacity: Idle local backends and managed servers kept loaded.
+        warm_up: Run a tiny generation after loading a local backend.
+        backend_factory: ``create_backend`` (replaceable in tests).
+        server_factory: Makes a managed llama-server (default ``servers.LlamaServer``).
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: SecurityPolicy | None = None,
+        offered_models: Sequence[str] = PACKAGED_MODELS,
+        local_options: dict[str, Any] | None = None,
+        capacity: int = 2,
+        warm_up: bool = True,
+        backend_factory: Callable[..., Backend] = create_backend,
+        server_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        self.policy = policy or SecurityPolicy()
+        self.offered_models = tuple(offered_models)
+        self.local_options = dict(local_options or {})
+        self.warm_up = warm_up
+        self._backend_factory = backend_factory
+        self._server_factory = server_factory
+        self._local: LeaseCache[Backend] = LeaseCache(capacity, _close_backend)
+        self._servers: LeaseCache[Any] = LeaseCache(capacity, _stop_server)
+        self._warm_lock = threading.Lock()
+        self._warmed: set[Hashable] = set()
+
+    def close(self) -> None:
+        """Close every cached backend and stop every managed server."""
+        self._local.close()
+        self._servers.close()
+
+    @contextmanager
+    def lease(self, settings: RunSettings) -> Iterator[BackendPair]:
+        """Lend the backends for ``settings`` for the duration of a comparison.
+
+        Raises:
+            ConfigError: A URL or model this deployment does not allow, or a server
+                that cannot run the baseline without a second URL.
+            SpeculativeError: Loading the model or starting the server failed.
+        """
+        with ExitStack() as stack:
+            if settings.backend == "local":
+                yield self._local_pair(settings, stack)
+            elif settings.backend == "managed":
+                yield self._managed_pair(settings, stack)
+            else:
+                yield self._url_pair(settings, stack)
+
+    # ---- local engine ------------------------------------------------------------------
+
+    def _local_pair(self, settings: RunSettings, stack: ExitStack) -> BackendPair:
+        model = self.policy.check_model(settings.model, self.offered_models)
+        draft = settings.draft_model_used
+        if draft is not None:
+            draft = self.policy.check_model(draft, self.offered_models)
+        spec = settings.spec_config()
+        # One engine per target model: it loads draft models itself, on first use.
+        speculative = stack.enter_context(
+            self._local.lease(("local", model), lambda: self._load_local(model))
+        )
+        self._warm(("local", model), speculative, spec)
+        baseline = speculative
+        if settings.timing_mode() == "concurrent":
+            # One engine runs one request at a time: overlapping the sides needs a second.
+            baseline = stack.enter_context(
+                self._local.lease(("local-baseline", model), lambda: self._load_local(model))
+            )
+            self._warm(("local-baseline", model), baseline, None)
+        return BackendPair(
+            baseline=baseline,
+            speculative=speculative,
+            baseline_spec=SpecConfig.baseline(),
+            speculative_spec=spec,
+            shared_machine=True,
+        )
+
+    def _load_local(self, model: str) -> Backend:
+        return self._backend_factory(
+            "local", model=model, speculative=SpecConfig(method="ngram"), **self.local_options
+        )
+
+    def _warm(self, key: Hashable, backend: Backend, spec: SpecConfig | None) -> None:
+        """Warm a backend up once per configuration (the first run would pay loading costs)."""
+        if not self.warm_up:
+            return
+        warm_key = (
+            key,
+            id(backend),
+            spec.method if spec else None,
+            spec.draft_model if spec else None,
+        )
+        with self._warm_lock:
+            if warm_key in self._warmed:
+                return
+            _warm_up(backend, spec)
+            self._warmed.add(warm_key)
+
+    # ---- managed llama-server ------------------------------------------------------------
+
+    def _managed_pair(self, settings: RunSettings, stack: ExitStack) -> BackendPair:
+        model = self.policy.check_model(settings.model, self.offered_models)
+        draft = settings.draft_model_used
+        if draft is not None:
+            draft = self.policy.check_model(draft, self.offered_models)
+        spec_type = _LLAMA_SPEC_TYPES[settings.method]
+        length: dict[str, Any] = {"draft_max": settings.k}
+        if spec_type == "ngram-simple":
+            # Measured with llama-server b11434: --spec-draft-n-max caps n-gram drafts too,
+            # while --spec-ngram-simple-size-m (what draft_max becomes for this type) below
+            # the lookup size (12) makes the server draft nothing at all.
+            length = {"extra_args": ("--spec-draft-n-max", str(settings.k))}
+        server = stack.enter_context(
+            self._servers.lease(
+                ("llama-server", model, draft, spec_type, settings.k),
+                lambda: self._start_server(model, draft_model=draft, spec_type=spec_type, **length),
+            )
+        )
+        speculative = server.backend()
+        stack.callback(speculative.close)
+        speculative_spec = _server_side_spec(speculative)
+        if speculative.capabilities.per_request_toggle:
+            baseline, baseline_spec = speculative, SpecConfig.baseline()
+        else:
+            plain = stack.enter_context(
+                self._servers.lease(
+                    ("llama-server", model, None, None, None), lambda: self._start_server(model)
+                )
+            )
+            baseline = plain.backend()
+            stack.callback(baseline.close)
+            baseline_spec = None
+        return BackendPair(
+            baseline=baseline,
+            speculative=speculative,
+            baseline_spec=baseline_spec,
+            speculative_spec=speculative_spec,
+            shared_machine=True,
+        )
+
+    def _start_server(self, model: str, **options: Any) -> Any:
+        factory = self._server_factory
+        if factory is None:
+            from speculative_llm.servers import LlamaServer
+
+            factory = LlamaServer
+        server = factory(model, **{k: v for k, v in options.items() if v is not None})
+        server.start()
+        return server
+
+    # ---- running servers -------------------------------------------------------------------
+
+    def _url_pair(self, settings: RunSettings, stack: ExitStack) -> BackendPair:
+        url = self.policy.check_server_url(settings.server_url)
+        baseline_url = (
+            self.policy.check_server_url(settings.baseline_url)
+            if settings.baseline_url.strip()
+            else None
+        )
+        options: dict[str, Any] = {}
+        if settings.model.strip():
+            options["model"] = settings.model.strip()
+        api_key = settings.api_key or self.policy.default_api_key
+        if api_key:
+            options["api_key"] = api_key
+        speculative = self._backend_factory(settings.server_kind, base_url=url, **options)
+        stack.callback(speculative.close)
+        speculative_spec = settings.spec_config()
+        if speculative_spec is None:
+            speculative_spec = _server_side_spec(speculative)
+        if baseline_url is not None:
+            baseline = self._backend_factory(settings.server_kind, base_url=baseline_url, **options)
+            stack.callback(baseline.close)
+            return BackendPair(
+                baseline=baseline,
+                speculative=speculative,
+                baseline_spec=None,
+                speculative_spec=speculative_spec,
+                shared_machine=settings.timing_mode() == "fair",
+            )
+        if not speculative.capabilities.per_request_toggle:
+            raise UnsupportedFeatureError(
+                f"This {settings.server_kind} server cannot switch speculative decoding off for "
+                "one request, so it cannot run the baseline itself. Start a second server "
+                "without speculative flags and enter its URL as the baseline URL."
+            )
+        return BackendPair(
+            baseline=speculative,
+            speculative=speculative,
+            baseline_spec=SpecConfig.baseline(),
+            speculative_spec=speculative_spec,
+            shared_machine=True,
+        )
+
+
+def _server_side_spec(backend: Backend) -> SpecConfig | None:
+    """``method="server"`` when the backend knows it, else its default (None)."""
+    return SpecConfig(method="server") if "server" in backend.capabilities.methods else None
+
+
+def _stop_server(server: Any) -> None:
+    server.stop()

@@ -1,0 +1,191 @@
+"""Ready-made prompts, grouped by the kind of task.
+
+Prompt lookup (n-gram drafting) pays off when the answer repeats long spans of the
+prompt: editing code, extracting facts quoted from a document, rewriting a text. Free
+generation (chat, open questions) gives a drafter with no model of its own little to
+copy, which is worth seeing too: the presets cover both ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from speculative_llm.errors import ConfigError
+
+__all__ = ["CATEGORIES", "PRESETS", "Preset", "find_preset", "preset_names"]
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """One example prompt.
+
+    Attributes:
+        name: Short title shown in the preset dropdown (unique).
+        category: Task category (one of ``CATEGORIES``).
+        prompt: The user message sent to the model.
+        why: One sentence on what to expect from speculation on this prompt.
+    """
+
+    name: str
+    category: str
+    prompt: str
+    why: str
+
+
+_RETRY_CODE = """def fetch_with_retry(client, url, attempts=3, delay=0.5):
+    last_error = None
+    for attempt in range(attempts):
+        try:
+            response = client.get(url, timeout=10)
+            response.raise_for_status()
+            return response.json()
+        except Exception as error:
+            last_error = error
+            time.sleep(delay * (2 ** attempt))
+    raise RuntimeError(f"giving up on {url}") from last_error"""
+
+_INVENTORY_CODE = """class Inventory:
+    def __init__(self):
+        self.items = {}
+
+    def add(self, name, quantity):
+        self.items[name] = self.items.get(name, 0) + quantity
+
+    def remove(self, name, quantity):
+        if self.items.get(name, 0) < quantity:
+            raise ValueError("not enough " + name)
+        self.items[name] -= quantity
+
+    def total(self):
+        return sum(self.items.values())"""
+
+_INCIDENT_REPORT = """Incident report INC-2291, filed 14 March 2025 by Dana Whitfield (site
+reliability). At 09:42 UTC the payments API in region eu-west-1 began returning HTTP 503 errors for
+about 18% of requests. The on-call engineer, Marco Ruiz, traced the errors to the
+connection pool of the ledger database, which had been lowered from 200 to 20
+connections by configuration change CHG-7810 the evening before. The change was
+reverted at 10:31 UTC and the error rate returned to zero by 10:36 UTC. Roughly
+41,000 payment attempts failed; all were retried automatically and no money was
+lost. Follow-up actions: add a review step for pool-size changes (owner: Dana
+Whitfield, due 28 March 2025) and alert on pool saturation above 80% (owner: Marco
+Ruiz, due 21 March 2025)."""
+
+_PRODUCT_DOC = """Context document: The Aurora X2 trail running shoe weighs 268 grams (US men's
+size 9) and has a heel-to-toe drop of 6 mm. The midsole is made of a nitrogen-infused
+foam called PulseFoam, and the outsole uses Vibram Megagrip rubber with 4 mm lugs.
+It is available in widths standard and wide, in sizes US 7 to 14, and costs 165 US
+dollars. The upper is a recycled polyester mesh. The manufacturer rates the midsole
+for about 700 kilometres of running. Returns are accepted within 60 days if the shoes
+have been worn for less than 50 kilometres."""
+
+_NEWS_STORY = """The city council of Lindenfeld voted 7 to 2 on Tuesday to turn the
+disused tram depot on Mill Street into a public library and community workshop.
+The project will cost an estimated 12.4 million euros, two thirds of which come
+from a regional renewal fund. Construction is expected to start next spring and
+to take about two years. Supporters said the neighbourhood has had no library
+since 2009, when the old branch closed. The two council members who voted against
+the plan argued that the money would be better spent on road repairs, and asked
+for an independent review of the cost estimate, which the council rejected."""
+
+PRESETS: tuple[Preset, ...] = (
+    Preset(
+        name="Code edit: add type hints",
+        category="Code edit",
+        prompt=(
+            "Add type hints to this Python function. Do not change anything else, and "
+            "reply with the complete function only.\n\n```python\n" + _RETRY_CODE + "\n```"
+        ),
+        why="The answer copies the function almost verbatim: prompt lookup drafts long runs.",
+    ),
+    Preset(
+        name="Code edit: rename a method",
+        category="Code edit",
+        prompt=(
+            "Rename the method `total` to `total_quantity` in this class and reply with the "
+            "whole updated class.\n\n```python\n" + _INVENTORY_CODE + "\n```"
+        ),
+        why="Almost every output token already appears in the prompt.",
+    ),
+    Preset(
+        name="Summarise a news story",
+        category="Summarisation",
+        prompt="Summarise this news story in three sentences.\n\n" + _NEWS_STORY,
+        why="Summaries reuse names and phrases from the text: some n-gram hits.",
+    ),
+    Preset(
+        name="Extract incident facts",
+        category="Extraction / RAG",
+        prompt=(
+            "From the report below, list: the incident id, who filed it, the region, the "
+            "cause, the time it was fixed, and each follow-up action with its owner and due "
+            "date. Quote the report's wording.\n\n" + _INCIDENT_REPORT
+        ),
+        why="Quoted facts are copied from the context: prompt lookup accepts long spans.",
+    ),
+    Preset(
+        name="Answer from a context document",
+        category="Extraction / RAG",
+        prompt=(
+            _PRODUCT_DOC
+            + "\n\nUsing only the context document, answer: how much does the Aurora X2 "
+            "weigh, what is its drop, what is the midsole made of, and what is the return "
+            "policy?"
+        ),
+        why="Retrieval-augmented answers repeat the retrieved passage.",
+    ),
+    Preset(
+        name="General knowledge question",
+        category="QA",
+        prompt="Why is the sky blue? Explain it to a curious twelve-year-old.",
+        why="Free text: little to copy, so expect a modest gain from n-gram drafting.",
+    ),
+    Preset(
+        name="Translate to French",
+        category="Translation",
+        prompt=(
+            "Translate into French:\n\nThe meeting is moved to Thursday at 10 am. Please "
+            "bring the quarterly report and the updated budget. The meeting room is on the "
+            "third floor, next to the kitchen."
+        ),
+        why="Names and numbers carry over; most words change: a middling case.",
+    ),
+    Preset(
+        name="Word problem",
+        category="Math",
+        prompt=(
+            "A train leaves at 14:20 and travels 186 km at an average of 124 km/h. At what "
+            "time does it arrive? Show your working step by step."
+        ),
+        why="Step-by-step working repeats numbers and phrases it has just written.",
+    ),
+    Preset(
+        name="Friendly chat",
+        category="Chat",
+        prompt="Hi! Can you suggest three ideas for a rainy Sunday afternoon at home?",
+        why="Open-ended chat: the hardest case for a drafter without a model.",
+    ),
+)
+"""Every preset, in the order the dropdown shows them."""
+
+CATEGORIES: tuple[str, ...] = tuple(dict.fromkeys(preset.category for preset in PRESETS))
+"""Categories in display order."""
+
+
+def preset_names(category: str | None = None) -> list[str]:
+    """Names of the presets of one category (all presets when ``category`` is None)."""
+    return [p.name for p in PRESETS if category is None or p.category == category]
+
+
+def find_preset(name: str) -> Preset:
+    """The preset called ``name``.
+
+    Raises:
+        ConfigError: No preset has that name (the message lists them).
+    """
+    for preset in PRESETS:
+        if preset.name == name:
+            return preset
+    raise ConfigError(
+        f"Unknown preset {name!r}. Choose one of: {', '.join(p.name for p in PRESETS)}.",
+        field="preset",
+    )

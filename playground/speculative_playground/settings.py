@@ -1,0 +1,203 @@
+"""What the user chose in the page, as one validated record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError
+from speculative_llm.types import GenerationRequest, Message
+
+__all__ = [
+    "BACKEND_KINDS",
+    "DEFAULT_MODEL",
+    "PACKAGED_MODELS",
+    "SERVER_KINDS",
+    "BackendKind",
+    "RunSettings",
+    "TimingChoice",
+    "TimingMode",
+]
+
+BackendKind = Literal["local", "managed", "url"]
+TimingChoice = Literal["auto", "fair", "concurrent"]
+TimingMode = Literal["fair", "concurrent"]
+"""``fair``: the two sides run one after the other, each with the machine to itself.
+``concurrent``: both run at once (fair only when they run on different machines)."""
+
+BACKEND_KINDS: dict[str, str] = {
+    "local": "Local engine (in-process)",
+    "managed": "Managed llama-server",
+    "url": "Running server (URL)",
+}
+"""Backend kinds and their labels in the page."""
+
+SERVER_KINDS: dict[str, str] = {
+    "llamacpp": "llama.cpp llama-server",
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "lmstudio": "LM Studio",
+    "tgi": "Text Generation Inference",
+    "openai": "OpenAI-compatible",
+}
+"""Names accepted by ``create_backend`` for servers reached by URL, and their labels."""
+
+DEFAULT_MODEL = "smollm2-135m"
+PACKAGED_MODELS: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
+"""Models shipped as PyPI packages: they load with no model hub."""
+
+_METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "local": ("ngram", "draft_model"),
+    "managed": ("ngram", "draft_model"),
+    "url": ("server", "ngram", "draft_model", "eagle", "eagle3", "mtp"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """One comparison's configuration, as chosen in the page.
+
+    Attributes:
+        backend: ``local`` (in-process engine), ``managed`` (a llama-server the app
+            starts) or ``url`` (a server that is already running).
+        model: Target model: packaged alias, Hugging Face id, local directory or
+            ``.gguf`` file (``local``/``managed``); the served model name for ``url``
+            (empty: the server's default).
+        draft_model: Draft model for ``method="draft_model"``.
+        method: Speculative method of the speculative side; ``server`` keeps what a
+            running server was started with.
+        k: Draft length (tokens proposed per verify step).
+        temperature: 0 for greedy decoding.
+        max_tokens: Most tokens each side generates.
+        timing: ``fair``, ``concurrent`` or ``auto`` (fair unless the two sides run on
+            different servers).
+        server_kind: Kind of the running server (``url`` backend): a ``SERVER_KINDS`` key.
+        server_url: URL of the running server (the speculative side).
+        baseline_url: URL of a second server without speculation, for servers that
+            cannot switch it off per request (empty: use ``server_url``).
+        api_key: API key for the servers; never displayed or stored in the history.
+        seed: Sampling seed shared by both sides (so sampled runs are comparable).
+    """
+
+    backend: BackendKind = "local"
+    model: str = DEFAULT_MODEL
+    draft_model: str | None = None
+    method: str = "ngram"
+    k: int = 5
+    temperature: float = 0.0
+    max_tokens: int = 128
+    timing: TimingChoice = "auto"
+    server_kind: str = "llamacpp"
+    server_url: str = ""
+    baseline_url: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKEND_KINDS:
+            raise ConfigError(
+                f"Unknown backend kind {self.backend!r}; choose one of {', '.join(BACKEND_KINDS)}.",
+                field="backend",
+            )
+        methods = _METHODS_BY_KIND[self.backend]
+        if self.method not in methods:
+            raise ConfigError(
+                f"Method {self.method!r} is not available with the "
+                f"{BACKEND_KINDS[self.backend]}; choose one of {', '.join(methods)}.",
+                field="method",
+            )
+        if self.method == "draft_model" and not (self.draft_model or "").strip():
+            raise ConfigError(
+                "Method 'draft_model' needs a draft model with the target's vocabulary "
+                "(for example SmolLM2-135M for a SmolLM2-360M target). Choose one, or use the "
+                "'ngram' method, which needs no draft model.",
+                field="draft_model",
+            )
+        if self.backend != "url" and not self.model.strip():
+            raise ConfigError("Choose a model.", field="model")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 64:
+            raise ConfigError(f"k must be an integer from 1 to 64, got {self.k!r}.", field="k")
+        if (
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or self.max_tokens < 1
+        ):
+            raise ConfigError(
+                f"max tokens must be a positive integer, got {self.max_tokens!r}.",
+                field="max_tokens",
+            )
+        if self.temperature < 0:
+            raise ConfigError(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
+                field="temperature",
+            )
+        if self.timing not in ("auto", "fair", "concurrent"):
+            raise ConfigError(
+                f"Unknown timing mode {self.timing!r}; choose auto, fair or concurrent.",
+                field="timing",
+            )
+        if self.backend == "url":
+            if self.server_kind not in SERVER_KINDS:
+                raise ConfigError(
+                    f"Unknown server kind {self.server_kind!r}; choose one of "
+                    f"{', '.join(SERVER_KINDS)}.",
+                    field="server_kind",
+                )
+            if not self.server_url.strip():
+                raise ConfigError(
+                    "Enter the URL of the running server, for example http://127.0.0.1:8080.",
+                    field="server_url",
+                )
+
+    @property
+    def draft_model_used(self) -> str | None:
+        """The draft model, when the method uses one."""
+        if self.method != "draft_model":
+            return None
+        return (self.draft_model or "").strip() or None
+
+    def spec_config(self) -> SpecConfig | None:
+        """The speculative side's configuration (None: the server's own, for ``server``)."""
+        if self.method == "server":
+            return None
+        return SpecConfig(
+            method=self.method,  # type: ignore[arg-type]  # validated in __post_init__
+            num_speculative_tokens=self.k,
+            draft_model=self.draft_model_used,
+        )
+
+    def timing_mode(self) -> TimingMode:
+        """The timing mode to use: ``auto`` is fair unless the sides run on different hosts."""
+        if self.timing != "auto":
+            return self.timing
+        if self.backend == "url" and self.baseline_url.strip():
+            speculative_host = urlsplit(self.server_url.strip()).hostname
+            baseline_host = urlsplit(self.baseline_url.strip()).hostname
+            if speculative_host != baseline_host:
+                return "concurrent"
+        return "fair"
+
+    def request(self, prompt: str) -> GenerationRequest:
+        """The chat request both sides answer (``spec`` is set per side).
+
+        Raises:
+            ConfigError: The prompt is empty.
+        """
+        if not prompt.strip():
+            raise ConfigError("Type a prompt or pick a preset first.", field="prompt")
+        return GenerationRequest(
+            messages=(Message(role="user", content=prompt),),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            model=(self.model.strip() or None) if self.backend == "url" else None,
+        )
+
+    def describe_backend(self) -> str:
+        """Short description of the backend for tables (no URL credentials, no key)."""
+        if self.backend == "url":
+            host = urlsplit(self.server_url.strip()).netloc.rpartition("@")[2]
+            return f"{self.server_kind} @ {host}"
+        return "local" if self.backend == "local" else "llama-server (managed)"

@@ -1,0 +1,251 @@
+"""The playground end to end through ``gradio_client``, on the real local engine.
+
+The app runs in this process on 127.0.0.1 (a free port) over the tiny random model
+(fast), plus one run on the packaged SmolLM2. Each ``Client`` is its own browser
+session. Outputs of the ``/compare`` endpoint, in order: status, speedup cards,
+baseline pane, speculative pane, statistics table, acceptance plot, timeline plot,
+history table, CSV export, JSON export, last-run record.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "gradio", reason="the playground needs gradio: pip install speculative-llm[playground]"
+)
+pytest.importorskip("gradio_client", reason="these tests drive the app with gradio_client")
+pytest.importorskip(
+    "torch", reason="the local engine needs torch: pip install speculative-llm[local]"
+)
+
+from gradio_client import Client
+
+from speculative_playground import build_app, launch
+from speculative_playground.backend_pool import BackendPool
+from speculative_playground.history import HISTORY_COLUMNS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+STATUS, CARDS, BASELINE, SPECULATIVE, STATS = 0, 1, 2, 3, 4
+ACCEPTANCE, TIMELINE, HISTORY, CSV, JSON, RECORD = 5, 6, 7, 8, 9, 10
+PROMPT = "Copy this twice: the quick brown fox jumps over the lazy dog."
+RESULT_TIMEOUT_S = 600  # a guard against hangs, not a performance check
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def pane_text(pane: str) -> str:
+    """The text shown in a pane (tags stripped, entities decoded)."""
+    body = re.sub(r'<span class="sp-(placeholder|caret)"[^>]*>.*?</span>', "", pane)
+    return html.unescape(re.sub(r"<[^>]+>", "", body))
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_model_dir: Path) -> Iterator[str]:
+    pool = BackendPool(
+        offered_models=[str(tiny_model_dir), "smollm2-135m"],
+        local_options={"dtype": "float32", "torch_threads": 1},
+    )
+    app = build_app(pool=pool, models=[str(tiny_model_dir), "smollm2-135m"], update_interval_s=0)
+    _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)
+    yield url
+    app.close()
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir: Path) -> str:
+    return str(tiny_model_dir)
+
+
+def compare_args(model: str, prompt: str = PROMPT, **overrides: Any) -> list[Any]:
+    values: dict[str, Any] = {
+        "prompt": prompt,
+        "backend": "local",
+        "model": model,
+        "draft_model": "",
+        "method": "ngram",
+        "k": 4,
+        "temperature": 0.0,
+        "max_tokens": 40,
+        "timing": "fair",
+        "server_kind": "llamacpp",
+        "server_url": "",
+        "baseline_url": "",
+        "served_model": "",
+        "api_key": "",
+    }
+    values.update(overrides)
+    return list(values.values())
+
+
+def run(client: Client, *args: Any) -> list[tuple[Any, ...]]:
+    job = client.submit(*args, api_name="/compare")
+    job.result(timeout=RESULT_TIMEOUT_S)
+    return [tuple(update) for update in job.outputs()]
+
+
+def distinct(updates: list[tuple[Any, ...]], index: int) -> list[Any]:
+    values: list[Any] = []
+    for update in updates:
+        value = update[index]
+        if isinstance(value, str) and (not values or values[-1] != value):
+            values.append(value)
+    return values
+
+
+def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str) -> None:
+    client = Client(app_url, verbose=False)
+    updates = run(client, *compare_args(tiny_model))
+    baseline_panes = distinct(updates, BASELINE)
+    speculative_panes = distinct(updates, SPECULATIVE)
+    # Several partial texts each: the panes really stream.
+    assert len({pane_text(p) for p in baseline_panes}) >= 4
+    assert len({pane_text(p) for p in speculative_panes}) >= 4
+
+    final = updates[-1]
+    record = final[RECORD]
+    assert record["status"] == "done" and record["timing"] == "fair"
+    assert record["baseline_text"] and record["baseline_text"] == record["speculative_text"]
+    assert pane_text(final[BASELINE]) == record["baseline_text"]
+    assert pane_text(final[SPECULATIVE]) == record["speculative_text"]
+    assert "Both sides produced the same text" in final[STATUS]
+
+    spec_stats = record["speculative_stats"]
+    assert spec_stats["source"] == "exact" and spec_stats["method"] == "ngram"
+    assert spec_stats["generated_tokens"] == record["baseline_stats"]["generated_tokens"]
+    assert record["speedup"] is not None and record["expected_speedup"] is not None
+    card_values = re.findall(r'<div class="sp-card-value">×([0-9.]+)</div>', final[CARDS])
+    assert float(card_values[0]) == pytest.approx(record["speedup"], abs=0.006)
+    assert float(card_values[1]) == pytest.approx(record["expected_speedup"], abs=0.006)
+    assert "fair timing" in final[CARDS]
+    assert f"{spec_stats['draft_tokens']}" in final[STATS]
+    # Live statistics while the speculative side was still running.
+    live_tables = [u[STATS] for u in updates if 'data-state="running"' in str(u[SPECULATIVE])]
+    assert any("exact" in table for table in live_tables)
+    timeline = final[TIMELINE]["data"]
+    assert {row[2] for row in timeline} == {"baseline", "speculative"}
+    history = final[HISTORY]["data"]
+    assert len(history) == 1 and history[0][2] == "ngram"
+    csv_path = Path(final[CSV]["value"])
+    header = csv_path.read_text(encoding="utf-8").splitlines()[0]
+    assert header.split(",") == list(HISTORY_COLUMNS)
+
+
+def test_five_clients_at_once_get_their_own_results(app_url: str, tiny_model: str) -> None:
+    prompts = [f"Client {n}: repeat {'xyz' * (n + 1)} please." for n in range(5)]
+
+    def one(n: int) -> tuple[int, list[tuple[Any, ...]]]:
+        client = Client(app_url, verbose=False)
+        return n, run(client, *compare_args(tiny_model, prompts[n], max_tokens=8 + 4 * n))
+
+    with ThreadPoolExecutor(max_workers=5) as executor:
+        results = list(executor.map(one, range(5)))
+    for n, updates in results:
+        record = updates[-1][RECORD]
+        assert record["prompt"] == prompts[n]
+        assert record["max_tokens"] == 8 + 4 * n
+        assert record["speculative_stats"]["generated_tokens"] <= 8 + 4 * n
+        assert record["baseline_text"] == record["speculative_text"]
+        # Each session has its own history: only its own run.
+        history = updates[-1][HISTORY]["data"]
+        assert len(history) == 1 and history[0][1].startswith(f"Client {n}")
+
+
+def wait_for_streaming(job: Any) -> None:
+    """Wait until the baseline pane shows text (the run holds the engine)."""
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        outputs = job.outputs()
+        if outputs and pane_text(str(outputs[-1][BASELINE])).strip():
+            return
+        time.sleep(0.2)
+    raise AssertionError("the baseline never started streaming")
+
+
+def test_stop_button_cancels_and_frees_the_engine(app_url: str, tiny_model: str) -> None:
+    client = Client(app_url, verbose=False)
+    job = client.submit(*compare_args(tiny_model, max_tokens=1000), api_name="/compare")
+    wait_for_streaming(job)
+    client.predict(api_name="/stop")
+    job.result(timeout=RESULT_TIMEOUT_S)
+    final = job.outputs()[-1]
+    assert "Stopped" in final[STATUS]
+    record = final[RECORD]
+    assert record["status"] == "cancelled"
+    assert len(record["baseline_text"]) < 1000 and record["speculative_text"] == ""
+    # The engine is free: a new run completes.
+    after = run(client, *compare_args(tiny_model, max_tokens=12))
+    assert after[-1][RECORD]["status"] == "done"
+
+
+def test_client_cancel_frees_the_engine(app_url: str, tiny_model: str) -> None:
+    client = Client(app_url, verbose=False)
+    job = client.submit(*compare_args(tiny_model, max_tokens=1000), api_name="/compare")
+    wait_for_streaming(job)
+    assert job.cancel()
+    other = Client(app_url, verbose=False)
+    after = run(other, *compare_args(tiny_model, max_tokens=12))
+    record = after[-1][RECORD]
+    assert record["status"] == "done" and record["baseline_text"] == record["speculative_text"]
+
+
+def test_dead_backend_shows_an_error_and_the_app_keeps_working(
+    app_url: str, tiny_model: str
+) -> None:
+    client = Client(app_url, verbose=False)
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there once the probe closed
+    updates = run(
+        client,
+        *compare_args(
+            "",
+            backend="url",
+            method="server",
+            server_url=dead,
+            baseline_url=dead,
+            api_key="sk-must-not-leak",
+        ),
+    )
+    final = updates[-1]
+    assert "sp-status-error" in final[STATUS]
+    assert "127.0.0.1" in final[STATUS]
+    assert all("sk-must-not-leak" not in str(update) for update in updates)
+    after = run(client, *compare_args(tiny_model, max_tokens=12))
+    assert after[-1][RECORD]["status"] == "done"
+
+
+def test_bad_model_shows_an_error(app_url: str, tmp_path: Path) -> None:
+    client = Client(app_url, verbose=False)
+    updates = run(client, *compare_args(str(tmp_path / "no-such-model")))
+    assert "sp-status-error" in updates[-1][STATUS]
+    assert "no-such-model" in html.unescape(updates[-1][STATUS])
+
+
+def test_packaged_smollm2_run(app_url: str, smollm2_gguf: Path) -> None:
+    from speculative_playground.presets import find_preset
+
+    client = Client(app_url, verbose=False)
+    prompt = find_preset("Code edit: add type hints").prompt
+    updates = run(client, *compare_args("smollm2-135m", prompt, max_tokens=48, k=5))
+    record = updates[-1][RECORD]
+    assert record["status"] == "done", updates[-1][STATUS]
+    assert record["baseline_text"] and record["baseline_text"] == record["speculative_text"]
+    spec_stats = record["speculative_stats"]
+    assert spec_stats["draft_tokens"] > 0
+    assert spec_stats["accepted_tokens"] == sum(spec_stats["accepted_per_position"])
+    assert len(distinct(updates, SPECULATIVE)) >= 3

@@ -1,0 +1,68 @@
+"""The Gradio app's wiring: endpoints, secret fields, exposure, and what launch() is given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+gr = pytest.importorskip(
+    "gradio", reason="the playground needs gradio: pip install speculative-llm[playground]"
+)
+
+from speculative_playground import build_app, launch  # noqa: E402
+from speculative_playground.backend_pool import BackendPool  # noqa: E402
+from speculative_playground.security import SecurityPolicy  # noqa: E402
+from speculative_playground.theme import PLAYGROUND_CSS  # noqa: E402
+
+
+def components(app: Any, kind: type, label: str) -> list[Any]:
+    return [
+        block
+        for block in app.blocks.values()
+        if isinstance(block, kind) and getattr(block, "label", None) == label
+    ]
+
+
+def endpoint_names(app: Any) -> set[str]:
+    return {fn.api_name for fn in app.fns.values() if fn.api_name}
+
+
+def test_local_app_offers_typed_urls_and_models() -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    (url_box,) = components(app, gr.Textbox, "Server URL")
+    (model,) = components(app, gr.Dropdown, "Target model")
+    (api_key,) = components(app, gr.Textbox, "API key (optional)")
+    assert url_box.interactive is not False and model.allow_custom_value
+    assert api_key.type == "password" and api_key.value == ""
+    assert {"compare", "stop"} <= endpoint_names(app)
+
+
+def test_exposed_app_locks_urls_and_models() -> None:
+    policy = SecurityPolicy(host="0.0.0.0")
+    app = build_app(policy=policy, pool=BackendPool(policy=policy, warm_up=False))
+    (url_box,) = components(app, gr.Textbox, "Server URL")
+    (model,) = components(app, gr.Dropdown, "Target model")
+    assert url_box.interactive is False
+    assert not model.allow_custom_value
+
+
+def test_launch_passes_the_policy_theme_and_css(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    seen: dict[str, Any] = {}
+
+    def fake_launch(**options: Any) -> tuple[None, str, None]:
+        seen.update(options)
+        return None, "http://127.0.0.1:1/", None
+
+    monkeypatch.setattr(app, "launch", fake_launch)
+    policy = SecurityPolicy(host="0.0.0.0", share=False, auth=(("u", "p"),))
+    launch(app, policy=policy, port=8123)
+    assert seen["server_name"] == "0.0.0.0" and seen["server_port"] == 8123
+    assert seen["auth"] == [("u", "p")] and seen["share"] is False
+    assert seen["run_history"] is False  # would keep typed inputs (API keys) in the browser
+    assert seen["css"] == PLAYGROUND_CSS and seen["theme"] is not None
+    default: dict[str, Any] = {}
+    monkeypatch.setattr(app, "launch", lambda **options: default.update(options))
+    launch(app)
+    assert default["server_name"] == "127.0.0.1" and default["auth"] is None

@@ -1,0 +1,79 @@
+"""``speculative-llm playground``: options, defaults and what reaches launch()."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from speculative_llm.cli import build_parser, main
+from speculative_llm.commands import playground as command
+from speculative_llm.errors import ConfigError
+from speculative_playground.security import AUTH_ENV
+
+
+def parse(*argv: str) -> Any:
+    return build_parser().parse_args(["playground", *argv])
+
+
+def test_defaults_are_local_and_loopback() -> None:
+    args = parse()
+    assert (args.backend, args.model, args.host, args.port) == ("local", None, "127.0.0.1", 7860)
+    assert not args.share and args.auth is None and not args.no_browser
+    settings = command._settings(args)
+    assert settings.backend == "local" and settings.model == "smollm2-135m"
+    assert settings.method == "ngram"
+
+
+def test_server_backend_needs_a_url() -> None:
+    with pytest.raises(ConfigError, match="--url"):
+        command._settings(parse("--backend", "vllm"))
+    settings = command._settings(
+        parse("--backend", "vllm", "--url", "http://h:8000", "--baseline-url", "http://h:8001")
+    )
+    assert (settings.backend, settings.server_kind, settings.method) == ("url", "vllm", "server")
+    assert settings.baseline_url == "http://h:8001"
+    with pytest.raises(ConfigError, match="--url"):
+        command._settings(parse("--url", "http://h:1"))
+
+
+def test_draft_model_selects_its_method() -> None:
+    settings = command._settings(parse("--draft-model", "smollm2-135m", "--model", "/m.gguf"))
+    assert settings.method == "draft_model" and settings.draft_model_used == "smollm2-135m"
+    managed = command._settings(parse("--backend", "llama-server"))
+    assert managed.backend == "managed"
+
+
+def test_run_launches_with_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_launch(app: Any, **options: Any) -> None:
+        seen["app"] = app
+        seen.update(options)
+
+    monkeypatch.setattr("speculative_playground.app.launch", fake_launch)
+    monkeypatch.setenv(AUTH_ENV, "alice:pw")
+    code = main(
+        [
+            "playground",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "7999",
+            "--no-browser",
+            "--model",
+            "/models/custom.gguf",
+        ]
+    )
+    assert code == 0
+    policy = seen["policy"]
+    assert policy.host == "0.0.0.0" and policy.auth == (("alice", "pw"),)
+    assert seen["port"] == 7999 and seen["inbrowser"] is False
+    assert seen["app"] is not None
+
+
+def test_bad_options_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["playground", "--concurrency", "0"]) == 2
+    assert "--concurrency" in capsys.readouterr().err
+    assert main(["playground", "--auth", "nocolon"]) == 2
+    assert "user:password" in capsys.readouterr().err

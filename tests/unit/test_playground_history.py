@@ -1,0 +1,108 @@
+"""History records and their CSV / JSON export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from playground_fakes import Script, ScriptedBackend, stats
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import GenerationRequest
+from speculative_playground.history import (
+    HISTORY_COLUMNS,
+    TABLE_HEADERS,
+    append_record,
+    history_rows,
+    make_record,
+    write_csv,
+    write_json,
+)
+from speculative_playground.runner import Comparison, run_comparison
+from speculative_playground.settings import RunSettings
+
+REQUEST = GenerationRequest(prompt="p", max_tokens=8)
+
+
+def comparison() -> Comparison:
+    backend = ScriptedBackend(
+        Script([[("x", "target")]] * 4, stats("none", generated=4, decode_s=0.4)),
+        Script(
+            [[("x", "draft"), ("x", "draft"), ("x", "target")], [("x", "target")]],
+            stats("ngram", generated=4, decode_s=0.1, draft=3, accepted=2, steps=2, rejected=1),
+        ),
+    )
+    return list(
+        run_comparison(
+            backend,
+            backend,
+            REQUEST.replace(spec=SpecConfig.baseline()),
+            REQUEST.replace(spec=SpecConfig(method="ngram")),
+            min_interval_s=0,
+        )
+    )[-1]
+
+
+def url_settings() -> RunSettings:
+    return RunSettings(
+        backend="url",
+        method="server",
+        server_url="http://admin:pw@gpu:8000",
+        api_key="sk-secret",
+        model="qwen",
+    )
+
+
+def test_record_holds_measurements_and_no_secrets() -> None:
+    state = comparison()
+    record = make_record(state, url_settings(), "a prompt", now=datetime(2026, 1, 2, tzinfo=UTC))
+    text = json.dumps(record)
+    assert "sk-secret" not in text and "pw@" not in text
+    assert record["backend"] == "llamacpp @ gpu:8000"
+    assert record["time"] == "2026-01-02T00:00:00+00:00"
+    measured = state.measured_speedup()
+    assert measured is not None
+    assert record["speedup"] == round(measured.value, 3)
+    assert record["timing"] == "fair" and record["status"] == "done"
+    assert record["texts_match"] is True
+    assert SpecStats.from_dict(record["speculative_stats"]) == state.speculative.stats
+
+
+def test_rows_are_newest_first_with_short_prompts() -> None:
+    state = comparison()
+    records = [make_record(state, RunSettings(), f"prompt {i} " + "word " * 40) for i in range(3)]
+    rows = history_rows(records)
+    assert len(rows) == 3 and all(
+        len(row) == len(TABLE_HEADERS) == len(HISTORY_COLUMNS) for row in rows
+    )
+    assert rows[0][1].startswith("prompt 2") and rows[-1][1].startswith("prompt 0")
+    assert all(len(row[1]) <= 60 for row in rows)
+
+
+def test_append_keeps_the_latest_records() -> None:
+    records: list[dict[str, object]] = []
+    for i in range(5):
+        records = append_record(records, {"n": i}, limit=3)
+    assert [r["n"] for r in records] == [2, 3, 4]
+
+
+def test_csv_export_has_the_table_columns_and_full_prompts(tmp_path: Path) -> None:
+    state = comparison()
+    long_prompt = "line one, with a comma\nline two " + "x" * 100
+    records = [make_record(state, RunSettings(), long_prompt)]
+    path = write_csv(records, tmp_path / "history.csv")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert tuple(rows[0]) == HISTORY_COLUMNS
+    assert rows[1][1] == long_prompt
+    assert float(rows[1][HISTORY_COLUMNS.index("speedup")]) == records[0]["speedup"]
+
+
+def test_json_export_round_trips(tmp_path: Path) -> None:
+    state = comparison()
+    records = [make_record(state, RunSettings(), "é prompt")]
+    path = write_json(records, tmp_path / "history.json")
+    assert json.loads(path.read_text(encoding="utf-8")) == records

@@ -1,0 +1,202 @@
+"""The comparison runner: fair and concurrent timing, merging, cancellation, errors, speedups."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+from playground_fakes import Script, ScriptedBackend, stats
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.types import GenerationRequest
+from speculative_playground.runner import CancelRegistry, run_comparison
+
+REQUEST = GenerationRequest(prompt="copy this", max_tokens=16)
+BASE = REQUEST.replace(spec=SpecConfig.baseline())
+SPEC = REQUEST.replace(spec=SpecConfig(method="ngram", num_speculative_tokens=4))
+
+
+def plain(words: list[str]) -> list[list[tuple[str, str]]]:
+    return [[(w, "target")] for w in words]
+
+
+def drafted() -> list[list[tuple[str, str]]]:
+    return [
+        [("a", "draft"), ("b", "draft"), ("c", "target")],
+        [("d", "target")],
+        [("e", "draft"), ("f", "target")],
+    ]
+
+
+def test_fair_mode_runs_the_sides_one_after_the_other() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=0.6)),
+        Script(drafted(), stats("ngram", generated=6, decode_s=0.2, draft=4, accepted=3, steps=3)),
+    )
+    states = list(run_comparison(backend, backend, BASE, SPEC, mode="fair", min_interval_s=0))
+    final = states[-1]
+    assert final.phase == "done" and final.finished
+    assert final.baseline.text == final.speculative.text == "abcdef"
+    assert final.baseline.finished_at is not None and final.speculative.started_at is not None
+    assert final.speculative.started_at >= final.baseline.finished_at
+    assert backend.log.max_running == 1
+    assert [r.spec.method for r in backend.log.requests if r.spec] == ["none", "ngram"]
+
+
+def test_several_snapshots_stream_for_each_side() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=0.6)),
+        Script(drafted(), stats("ngram", generated=6, decode_s=0.2, draft=4, accepted=3, steps=3)),
+    )
+    baseline_texts, speculative_texts = set(), set()
+    for state in run_comparison(backend, backend, BASE, SPEC, min_interval_s=0):
+        baseline_texts.add(state.baseline.text)
+        speculative_texts.add(state.speculative.text)
+    # Each chunk is a distinct partial text: 6 chunks + the empty start, 3 chunks + empty.
+    assert len(baseline_texts) == 7
+    assert len(speculative_texts) == 4
+
+
+def test_provenance_and_counts_are_kept() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=0.6)),
+        Script(drafted(), stats("ngram", generated=6, decode_s=0.2, draft=4, accepted=3, steps=3)),
+    )
+    final = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0))[-1]
+    provenance = [t.provenance for t in final.speculative.tokens]
+    assert provenance == ["draft", "draft", "target", "target", "draft", "target"]
+    assert final.speculative.updates == 3
+    assert final.speculative.token_count == 6
+    assert [count for _, count in final.speculative.timeline] == [3, 4, 6]
+
+
+def test_concurrent_mode_overlaps_the_sides() -> None:
+    gate = threading.Event()
+    backend = ScriptedBackend(
+        Script(plain(list("abc")), stats("none", generated=3, decode_s=0.3), gate=gate),
+        Script(plain(list("abc")), stats("ngram", generated=3, decode_s=0.1), gate=gate),
+    )
+    iterator = run_comparison(backend, backend, BASE, SPEC, mode="concurrent", min_interval_s=0)
+    started = set()
+    for state in iterator:
+        started = {run.name for run in (state.baseline, state.speculative) if run.started_at}
+        if len(started) == 2:
+            break
+    assert started == {"baseline", "speculative"}
+    gate.set()
+    final = list(iterator)[-1]
+    assert final.phase == "done" and final.mode == "concurrent"
+    assert backend.log.max_running == 2
+
+
+def test_measured_speedup_uses_backend_timings() -> None:
+    base_stats = stats("none", generated=6, decode_s=0.6)
+    spec_stats = stats("ngram", generated=6, decode_s=0.2, draft=4, accepted=3, steps=3, rejected=1)
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), base_stats), Script(drafted(), spec_stats)
+    )
+    final = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0))[-1]
+    speedup = final.measured_speedup()
+    assert speedup is not None and speedup.basis == "backend"
+    assert speedup.value == pytest.approx(spec_stats.speedup_over(base_stats))
+    assert final.expected_speedup() == pytest.approx(spec_stats.expected_speedup())
+
+
+def test_measured_speedup_falls_back_to_arrival_times() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=None)),
+        Script(drafted(), stats("ngram", generated=6, decode_s=None, draft=4, accepted=3, steps=3)),
+    )
+    ticks = itertools.count()
+    lock = threading.Lock()
+
+    def clock() -> float:
+        with lock:
+            return float(next(ticks))
+
+    final = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0, clock=clock))[-1]
+    speedup = final.measured_speedup()
+    assert speedup is not None and speedup.basis == "playground"
+    base_rate = final.baseline.measured_tokens_per_second
+    spec_rate = final.speculative.measured_tokens_per_second
+    assert base_rate and spec_rate
+    assert speedup.value == pytest.approx(spec_rate / base_rate)
+    assert final.speculative.rate_source == "playground"
+
+
+def test_cancel_stops_both_sides_and_closes_the_streams() -> None:
+    gate = threading.Event()
+    backend = ScriptedBackend(
+        Script(plain(list("abcdefghij")), stats("none", generated=10, decode_s=1.0), gate=gate),
+        Script(drafted(), stats("ngram", generated=6, decode_s=0.2)),
+    )
+    cancel = threading.Event()
+    iterator = run_comparison(backend, backend, BASE, SPEC, cancel=cancel, min_interval_s=0)
+    next(iterator)  # the baseline has started
+    cancel.set()
+    gate.set()
+    final = list(iterator)[-1]
+    assert final.phase == "cancelled"
+    assert final.speculative.started_at is None  # fair mode never started the second side
+    assert len(final.baseline.text) < 10
+    # The run has ended only once its stream is closed: the engine is free again.
+    assert backend.log.closed == backend.log.started == 1 and backend.log.running == 0
+
+
+def test_closing_the_generator_frees_the_backend() -> None:
+    gate = threading.Event()
+    backend = ScriptedBackend(
+        Script(plain(list("abcdefghij")), stats("none", generated=10, decode_s=1.0), gate=gate)
+    )
+    iterator = run_comparison(backend, backend, BASE, SPEC, min_interval_s=0)
+    next(iterator)
+    threading.Timer(0.2, gate.set).start()  # the engine finishes its current step later
+    iterator.close()  # what Gradio does when a run is cancelled: waits for the workers
+    assert backend.log.started == 1
+    assert backend.log.running == 0
+    assert backend.log.closed == 1
+
+
+def test_a_failing_side_ends_the_run_with_its_name() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abc")), fail_after=1),
+        Script(drafted(), stats("ngram", generated=6, decode_s=0.2)),
+    )
+    final = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0))[-1]
+    assert final.phase == "failed"
+    assert final.error is not None and final.error.startswith("The baseline run failed")
+    assert "connection refused" in final.error
+    assert final.baseline.text == "a"
+    assert final.speculative.started_at is None
+
+
+def test_throttling_keeps_side_boundaries() -> None:
+    backend = ScriptedBackend(
+        Script(plain(list("abcdefgh")), stats("none", generated=8, decode_s=0.8)),
+        Script(plain(list("abcdefgh")), stats("ngram", generated=8, decode_s=0.4)),
+    )
+    throttled = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=3600))
+    every = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0))
+    assert len(throttled) < len(every)
+    # start and end of both sides, plus the first chunk (the first yield), plus the final state
+    assert len(throttled) >= 5
+    assert throttled[-1].speculative.text == "abcdefgh"
+
+
+def test_unknown_mode_is_rejected() -> None:
+    backend = ScriptedBackend(Script(plain(["a"])))
+    with pytest.raises(ValueError, match="fair"):
+        list(run_comparison(backend, backend, BASE, SPEC, mode="sideways"))  # type: ignore[arg-type]
+
+
+def test_cancel_registry_is_per_session() -> None:
+    registry = CancelRegistry()
+    mine = registry.start("session-a")
+    theirs = registry.start("session-b")
+    assert registry.cancel("session-a") == 1
+    assert mine.is_set() and not theirs.is_set()
+    registry.finish("session-a", mine)
+    assert registry.running("session-a") == 0
+    assert registry.cancel("session-a") == 0
+    assert registry.running("session-b") == 1
