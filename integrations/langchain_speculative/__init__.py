@@ -1,0 +1,32 @@
+"""LangChain integration of speculative-llm.
+
+``ChatSpeculative`` (chat model) and ``SpeculativeLLM`` (text completion) decode through
+any speculative-llm backend and put ``SpecStats`` on every response;
+``SpecStatsCallbackHandler`` / ``get_spec_stats_callback`` sum them over a chain or
+agent run. Needs ``pip install "speculative-llm[langchain]"``.
+"""
+
+from speculative_llm.errors import MissingDependencyError
+
+try:
+    import langchain_core  # noqa: F401
+except ImportError as error:  # pragma: no cover - exercised in a subprocess test
+    raise MissingDependencyError(
+        "langchain-core", "langchain", "The LangChain integration (langchain_speculative)"
+    ) from error
+
+from langchain_speculative.callbacks import (
+    SpecCallRecord,
+    SpecStatsCallbackHandler,
+    get_spec_stats_callback,
+)
+from langchain_speculative.chat_models import ChatSpeculative
+from langchain_speculative.llms import SpeculativeLLM
+
+__all__ = [
+    "ChatSpeculative",
+    "SpecCallRecord",
+    "SpecStatsCallbackHandler",
+    "SpeculativeLLM",
+    "get_spec_stats_callback",
+]

@@ -1,0 +1,242 @@
+"""Parameters shared by ``ChatSpeculative`` and ``SpeculativeLLM``, and request building."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.language_models.base import LangSmithParams
+from langchain_core.utils import secret_from_env
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+
+from langchain_speculative._backend import BackendSetup, build_backend
+from speculative_llm.backends.base import Backend
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError
+from speculative_llm.types import GenerationRequest, Message
+
+__all__ = ["API_KEY_ENV", "SpeculativeParams"]
+
+API_KEY_ENV = "SPECULATIVE_LLM_API_KEY"
+"""Environment variable read for ``api_key`` when it is not given."""
+
+# Per-call keyword arguments mapped onto GenerationRequest fields.
+_REQUEST_KWARGS = ("temperature", "max_tokens", "top_p", "top_k", "seed")
+
+
+class SpeculativeParams(BaseModel):
+    """Configuration common to the chat and the text-completion model.
+
+    The backend is built (and the configuration checked) when the model is
+    constructed, so a bad configuration fails at once with a ``ConfigError``.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, arbitrary_types_allowed=True)
+
+    backend: str | Backend = "local"
+    """Backend name (``local``, ``llamacpp``, ``vllm``, ``sglang``, ``lmstudio``, ``tgi``,
+    ``openai``) or a ``Backend`` instance (shared, not closed by this model)."""
+
+    model_name: str | None = Field(default=None, alias="model")
+    """Model: for ``local`` a Hugging Face id, directory, ``.gguf`` file or packaged alias
+    (default ``smollm2-135m``); for servers the served model's name."""
+
+    speculative: Any = None
+    """Speculative configuration: a ``SpecConfig``, a dict such as
+    ``{"method": "ngram", "num_speculative_tokens": 5}``, a method name, or None for the
+    backend's default."""
+
+    backend_options: dict[str, Any] = Field(default_factory=dict)
+    """Extra constructor options of the named backend (``device``, ``dtype``, ``endpoint``...)."""
+
+    base_url: str | None = None
+    """Server URL for server backends, e.g. ``http://127.0.0.1:8080``."""
+
+    api_key: SecretStr | None = Field(default_factory=secret_from_env(API_KEY_ENV, default=None))
+    """API key sent to server backends; read from ``SPECULATIVE_LLM_API_KEY`` if not given."""
+
+    temperature: float | None = None
+    """Sampling temperature; 0 is greedy. None uses the core default (greedy)."""
+
+    max_tokens: int | None = None
+    """Most tokens to generate. None uses the core default (256)."""
+
+    top_p: float | None = None
+    """Nucleus sampling mass in (0, 1]."""
+
+    top_k: int | None = None
+    """Keep the k most likely tokens (0 keeps all)."""
+
+    seed: int | None = None
+    """Random seed for reproducible sampling."""
+
+    stop: list[str] | None = Field(default=None, alias="stop_sequences")
+    """Strings that end the generation."""
+
+    timeout: float | None = None
+    """Request timeout in seconds (server backends)."""
+
+    max_retries: int | None = None
+    """Retries of failed requests (server backends)."""
+
+    streaming: bool = False
+    """Whether ``invoke`` streams internally (callbacks then see every token)."""
+
+    _setup: BackendSetup = PrivateAttr()
+
+    def __init__(self, **data: Any) -> None:
+        """Validate the parameters and build the backend.
+
+        Raises:
+            ConfigError: Unknown parameter, bad ``speculative`` value, unknown backend,
+                missing ``base_url``, or invalid sampling values.
+            ModelNotFoundError: The model cannot be found.
+        """
+        _reject_unknown(type(self), data)
+        super().__init__(**data)
+        self._setup = build_backend(
+            self.backend,
+            model=self.model_name,
+            speculative=self.speculative,
+            backend_options=self.backend_options,
+            base_url=self.base_url,
+            api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+        )
+        # Check the sampling values now rather than on the first call.
+        try:
+            self._build_request(prompt="check", messages=None, stop=None)
+        except ConfigError:
+            if self._setup.owned:
+                self._setup.backend.close()
+            raise
+
+    # ---- accessors -------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Backend:
+        """The backend this model sends its requests to."""
+        return self._setup.backend
+
+    @property
+    def spec_config(self) -> SpecConfig | None:
+        """The validated speculative configuration (None: the backend's default)."""
+        return SpecConfig.from_value(self.speculative)
+
+    @property
+    def resolved_model_name(self) -> str:
+        """The model name: the one given, else the backend's."""
+        return self.model_name or self._setup.request_model or self._setup.backend.model_name
+
+    def _common_identifying_params(self) -> dict[str, Any]:
+        spec = self.spec_config
+        return {
+            "backend": self._setup.backend.name,
+            "model_name": self.resolved_model_name,
+            "speculative": spec.to_dict() if spec is not None else None,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+        }
+
+    def _ls_params(
+        self, model_type: Literal["chat", "llm"], stop: list[str] | None, **kwargs: Any
+    ) -> LangSmithParams:
+        """LangSmith's standard parameters; a per-call ``model`` wins over the configured one."""
+        params = LangSmithParams(
+            ls_provider="speculative",
+            ls_model_name=kwargs.get("model") or self.resolved_model_name,
+            ls_model_type=model_type,
+        )
+        temperature = kwargs.get("temperature", self.temperature)
+        if temperature is not None:
+            params["ls_temperature"] = temperature
+        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        if max_tokens is not None:
+            params["ls_max_tokens"] = max_tokens
+        if stop_sequences := stop or self.stop:
+            params["ls_stop"] = stop_sequences
+        return params
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _build_request(
+        self,
+        *,
+        messages: Sequence[Message] | None,
+        prompt: str | None = None,
+        stop: list[str] | None,
+        **kwargs: Any,
+    ) -> GenerationRequest:
+        """Build a request from the model's parameters and per-call keyword arguments.
+
+        Per-call ``temperature``, ``max_tokens``, ``top_p``, ``top_k``, ``seed``,
+        ``model``, ``speculative``, ``tools``, ``tool_choice`` and ``response_format``
+        override the model's; any other keyword goes to the backend unchanged
+        (``GenerationRequest.extra``).
+        """
+        options: dict[str, Any] = {}
+        for name in _REQUEST_KWARGS:
+            value = kwargs.pop(name, getattr(self, name))
+            if value is not None:
+                options[name] = value
+        stop_sequences = stop if stop is not None else self.stop
+        if stop_sequences:
+            options["stop"] = tuple(stop_sequences)
+        spec = (
+            SpecConfig.from_value(kwargs.pop("speculative"))
+            if "speculative" in kwargs
+            else self._setup.request_spec
+        )
+        model = kwargs.pop("model", None) or self._setup.request_model
+        tools = kwargs.pop("tools", None)
+        tool_choice = kwargs.pop("tool_choice", None)
+        response_format = kwargs.pop("response_format", None)
+        kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
+        return GenerationRequest(
+            messages=tuple(messages) if messages is not None else None,
+            prompt=prompt,
+            tools=tuple(tools) if tools else None,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            spec=spec,
+            model=model,
+            extra=kwargs,
+            **options,
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the backend if this model built it (a ``Backend`` passed in is left open)."""
+        if self._setup.owned:
+            self._setup.backend.close()
+
+    async def aclose(self) -> None:
+        """Async twin of ``close``."""
+        if self._setup.owned:
+            await self._setup.backend.aclose()
+
+
+def _reject_unknown(cls: type[BaseModel], data: dict[str, Any]) -> None:
+    """Refuse misspelt parameters instead of silently ignoring them (LangChain's default)."""
+    known: set[str] = set()
+    for name, field in cls.model_fields.items():
+        known.add(name)
+        if field.alias:
+            known.add(field.alias)
+    unknown = sorted(set(data) - known)
+    if not unknown:
+        return
+    first = unknown[0]
+    close = difflib.get_close_matches(first, sorted(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"Unknown parameter(s) {', '.join(repr(u) for u in unknown)} for {cls.__name__}.{hint} "
+        "Backend-specific options go in backend_options={...}.",
+        field=first,
+    )

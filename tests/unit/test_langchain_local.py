@@ -1,0 +1,100 @@
+"""ChatSpeculative and SpeculativeLLM on the real in-process engine (tiny random model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk
+
+from langchain_speculative import ChatSpeculative, SpeculativeLLM, get_spec_stats_callback
+from speculative_llm import Backend, ModelNotFoundError, SpecStats, UnsupportedFeatureError
+
+PROMPT = "abcabcabcabcabc"
+
+
+def assert_consistent(message: AIMessage) -> SpecStats:
+    """Stats, usage and token provenance must describe the same tokens."""
+    stats = SpecStats.from_dict(message.response_metadata["speculative"])
+    tokens: list[dict[str, Any]] = message.response_metadata["speculative_tokens"]
+    assert stats.source == "exact"
+    assert "".join(t["text"] for t in tokens) == message.content
+    assert stats.generated_tokens == len(tokens)
+    assert stats.accepted_tokens == sum(t["provenance"] == "draft" for t in tokens)
+    assert message.usage_metadata is not None
+    assert message.usage_metadata["output_tokens"] == stats.generated_tokens
+    assert message.usage_metadata["input_tokens"] == stats.prompt_tokens
+    return stats
+
+
+def test_invoke_reports_exact_consistent_stats(tiny_backend: Backend) -> None:
+    chat = ChatSpeculative(backend=tiny_backend, max_tokens=24)
+    message = chat.invoke(PROMPT)
+    stats = assert_consistent(message)
+    assert stats.method == "ngram"
+    assert message.response_metadata["model_name"] == tiny_backend.model_name
+    assert message.response_metadata["finish_reason"] in ("stop", "length")
+
+
+def test_stream_merges_to_the_same_message_as_invoke(tiny_backend: Backend) -> None:
+    chat = ChatSpeculative(backend=tiny_backend, max_tokens=24)
+    invoked = chat.invoke(PROMPT)
+    full = None
+    for chunk in chat.stream(PROMPT):
+        full = chunk if full is None else full + chunk
+    assert isinstance(full, AIMessageChunk)
+    assert full.content == invoked.content  # greedy: the same text
+    assert_consistent(full)
+    assert (
+        full.response_metadata["speculative_tokens"]
+        == (invoked.response_metadata["speculative_tokens"])
+    )
+
+
+async def test_async_paths_run_through_the_engine(tiny_backend: Backend) -> None:
+    chat = ChatSpeculative(backend=tiny_backend, max_tokens=16)
+    message = await chat.ainvoke(PROMPT)
+    assert_consistent(message)
+    full = None
+    async for chunk in chat.astream(PROMPT):
+        full = chunk if full is None else full + chunk
+    assert isinstance(full, AIMessageChunk)
+    assert full.content == message.content
+
+
+def test_per_call_baseline_has_no_draft_tokens_and_the_same_greedy_text(
+    tiny_backend: Backend,
+) -> None:
+    chat = ChatSpeculative(
+        backend=tiny_backend, max_tokens=24, speculative={"method": "ngram", "k": 4}
+    )
+    speculative = chat.invoke(PROMPT)
+    baseline = chat.invoke(PROMPT, speculative={"method": "none"})
+    baseline_stats = assert_consistent(baseline)
+    assert baseline_stats.method == "none"
+    assert not baseline_stats.draft_tokens
+    assert baseline.content == speculative.content
+
+
+def test_text_completion_with_the_callback_totals(tiny_backend: Backend) -> None:
+    llm = SpeculativeLLM(backend=tiny_backend, max_tokens=16)
+    with get_spec_stats_callback() as spec:
+        text = llm.invoke(PROMPT)
+        streamed = "".join(llm.stream(PROMPT))
+    assert streamed == text
+    assert spec.calls == 2
+    first, second = spec.per_call
+    assert spec.generated_tokens == (first.generated_tokens or 0) + (second.generated_tokens or 0)
+    assert spec.accepted_tokens == (first.accepted_tokens or 0) + (second.accepted_tokens or 0)
+
+
+def test_missing_model_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError):
+        ChatSpeculative(backend="local", model=str(tmp_path / "no-such-model"))
+
+
+def test_local_backend_refuses_tools_at_bind_time(tiny_backend: Backend) -> None:
+    chat = ChatSpeculative(backend=tiny_backend)
+    with pytest.raises(UnsupportedFeatureError, match="'local' cannot do tool calling"):
+        chat.bind_tools([{"name": "f", "parameters": {"type": "object", "properties": {}}}])
