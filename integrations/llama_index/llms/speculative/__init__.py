@@ -1,0 +1,35 @@
+"""LlamaIndex integration: ``Speculative``, an LLM with speculative decoding and statistics.
+
+Install with ``pip install "speculative-llm[llama-index]"``; importing this package
+without ``llama-index-core`` raises ``MissingDependencyError`` naming that extra.
+"""
+
+from speculative_llm.errors import MissingDependencyError
+
+# Every module of this package imports llama_index.core; the package is imported first,
+# so this one check turns a bare ModuleNotFoundError into the install command.
+try:
+    import llama_index.core  # noqa: F401
+except ImportError as error:
+    raise MissingDependencyError(
+        "llama-index-core",
+        "llama-index",
+        "The LlamaIndex integration (llama_index.llms.speculative)",
+    ) from error
+
+from llama_index.llms.speculative.base import Speculative
+from llama_index.llms.speculative.convert import (
+    SPEC_STATS_KEY,
+    SPEC_TOKENS_KEY,
+    spec_stats_from_response,
+)
+from llama_index.llms.speculative.events import SpecStatsHandler, collect_spec_stats
+
+__all__ = [
+    "SPEC_STATS_KEY",
+    "SPEC_TOKENS_KEY",
+    "SpecStatsHandler",
+    "Speculative",
+    "collect_spec_stats",
+    "spec_stats_from_response",
+]

@@ -1,0 +1,597 @@
+"""``Speculative``: a LlamaIndex LLM that decodes speculatively through any backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
+from llama_index.core.llms.callbacks import (
+    llm_chat_callback,
+    llm_completion_callback,
+)
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+
+from llama_index.llms.speculative.convert import (
+    StreamAccumulator,
+    chat_response,
+    completion_response,
+    to_core_messages,
+    tool_selections,
+)
+from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
+from speculative_llm.backends.registry import create_backend
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
+from speculative_llm.types import Chunk, GenerationRequest, Message
+
+if TYPE_CHECKING:
+    from llama_index.core.tools.types import BaseTool
+
+__all__ = ["Speculative"]
+
+# Keyword arguments of chat()/complete() that map onto GenerationRequest fields.
+_REQUEST_KWARGS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "tools",
+    "tool_choice",
+    "response_format",
+)
+_TOOL_CHOICES = ("auto", "none", "required")
+
+
+class Speculative(FunctionCallingLLM):
+    """A LlamaIndex LLM with speculative decoding and per-request acceptance statistics.
+
+    It generates through a speculative-llm ``Backend``: the in-process engine
+    (``"local"``, the default) or a server (``"llamacpp"``, ``"vllm"``, ``"sglang"``,
+    ``"lmstudio"``, ``"tgi"``, ``"openai"``). Every response carries the request's
+    ``SpecStats`` as a dict in ``additional_kwargs["speculative"]`` and the usage in
+    OpenAI form in ``raw["usage"]`` (read by ``TokenCountingHandler``). Streamed
+    responses carry the cumulative text, the ``delta`` and, in
+    ``additional_kwargs["speculative_tokens"]``, the delta's tokens with their
+    provenance (``draft``, ``target`` or ``unknown``).
+
+    Setup:
+        ``pip install "speculative-llm[llama-index,local]"`` (add ``llamacpp`` for a
+        managed llama-server).
+
+    Instantiate:
+        .. code-block:: python
+
+            from llama_index.llms.speculative import Speculative
+
+            llm = Speculative(model="smollm2-135m", speculative={"method": "ngram", "k": 5})
+            server_llm = Speculative(backend="llamacpp", base_url="http://127.0.0.1:8080")
+
+    Invoke:
+        .. code-block:: python
+
+            response = llm.complete("Repeat: the quick brown fox")
+            response.additional_kwargs["speculative"]["acceptance_rate"]
+
+    Stream:
+        .. code-block:: python
+
+            for step in llm.stream_complete("Count from 1 to 20"):
+                print(step.delta, end="")
+
+    Call-time keyword arguments of ``chat``/``complete`` (and their stream and async
+    twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
+    ``tools``, ``tool_choice``, ``response_format`` and ``speculative`` (a
+    ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Other keyword
+    arguments go to the backend unchanged (``GenerationRequest.extra``).
+
+    Args:
+        backend: A backend name for ``create_backend`` or a ``Backend`` instance (which
+            stays the caller's to close).
+        model: Model for the backend to load or ask for (an alias such as
+            ``"smollm2-135m"``, a Hugging Face id, a directory or a ``.gguf`` file).
+        speculative: Speculative configuration (``SpecConfig``, dict or method name);
+            None keeps the backend's default. Validated here, at construction.
+        base_url: Server URL, for the HTTP backends.
+        backend_options: Other options of the backend's constructor (``draft_model``,
+            ``dtype``, ``api_key``, ``timeout``...).
+        temperature: 0 decodes greedily; > 0 samples.
+        max_tokens: Most tokens per response; defaults to the smaller of 256 and the
+            backend's limit. Also reported as ``metadata.num_output``.
+        top_p: Nucleus sampling mass in (0, 1].
+        top_k: Keep the k most likely tokens (0 keeps all).
+        seed: Random seed for reproducible sampling.
+        stop: Strings that end generation.
+        context_window: Overrides the context window the backend reports.
+        is_chat_model: Whether ``complete`` goes through the chat template (True, the
+            default) or sends the raw prompt.
+        **kwargs: Other ``LLM`` fields (``callback_manager``, ``system_prompt``...).
+
+    Raises:
+        ConfigError: A value is invalid (unknown backend or option, bad speculative
+            configuration, out-of-range sampling parameter).
+        UnsupportedFeatureError: The backend does not support the speculative method.
+    """
+
+    backend_name: str = Field(description="Name of the speculative-llm backend.")
+    model: str | None = Field(default=None, description="Model the backend loads or asks for.")
+    speculative: dict[str, Any] | None = Field(
+        default=None, description="Speculative configuration (SpecConfig as a dict)."
+    )
+    base_url: str | None = Field(default=None, description="Server URL of HTTP backends.")
+    backend_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other options passed to the backend's constructor.",
+        exclude=True,  # may hold an api_key: keep it out of serialisation and events
+    )
+    temperature: float = Field(default=0.0, description="Sampling temperature; 0 is greedy.")
+    max_tokens: int | None = Field(default=None, description="Most tokens per response.")
+    top_p: float = Field(default=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(default=0, description="Top-k sampling; 0 keeps all tokens.")
+    seed: int | None = Field(default=None, description="Random seed.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings.")
+    context_window: int | None = Field(
+        default=None, description="Context window; None asks the backend."
+    )
+    is_chat_model: bool = Field(
+        default=True, description="Whether complete() applies the chat template."
+    )
+
+    _backend: Backend = PrivateAttr()
+    _owns_backend: bool = PrivateAttr(default=False)
+    _spec: SpecConfig | None = PrivateAttr(default=None)
+    _model_info: ModelInfo | None = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        backend: str | Backend = "local",
+        *,
+        model: str | None = None,
+        speculative: SpecConfig | Mapping[str, Any] | str | None = None,
+        base_url: str | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        context_window: int | None = None,
+        is_chat_model: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        spec = SpecConfig.from_value(speculative)
+        stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
+        # Validate the sampling parameters with the core's own rules before any model loads.
+        _validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
+        if context_window is not None and (
+            isinstance(context_window, bool)
+            or not isinstance(context_window, int)
+            or context_window <= 0
+        ):
+            raise ConfigError(
+                f"context_window must be a positive integer, got {context_window!r}.",
+                field="context_window",
+            )
+        given_options = dict(backend_options or {})
+        options = dict(given_options)
+        if isinstance(backend, Backend):
+            if model is not None or base_url is not None or options:
+                raise ConfigError(
+                    "model, base_url and backend_options configure a backend that Speculative "
+                    "creates; with a Backend instance, configure the instance instead.",
+                    field="backend",
+                )
+            backend_name, backend_instance, owns = backend.name, backend, False
+        elif isinstance(backend, str):
+            backend_name = backend
+            if model is not None:
+                options.setdefault("model", model)
+            if base_url is not None:
+                options.setdefault("base_url", base_url)
+            # The in-process engine loads its drafter when it is built, so it needs the
+            # configuration now; servers take it per request.
+            if spec is not None and backend_name == "local":
+                options.setdefault("speculative", spec)
+            backend_instance, owns = create_backend(backend_name, **options), True
+        else:
+            raise ConfigError(
+                f"backend must be a backend name or a Backend instance, got "
+                f"{type(backend).__name__}.",
+                field="backend",
+            )
+        try:
+            if spec is not None:
+                backend_instance.check_request(GenerationRequest(prompt="check", spec=spec))
+            super().__init__(
+                backend_name=backend_name,
+                model=model,
+                speculative=spec.to_dict() if spec is not None else None,
+                base_url=base_url,
+                backend_options=given_options,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                top_p=top_p,
+                top_k=top_k,
+                seed=seed,
+                stop=stop_strings,
+                context_window=context_window,
+                is_chat_model=is_chat_model,
+                **kwargs,
+            )
+        except BaseException:
+            if owns:
+                backend_instance.close()
+            raise
+        self._backend = backend_instance
+        self._owns_backend = owns
+        self._spec = spec
+
+    @classmethod
+    def class_name(cls) -> str:
+        """Name of this class in LlamaIndex's serialisation."""
+        return "Speculative"
+
+    # ---- properties ------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this LLM generates with."""
+        return self._backend
+
+    @property
+    def spec_config(self) -> SpecConfig | None:
+        """The speculative configuration sent with every request (None: the backend's)."""
+        return self._spec
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        """Context window and output budget from the backend, tool calling per its capabilities."""
+        info = self._model_info
+        if info is None:
+            try:
+                # Asked once: for a server this is an HTTP round trip.
+                info = self._model_info = self._backend.model_info()
+            except BackendError:
+                # LlamaIndex reads metadata before every call (for its events); an
+                # unreachable server must fail the call itself, with its own error.
+                info = ModelInfo(name=self._backend.model_name)
+        return LLMMetadata(
+            context_window=self.context_window or info.context_window or DEFAULT_CONTEXT_WINDOW,
+            num_output=self._default_max_tokens(info),
+            is_chat_model=self.is_chat_model,
+            is_function_calling_model=self._backend.capabilities.tool_calling,
+            model_name=info.name or self._backend.model_name,
+            system_role=MessageRole.SYSTEM,
+        )
+
+    def _default_max_tokens(self, info: ModelInfo) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        if info.max_output_tokens:
+            return min(DEFAULT_NUM_OUTPUTS, info.max_output_tokens)
+        return DEFAULT_NUM_OUTPUTS
+
+    # ---- requests --------------------------------------------------------------------
+
+    def _request(
+        self, *, messages: tuple[Message, ...] | None, prompt: str | None, kwargs: dict[str, Any]
+    ) -> GenerationRequest:
+        """Build the request: the LLM's defaults, overridden by call-time keyword arguments."""
+        options: dict[str, Any] = {
+            "max_tokens": self.max_tokens or self.metadata.num_output,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "stop": tuple(self.stop),
+            "seed": self.seed,
+            "spec": self._spec,
+        }
+        extra = dict(kwargs)
+        for name in _REQUEST_KWARGS:
+            if name in extra:
+                options[name] = extra.pop(name)
+        if "speculative" in extra:
+            options["spec"] = SpecConfig.from_value(extra.pop("speculative"))
+        if options.get("tools") is not None:
+            options["tools"] = tuple(options["tools"])
+        if options.get("stop") is not None and not isinstance(options["stop"], str):
+            options["stop"] = tuple(options["stop"])
+        elif options.get("stop") is None:
+            options["stop"] = ()
+        choice = options.get("tool_choice")
+        if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+            options["tools"], options["tool_choice"] = _force_tool(options.get("tools"), choice)
+        return GenerationRequest(
+            messages=messages, prompt=prompt, model=self.model, extra=extra, **options
+        )
+
+    def _chat_request(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> GenerationRequest:
+        return self._request(messages=to_core_messages(messages), prompt=None, kwargs=kwargs)
+
+    def _completion_request(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> GenerationRequest:
+        to_prompt: Any = self.completion_to_prompt
+        if not formatted and to_prompt is not None:
+            prompt = to_prompt(prompt)
+        if self.is_chat_model:
+            # A chat model answers a bare prompt as one user message, through its template.
+            user = (Message(role="user", content=prompt),)
+            return self._request(messages=user, prompt=None, kwargs=kwargs)
+        return self._request(messages=None, prompt=prompt, kwargs=kwargs)
+
+    def _stream(self, request: GenerationRequest) -> Iterator[Chunk]:
+        stream = self._backend.stream(request)
+        try:
+            yield from stream
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    async def _astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        stream = self._backend.astream(request)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    # ---- chat ------------------------------------------------------------------------
+
+    @llm_chat_callback()  # type: ignore[misc]
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Answer a conversation in one response (stats in ``additional_kwargs``)."""
+        request = self._chat_request(messages, kwargs)
+        return chat_response(self._backend.generate(request))
+
+    @llm_chat_callback()  # type: ignore[misc]
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Async twin of ``chat``."""
+        request = self._chat_request(messages, kwargs)
+        return chat_response(await self._backend.agenerate(request))
+
+    @llm_chat_callback()  # type: ignore[misc]
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """Stream the answer: cumulative ``message.content``, new text in ``delta``."""
+        request = self._chat_request(messages, kwargs)
+
+        def gen() -> ChatResponseGen:
+            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
+            for chunk in self._stream(request):
+                response = accumulator.chat(chunk)
+                if response is not None:
+                    yield response
+
+        return gen()
+
+    @llm_chat_callback()  # type: ignore[misc]
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        """Async twin of ``stream_chat``."""
+        request = self._chat_request(messages, kwargs)
+
+        async def gen() -> ChatResponseAsyncGen:
+            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
+            async for chunk in self._astream(request):
+                response = accumulator.chat(chunk)
+                if response is not None:
+                    yield response
+
+        return gen()
+
+    # ---- completion ------------------------------------------------------------------
+
+    @llm_completion_callback()  # type: ignore[misc]
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Complete a prompt in one response (stats in ``additional_kwargs``)."""
+        request = self._completion_request(prompt, formatted, kwargs)
+        return completion_response(self._backend.generate(request))
+
+    @llm_completion_callback()  # type: ignore[misc]
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
+        """Async twin of ``complete``."""
+        request = self._completion_request(prompt, formatted, kwargs)
+        return completion_response(await self._backend.agenerate(request))
+
+    @llm_completion_callback()  # type: ignore[misc]
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        """Stream a completion: cumulative ``text``, new text in ``delta``."""
+        request = self._completion_request(prompt, formatted, kwargs)
+
+        def gen() -> CompletionResponseGen:
+            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
+            for chunk in self._stream(request):
+                response = accumulator.completion(chunk)
+                if response is not None:
+                    yield response
+
+        return gen()
+
+    @llm_completion_callback()  # type: ignore[misc]
+    async def astream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseAsyncGen:
+        """Async twin of ``stream_complete``."""
+        request = self._completion_request(prompt, formatted, kwargs)
+
+        async def gen() -> CompletionResponseAsyncGen:
+            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
+            async for chunk in self._astream(request):
+                response = accumulator.completion(chunk)
+                if response is not None:
+                    yield response
+
+        return gen()
+
+    # ---- function calling ------------------------------------------------------------
+
+    def _require_tool_calling(self) -> None:
+        if not self._backend.capabilities.tool_calling:
+            raise UnsupportedFeatureError(
+                f"Backend {self._backend.name!r} cannot call tools, so Speculative cannot run "
+                f"function-calling agents on it. Use a backend that can: "
+                f"{', '.join(TOOL_CAPABLE_BACKENDS)}; for example "
+                "Speculative(backend='llamacpp', base_url=...) with a llama-server started "
+                "with --jinja."
+            )
+
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[BaseTool],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Turn LlamaIndex tools into OpenAI tool definitions for ``chat``.
+
+        Raises:
+            UnsupportedFeatureError: The backend cannot call tools; the message names
+                the backends that can.
+        """
+        self._require_tool_calling()
+        tool_specs = [tool.metadata.to_openai_tool(skip_length_check=True) for tool in tools]
+        messages = list(chat_history or [])
+        if isinstance(user_msg, str):
+            messages.append(ChatMessage(role=MessageRole.USER, content=user_msg))
+        elif user_msg is not None:
+            messages.append(user_msg)
+        tool_choice = kwargs.pop("tool_choice", None)
+        if tool_choice is None and tool_specs:
+            tool_choice = "required" if tool_required else "auto"
+        return {
+            "messages": messages,
+            "tools": tool_specs or None,
+            "tool_choice": tool_choice if tool_specs else None,
+            **kwargs,
+        }
+
+    def _validate_chat_with_tools_response(
+        self,
+        response: ChatResponse,
+        tools: Sequence[BaseTool],
+        allow_parallel_tool_calls: bool = False,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        """Keep only the first tool call unless parallel calls are allowed."""
+        if not allow_parallel_tool_calls:
+            _keep_first_tool_call(response.message)
+        return response
+
+    def get_tool_calls_from_response(
+        self,
+        response: ChatResponse,
+        error_on_no_tool_call: bool = True,
+        **kwargs: Any,
+    ) -> list[ToolSelection]:
+        """The tool calls of a response as ``ToolSelection``s.
+
+        Raises:
+            ValueError: The response calls no tool and ``error_on_no_tool_call`` is True.
+        """
+        selections = tool_selections(response.message)
+        if not selections and error_on_no_tool_call:
+            raise ValueError(
+                "Expected at least one tool call, but the model answered with text only: "
+                f"{(response.message.content or '')[:200]!r}. Pass tool_required=True (or "
+                "tool_choice='required') to force a call."
+            )
+        return selections
+
+    # ---- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the backend if this LLM created it (a backend passed in stays open)."""
+        if self._owns_backend:
+            self._backend.close()
+
+    async def aclose(self) -> None:
+        """Async twin of ``close``."""
+        if self._owns_backend:
+            await self._backend.aclose()
+
+
+def _force_tool(
+    tools: tuple[dict[str, Any], ...] | None, name: str
+) -> tuple[tuple[dict[str, Any], ...], str]:
+    """Force a call of the tool ``name``: offer only that tool, with ``tool_choice="required"``.
+
+    Servers differ on OpenAI's named tool choice (llama-server treats it as ``auto``);
+    offering one tool and requiring a call means the same everywhere.
+    """
+    names = [tool.get("function", {}).get("name") for tool in tools or ()]
+    if name not in names:
+        offered = ", ".join(repr(n) for n in names) or "none"
+        raise ConfigError(
+            f"tool_choice {name!r} is neither 'auto', 'none' nor 'required', nor the name of a "
+            f"tool in this request (tools: {offered}).",
+            field="tool_choice",
+        )
+    return tuple(t for t in tools or () if t.get("function", {}).get("name") == name), "required"
+
+
+def _keep_first_tool_call(message: ChatMessage) -> None:
+    from llama_index.core.base.llms.types import ToolCallBlock
+
+    seen_call = False
+    kept: list[Any] = []
+    for block in message.blocks:
+        if isinstance(block, ToolCallBlock):
+            if seen_call:
+                continue
+            seen_call = True
+        kept.append(block)
+    message.blocks = kept
+    calls = message.additional_kwargs.get("tool_calls")
+    if calls:
+        message.additional_kwargs["tool_calls"] = list(calls)[:1]
+
+
+def _validate_defaults(
+    max_tokens: int | None,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    stop: list[str],
+    seed: int | None,
+    spec: SpecConfig | None,
+) -> None:
+    """Raise ``ConfigError`` for defaults every request would reject."""
+    GenerationRequest(
+        prompt="check",
+        max_tokens=DEFAULT_NUM_OUTPUTS if max_tokens is None else max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        stop=tuple(stop),
+        seed=seed,
+        spec=spec,
+    )
