@@ -1,0 +1,418 @@
+"""LocalBackend: the in-process speculative decoding engine behind the Backend protocol."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
+from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
+from speculative_llm.backends.local.engine import DraftLength, StepCounters, generate_steps
+from speculative_llm.backends.local.models import LoadedModel, check_vocabulary, load_model
+from speculative_llm.backends.local.sampling import SamplingParams
+from speculative_llm.backends.local.text import (
+    IncrementalDetokenizer,
+    PendingToken,
+    StopStringFilter,
+    make_pending,
+)
+from speculative_llm.config import LOCAL_METHODS, SpecConfig
+from speculative_llm.errors import BackendError, ConfigError
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Message, Usage
+
+__all__ = ["DEFAULT_MODEL", "LocalBackend"]
+
+DEFAULT_MODEL = "smollm2-135m"
+"""The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
+
+_FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A validated request, ready to run under the engine lock."""
+
+    request: GenerationRequest
+    spec: SpecConfig
+    prompt_tokens: list[int]
+    drafter: Drafter | None
+    params: SamplingParams
+
+
+class LocalBackend(Backend):
+    """Speculative decoding in this process, on Hugging Face transformers models.
+
+    Exact: greedy output equals the target's greedy output, and sampled output follows
+    the target's distribution (speculative sampling with the min(1, p/q) rule). Every
+    request reports exact statistics, and every token says whether it was an accepted
+    draft token (``draft``) or the target's own (``target``).
+
+    Thread safety: one lock per backend. The models and their KV caches serve one
+    generation at a time; concurrent requests (threads, or ``astream`` calls) wait
+    for the lock in turn. A stream holds the lock from its first item until it ends or
+    is closed (a ``break`` out of the loop, garbage collection, or an async consumer
+    that stops early), so an abandoned stream frees the engine.
+
+    Args:
+        model: Target model: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a
+            ``.gguf`` file, a Hugging Face checkpoint directory or a hub id.
+        draft_model: Draft model for ``method="draft_model"`` (same vocabulary). When
+            given without ``speculative``, the default method is ``draft_model``.
+        speculative: Default speculative configuration (``SpecConfig``, dict or method
+            name); requests may override it with ``request.spec``. Default: prompt
+            lookup (``ngram``) with k=5.
+        device: Torch device (``cpu``, ``cuda``...).
+        dtype: Weight dtype: ``auto`` (bfloat16 where the hardware computes it natively,
+            else float32), ``float32``, ``bfloat16`` or ``float16``.
+        torch_threads: Threads torch may use (``torch.set_num_threads``; process-wide).
+        progress: Show download progress when a packaged model is fetched.
+
+    Raises:
+        ModelNotFoundError: A model name does not resolve.
+        VocabularyMismatchError: The draft's vocabulary differs from the target's.
+        ConfigError: An invalid speculative configuration.
+    """
+
+    name: ClassVar[str] = "local"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        draft_model: str | None = None,
+        speculative: SpecConfig | Mapping[str, Any] | str | None = None,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "auto",
+        torch_threads: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        if torch_threads is not None:
+            if torch_threads < 1:
+                raise ConfigError(
+                    f"torch_threads must be >= 1, got {torch_threads}.", field="torch_threads"
+                )
+            torch.set_num_threads(torch_threads)
+        self._default_spec = self._default_config(speculative, draft_model)
+        self._device = device
+        self._dtype = dtype
+        self._progress = progress
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._closed = False
+        self._target: LoadedModel | None = load_model(
+            model, device=device, dtype=dtype, progress=progress
+        )
+        self._model_name = model
+        self._runner = CachedModel(self._target.model)
+        self._eos_token_ids = self._find_eos_ids(self._target)
+        self._draft_drafters: dict[str, DraftModelDrafter] = {}
+        if self._default_spec.method == "draft_model":
+            # Fail early (missing model, vocabulary mismatch) rather than on a request.
+            self._draft_drafter(self._default_spec)
+
+    # ---- configuration ---------------------------------------------------------------------
+
+    @staticmethod
+    def _default_config(
+        speculative: SpecConfig | Mapping[str, Any] | str | None, draft_model: str | None
+    ) -> SpecConfig:
+        if speculative is None:
+            if draft_model:
+                return SpecConfig(method="draft_model", draft_model=draft_model)
+            return SpecConfig(method="ngram", num_speculative_tokens=5)
+        if isinstance(speculative, str) and speculative == "draft_model" and draft_model:
+            return SpecConfig(method="draft_model", draft_model=draft_model)
+        if (
+            isinstance(speculative, Mapping)
+            and draft_model
+            and not (speculative.get("draft_model") or speculative.get("draft"))
+        ):
+            speculative = {**speculative, "draft_model": draft_model}
+        config = SpecConfig.from_value(speculative)
+        assert config is not None
+        if config.method not in LOCAL_METHODS:
+            raise ConfigError(
+                f"The local engine does not implement method {config.method!r}; use one of "
+                f"{', '.join(LOCAL_METHODS)}.",
+                field="method",
+            )
+        return config
+
+    @staticmethod
+    def _find_eos_ids(loaded: LoadedModel) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (loaded.model.generation_config, loaded.model.config, loaded.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list | tuple):
+                ids.update(int(v) for v in value)
+        return frozenset(ids)
+
+    @property
+    def default_spec(self) -> SpecConfig:
+        """The speculative configuration used when a request has none."""
+        return self._default_spec
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Methods none/draft_model/ngram, exact per-request stats, token provenance."""
+        return Capabilities(
+            methods=frozenset(LOCAL_METHODS),
+            per_request_stats=True,
+            live_stats=True,
+            token_provenance=True,
+            per_request_toggle=True,
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The target model's name as given."""
+        return self._model_name
+
+    @property
+    def tokenizer(self) -> Any:
+        """The target's tokenizer."""
+        return self._loaded().tokenizer
+
+    @property
+    def model(self) -> Any:
+        """The target's transformers model."""
+        return self._loaded().model
+
+    def model_info(self) -> ModelInfo:
+        """Name and context window of the target."""
+        return ModelInfo(name=self._model_name, context_window=self._loaded().context_window)
+
+    def _loaded(self) -> LoadedModel:
+        if self._closed or self._target is None:
+            raise BackendError("This LocalBackend is closed: create a new one to generate again.")
+        return self._target
+
+    # ---- drafters --------------------------------------------------------------------------
+
+    def _draft_drafter(self, spec: SpecConfig) -> DraftModelDrafter:
+        name = spec.draft_model
+        if not name:
+            raise ConfigError(
+                "method='draft_model' needs draft_model (a model with the target's "
+                "vocabulary), or use method='ngram'.",
+                field="draft_model",
+            )
+        with self._load_lock:
+            drafter = self._draft_drafters.get(name)
+            if drafter is None:
+                target = self._loaded()
+                draft = load_model(
+                    name, device=self._device, dtype=self._dtype, progress=self._progress
+                )
+                check_vocabulary(
+                    target.tokenizer,
+                    draft.tokenizer,
+                    target_name=self._model_name,
+                    draft_name=name,
+                )
+                drafter = DraftModelDrafter(draft.model, self._runner.vocab_size)
+                self._draft_drafters[name] = drafter
+            return drafter
+
+    def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
+        if spec.method == "none":
+            return None
+        if spec.method == "ngram":
+            return PromptLookupDrafter(spec.ngram_min, spec.ngram_max)
+        return self._draft_drafter(spec)
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def encode_prompt(self, request: GenerationRequest) -> list[int]:
+        """Token ids of the request's prompt (chat template applied to messages).
+
+        Models without a chat template (base models such as gemma3-270m) get a plain
+        transcript: ``User: ...`` lines followed by ``Assistant:``.
+        """
+        tokenizer = self._loaded().tokenizer
+        if request.messages is None:
+            assert request.prompt is not None
+            ids: list[int] = tokenizer(request.prompt).input_ids
+            return ids
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(
+                [self._template_message(m) for m in request.messages],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            # The template already holds the special tokens (BOS included).
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            return ids
+        transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in request.messages)
+        ids = tokenizer(transcript + "Assistant:").input_ids
+        return ids
+
+    @staticmethod
+    def _template_message(message: Message) -> dict[str, Any]:
+        return {"role": message.role, "content": message.content}
+
+    def _prepare(self, request: GenerationRequest) -> _Job:
+        self._loaded()
+        self.check_request(request)
+        spec = request.spec if request.spec is not None else self._default_spec
+        params = SamplingParams(request.temperature, request.top_p, request.top_k)
+        prompt_tokens = self.encode_prompt(request)
+        if not prompt_tokens:
+            raise ConfigError(
+                "The prompt encodes to no tokens: give the model some text.", field="prompt"
+            )
+        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params)
+
+    def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
+        """Generate, yielding one chunk per target forward pass; the last is final.
+
+        Validation (unsupported method, tools, vocabulary mismatch...) happens here,
+        before the first chunk is asked for. Each chunk's tokens are marked ``draft``
+        or ``target`` and carry live statistics; the final chunk carries the final
+        ``SpecStats`` (source ``exact``), the finish reason and the usage.
+        """
+        return self._run(self._prepare(request))
+
+    def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        """Async twin of ``stream``: runs the engine in a worker thread."""
+        return iterate_in_thread(lambda: self.stream(request))
+
+    def _run(self, job: _Job) -> Iterator[Chunk]:
+        with self._lock:
+            try:
+                yield from self._generate(job)
+            finally:
+                if self._closed:  # closed while this stream ran: free the models now
+                    self._release_models()
+
+    def _generate(self, job: _Job) -> Iterator[Chunk]:
+        request, spec = job.request, job.spec
+        target = self._loaded()
+        k = spec.num_speculative_tokens if spec.speculative else 0
+        draft_length = DraftLength(
+            k,
+            adaptive=spec.adaptive and spec.speculative,
+            min_k=spec.min_speculative_tokens,
+            max_k=spec.max_speculative_tokens,
+        )
+        seed = request.seed if request.seed is not None else secrets.randbits(62)
+        generator = torch.Generator(device=self._runner.device).manual_seed(seed)
+        detokenizer = IncrementalDetokenizer(target.tokenizer, job.prompt_tokens)
+        stop_filter = StopStringFilter(request.stop)
+        counters = StepCounters()
+        started = time.perf_counter()
+        first_token_at: float | None = None
+        steps = generate_steps(
+            self._runner,
+            job.drafter,
+            job.prompt_tokens,
+            max_new_tokens=request.max_tokens,
+            params=job.params,
+            draft_length=draft_length,
+            eos_token_ids=self._eos_token_ids,
+            generator=generator,
+            max_length=target.context_window,
+        )
+
+        def snapshot(now: float) -> SpecStats:
+            ttft = (first_token_at - started) if first_token_at is not None else None
+            return SpecStats(
+                backend=self.name,
+                method=spec.method,
+                source="exact",
+                num_speculative_tokens=k,
+                prompt_tokens=len(job.prompt_tokens),
+                generated_tokens=counters.generated_tokens,
+                draft_tokens=counters.draft_tokens,
+                accepted_tokens=counters.accepted_tokens,
+                verify_steps=counters.verify_steps,
+                draft_steps=counters.draft_steps,
+                rejected_steps=counters.rejected_steps,
+                accepted_per_position=tuple(counters.accepted_per_position),
+                drafted_per_position=tuple(counters.drafted_per_position),
+                ttft_s=ttft,
+                decode_s=(now - first_token_at) if first_token_at is not None else None,
+                total_s=now - started,
+                draft_s=counters.draft_s,
+                verify_s=counters.verify_s,
+            )
+
+        try:
+            for step in steps:
+                if first_token_at is None:
+                    first_token_at = time.perf_counter()
+                counters.record(step)
+                released, dropped = stop_filter.add(
+                    make_pending(step.tokens, step.num_accepted, detokenizer)
+                )
+                finish: FinishReason | None = None
+                if stop_filter.stopped:
+                    self._forget(counters, dropped)
+                    finish = "stop"
+                elif step.finish_reason is not None:
+                    tail = detokenizer.flush()
+                    released += stop_filter.flush()
+                    if tail and released:
+                        last = released[-1]
+                        last.token = type(last.token)(
+                            last.token.text + tail, last.token.provenance, last.token.id
+                        )
+                    finish = step.finish_reason
+                tokens = tuple(item.token for item in released)
+                text = "".join(token.text for token in tokens)
+                if finish is None:
+                    yield Chunk(text=text, tokens=tokens, stats=snapshot(time.perf_counter()))
+                    continue
+                stats = snapshot(time.perf_counter())
+                yield Chunk(
+                    text=text,
+                    tokens=tokens,
+                    stats=stats,
+                    finish_reason=finish,
+                    usage=Usage(len(job.prompt_tokens), counters.generated_tokens),
+                    final=True,
+                )
+                return
+        finally:
+            steps.close()
+
+    @staticmethod
+    def _forget(counters: StepCounters, dropped: list[PendingToken]) -> None:
+        """Take tokens cut by a stop string out of the counts (they are not returned)."""
+        for item in dropped:
+            counters.generated_tokens -= 1
+            if item.draft_position is None:
+                counters.target_tokens -= 1
+            else:
+                counters.accepted_tokens -= 1
+                counters.accepted_per_position[item.draft_position] -= 1
+
+    def close(self) -> None:
+        """Drop the models; later requests raise ``BackendError``.
+
+        Never blocks: when a stream is still open (even in this thread), the models are
+        freed as soon as that stream ends or is closed.
+        """
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._release_models()
+            finally:
+                self._lock.release()
+
+    def _release_models(self) -> None:
+        self._target = None
+        self._draft_drafters.clear()
+        # The runner references the model and its cache: let both be collected.
+        self._runner.model = None
+        self._runner.cache = None

@@ -1,0 +1,119 @@
+"""A causal language model paired with its KV cache, fed tokens incrementally.
+
+The engine feeds only tokens the cache has not seen, asks for logits of the last few
+positions only, and crops the cache when draft tokens are rejected, so the prefix is
+never recomputed. Written against the transformers 5 cache API (``cache=`` argument,
+``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
+(``past_key_values=``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+__all__ = ["CachedModel"]
+
+
+def _forward_parameters(model: Any) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+class CachedModel:
+    """A causal LM and the KV cache of one sequence.
+
+    Invariant: the cache holds the keys and values of the first ``length`` tokens of
+    the sequence being decoded.
+
+    Args:
+        model: A Hugging Face causal LM (``AutoModelForCausalLM``), in eval mode.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        parameters = _forward_parameters(model)
+        # transformers 5 renamed past_key_values to cache.
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in parameters
+        self.device: torch.device = next(model.parameters()).device
+        self.cache: Any = None
+        self.length = 0
+        self._recording = False
+        self._bounded: bool | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's output logits."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def reset(self) -> None:
+        """Start a new sequence with an empty cache."""
+        if self.cache is not None and hasattr(self.cache, "layers"):
+            # Reuse the cache object: building one inspects the config, which costs
+            # more than a forward pass of a small model.
+            self.cache.reset()
+            for layer in self.cache.layers:
+                if hasattr(layer, "record_past"):
+                    layer.record_past = False
+        else:
+            from transformers import DynamicCache
+
+            try:
+                # With the config, sliding-window layers get their own smaller layers.
+                self.cache = DynamicCache(config=self.model.config)
+            except TypeError:  # transformers < 4.56 takes no config
+                self.cache = DynamicCache()
+        self.length = 0
+        self._recording = False
+
+    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+        """Feed ``tokens`` after the cached prefix; return logits of the last positions.
+
+        Args:
+            tokens: New tokens (the cache grows by ``len(tokens)``).
+            num_logits: How many trailing positions to return logits for.
+
+        Returns:
+            Logits of shape ``(num_logits, vocab)``.
+        """
+        if self.cache is None:
+            self.reset()
+        input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        kwargs: dict[str, Any] = {self._cache_argument: self.cache, "use_cache": True}
+        if self._keeps_logits:
+            # Only the positions we verify: skips the vocab projection of the prompt.
+            kwargs["logits_to_keep"] = num_logits
+        outputs = self.model(input_ids=input_ids, **kwargs)
+        self.length += len(tokens)
+        if not self._recording and self._has_bounded_layers():
+            # Sliding-window layers otherwise drop states that a crop may need back.
+            # Activated after the first forward, as transformers' assisted decoding does,
+            # so a long prompt does not keep every state of every sliding layer.
+            self.cache.activate_past_recording()
+            self._recording = True
+        logits: torch.Tensor = outputs.logits[0, -num_logits:, :]
+        return logits
+
+    def _has_bounded_layers(self) -> bool:
+        """Whether the cache has layers that keep a bounded window (transformers 5)."""
+        if self._bounded is None:
+            layers = getattr(self.cache, "layers", ())
+            self._bounded = hasattr(self.cache, "activate_past_recording") and any(
+                hasattr(layer, "record_past") for layer in layers
+            )
+        return self._bounded
+
+    def crop(self, length: int) -> None:
+        """Forget every cached token after the first ``length`` (rejected draft tokens)."""
+        if length > self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        remove = self.length - length
+        if remove:
+            # Negative: "remove this many"; the same meaning in transformers 4.x and 5.x.
+            self.cache.crop(-remove)
+        elif self._recording:
+            # transformers 5: crop(0) trims recorded sliding-window states back to the window.
+            self.cache.crop(0)
+        self.length = length

@@ -1,0 +1,271 @@
+"""Drafters: what proposes the k tokens a speculative step verifies.
+
+* ``PromptLookupDrafter``: prompt lookup (n-gram). Finds the most recent earlier
+  occurrence of the sequence's last n tokens (n from ``ngram_max`` down to
+  ``ngram_min``) and proposes what followed it. Deterministic: its ``q`` is one-hot.
+  An incremental dict index keeps a lookup at a few microseconds.
+* ``DraftModelDrafter``: a smaller model with the target's vocabulary and its own
+  KV cache, cropped to the accepted prefix before each proposal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.sampling import SamplingParams, logits_to_probs, sample_from
+from speculative_llm.errors import ConfigError
+
+__all__ = ["Draft", "DraftModelDrafter", "Drafter", "PromptLookupDrafter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """Tokens proposed for one verify step.
+
+    Attributes:
+        tokens: Proposed token ids (possibly fewer than asked for, possibly none).
+        probs: Draft distributions ``q`` of shape ``(len(tokens), vocab)`` the tokens
+            were sampled from, or None for a deterministic drafter (one-hot ``q``) or
+            greedy decoding.
+    """
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes draft tokens for the engine to verify."""
+
+    name: str
+    """Method name reported in statistics (``ngram``, ``draft_model``...)."""
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        """Forget the previous sequence; a new one starts with ``prompt_tokens``."""
+
+    def propose(
+        self,
+        sequence: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far)."""
+
+
+class PromptLookupDrafter:
+    """Prompt lookup decoding: copy what followed an earlier occurrence of the last n-gram.
+
+    The index maps each n-gram (for every n in ``[ngram_min, ngram_max]``) to the
+    positions right after its last ``candidates`` occurrences. It is updated
+    incrementally with the tokens appended since the previous call, so a lookup costs a
+    few dict operations and at most ``candidates * context`` token comparisons,
+    whatever the sequence length (microseconds).
+
+    Matching: the longest n that occurs earlier wins; among its occurrences, the one
+    whose preceding tokens agree longest with the tokens before the trailing n-gram
+    (up to ``context``), then the most recent. On the code-edit and summarisation
+    prompts measured for SmolLM2, this context tie-break saved 5-10% of the verify
+    steps against "most recent match" (and against transformers' "first match").
+
+    Args:
+        ngram_min: Shortest n-gram to match.
+        ngram_max: Longest n-gram to match (tried first).
+        candidates: Occurrences of each n-gram remembered (the most recent ones).
+        context: Most tokens compared backwards to rank occurrences.
+    """
+
+    name = "ngram"
+
+    def __init__(
+        self, ngram_min: int = 1, ngram_max: int = 3, *, candidates: int = 8, context: int = 32
+    ) -> None:
+        if ngram_min < 1 or ngram_max < ngram_min:
+            raise ConfigError(
+                f"Need 1 <= ngram_min <= ngram_max, got {ngram_min} and {ngram_max}.",
+                field="ngram_min",
+            )
+        if candidates < 1 or context < 0:
+            raise ConfigError(
+                f"Need candidates >= 1 and context >= 0, got {candidates} and {context}.",
+                field="candidates",
+            )
+        self.ngram_min = ngram_min
+        self.ngram_max = ngram_max
+        self.candidates = candidates
+        self.context = context
+        self._sizes = range(ngram_max, ngram_min - 1, -1)
+        self._index: dict[tuple[int, ...], list[int]] = {}
+        self._indexed_until = 0
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        """Clear the index (it is rebuilt lazily on the next proposal)."""
+        self._index = {}
+        self._indexed_until = 0
+
+    def _extend_index(self, sequence: Sequence[int], end: int) -> None:
+        """Index every n-gram ending at positions ``(indexed_until, end]``."""
+        index = self._index
+        keep = self.candidates
+        for stop in range(self._indexed_until + 1, end + 1):
+            for n in self._sizes:
+                if stop >= n:
+                    key = tuple(sequence[stop - n : stop])
+                    stops = index.get(key)
+                    if stops is None:
+                        index[key] = [stop]
+                    else:
+                        stops.append(stop)
+                        if len(stops) > keep:
+                            del stops[0]
+        self._indexed_until = max(self._indexed_until, end)
+
+    def _agreement(self, sequence: Sequence[int], stop: int, n: int) -> int:
+        """How many tokens before an occurrence equal those before the trailing n-gram."""
+        earlier, latest = stop - n - 1, len(sequence) - n - 1
+        agreed = 0
+        while agreed < self.context and earlier >= 0 and sequence[earlier] == sequence[latest]:
+            agreed += 1
+            earlier -= 1
+            latest -= 1
+        return agreed
+
+    def find_match(self, sequence: Sequence[int]) -> int | None:
+        """Position right after the best earlier occurrence of the trailing n-gram.
+
+        Longer n-grams are tried first; see the class docstring for the ranking.
+        "Earlier" excludes the trailing n-gram itself.
+        """
+        length = len(sequence)
+        # Index n-grams ending before the last position, so the trailing n-gram
+        # cannot match itself.
+        self._extend_index(sequence, length - 1)
+        for n in self._sizes:
+            if length < n:
+                continue
+            stops = self._index.get(tuple(sequence[length - n :]))
+            if not stops:
+                continue
+            best, best_agreement = stops[-1], -1
+            for stop in reversed(stops):  # most recent first: it wins ties
+                agreement = self._agreement(sequence, stop, n)
+                if agreement > best_agreement:
+                    best, best_agreement = stop, agreement
+                    if agreement == self.context:
+                        break
+            return best
+        return None
+
+    def propose(
+        self,
+        sequence: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        """Propose the ``k`` tokens that followed the best earlier match.
+
+        The copy may run into the tokens it is producing (as in LZ77), so a repeating
+        pattern yields a full draft even when its last occurrence is close.
+        """
+        if k < 1:
+            return Draft([])
+        start = self.find_match(sequence)
+        if start is None:
+            return Draft([])
+        length = len(sequence)
+        tokens: list[int] = []
+        for offset in range(k):
+            source = start + offset
+            tokens.append(sequence[source] if source < length else tokens[source - length])
+        return Draft(tokens)
+
+
+class DraftModelDrafter:
+    """Drafts with a smaller model of the same vocabulary, keeping its own KV cache.
+
+    Before each proposal the draft cache is cropped to the longest prefix it shares with
+    the current sequence (the accepted tokens), and only the tokens it has not seen are
+    fed, so the prompt is processed once.
+
+    Args:
+        model: The draft causal LM (same vocabulary as the target).
+        target_vocab_size: Width of the target's logits; draft distributions are padded
+            or cut to it (embedding matrices are often padded to different sizes).
+    """
+
+    name = "draft_model"
+
+    def __init__(self, model: Any, target_vocab_size: int) -> None:
+        self.runner = CachedModel(model)
+        self.target_vocab_size = target_vocab_size
+        self._cached_tokens: list[int] = []
+        self._confirmed = 0
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        """Start a new sequence (the prompt is fed on the first proposal)."""
+        self.runner.reset()
+        self._cached_tokens = []
+        self._confirmed = 0
+
+    def _shared_prefix(self, sequence: Sequence[int]) -> int:
+        """Length of the longest common prefix of the cached tokens and ``sequence``."""
+        cached = self._cached_tokens
+        limit = min(len(cached), len(sequence))
+        # The sequence only grows, so what it held at the previous proposal is shared;
+        # only the draft region after it needs comparing.
+        shared = min(self._confirmed, limit)
+        while shared < limit and cached[shared] == sequence[shared]:
+            shared += 1
+        return shared
+
+    def _fit_vocab(self, probs: torch.Tensor) -> torch.Tensor:
+        width = probs.shape[-1]
+        if width == self.target_vocab_size:
+            return probs
+        if width > self.target_vocab_size:
+            cut = probs[..., : self.target_vocab_size]
+            return cut / cut.sum(dim=-1, keepdim=True)
+        return torch.nn.functional.pad(probs, (0, self.target_vocab_size - width))
+
+    @torch.inference_mode()
+    def propose(
+        self,
+        sequence: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        """Run the draft model k times, sampling (or taking the argmax of) each token."""
+        if k < 1:
+            return Draft([])
+        shared = self._shared_prefix(sequence)
+        self.runner.crop(shared)
+        pending = list(sequence[shared:])
+        if not pending:
+            # The whole sequence is cached: re-feed the last token to get its logits.
+            self.runner.crop(shared - 1)
+            pending = [sequence[-1]]
+        del self._cached_tokens[shared:]
+        self._cached_tokens.extend(sequence[shared:])
+        self._confirmed = len(sequence)
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for position in range(k):
+            logits = self.runner.forward(pending, 1)[0]
+            if params.greedy:
+                token = int(logits.argmax())
+            else:
+                probs = self._fit_vocab(logits_to_probs(logits, params))
+                token = sample_from(probs, generator)
+                rows.append(probs)
+            tokens.append(token)
+            if position < k - 1:
+                self._cached_tokens.append(token)
+                pending = [token]
+        return Draft(tokens, torch.stack(rows) if rows else None)

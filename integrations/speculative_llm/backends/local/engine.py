@@ -1,0 +1,320 @@
+"""The speculative decoding loop: prefill, draft, verify, crop; no I/O.
+
+The loop is a generator of ``StepResult`` (one per target forward pass) driven by
+plain arguments: a target ``CachedModel``, a drafter (or none), the prompt tokens, the
+sampling parameters and a random generator. The baseline is the same loop with no
+drafter (k = 0), so a comparison measures speculation and nothing else.
+
+One step, with the sequence ``s`` of length L and the target cache holding ``s[:L-1]``:
+
+1. the drafter proposes up to k tokens ``d``;
+2. the target scores ``[s[L-1]] + d`` in one forward pass (k + 1 logit rows);
+3. the acceptance rule keeps a prefix of ``d`` of length a and adds one target token;
+4. the target cache is cropped to ``L + a`` tokens (the rejected drafts leave it), so
+   the invariant holds again for the new sequence of length ``L + a + 1``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.drafters import Draft, Drafter
+from speculative_llm.backends.local.sampling import (
+    AcceptanceRule,
+    SamplingParams,
+    logits_to_probs,
+    sample_from,
+    verify_draft,
+    verify_sampled,
+)
+from speculative_llm.errors import ConfigError
+
+__all__ = [
+    "DraftLength",
+    "EngineFinish",
+    "StepCounters",
+    "StepResult",
+    "generate_steps",
+    "prefill",
+    "speculative_step",
+]
+
+EngineFinish = Literal["stop", "length"]
+"""Why the loop ended: ``stop`` (an end-of-sequence token) or ``length`` (max tokens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one target forward pass produced.
+
+    Attributes:
+        tokens: Emitted tokens: ``num_accepted`` accepted draft tokens, then (unless the
+            step was cut at an end-of-sequence token) one token from the target.
+        num_drafted: Tokens the drafter proposed for this step.
+        num_accepted: Leading tokens of ``tokens`` that are accepted draft tokens.
+        draft_s: Seconds spent drafting.
+        verify_s: Seconds spent in the target forward pass and the acceptance rule.
+        prefill: Whether this was the prompt's forward pass (it emits the first token).
+        finish_reason: Set on the last step.
+    """
+
+    tokens: list[int]
+    num_drafted: int
+    num_accepted: int
+    draft_s: float
+    verify_s: float
+    prefill: bool = False
+    finish_reason: EngineFinish | None = None
+
+
+@dataclass(slots=True)
+class DraftLength:
+    """The draft length k, fixed or adaptive.
+
+    Adaptive: after a step whose draft was accepted in full, k grows by one; after a
+    rejection it shrinks by one; always within ``[min_k, max_k]``. Steps without a
+    draft (no n-gram match) leave k alone.
+    """
+
+    k: int
+    adaptive: bool = False
+    min_k: int = 1
+    max_k: int = 16
+
+    def __post_init__(self) -> None:
+        if self.k < 0:
+            raise ConfigError(f"draft length k must be >= 0, got {self.k}.", field="k")
+        if self.adaptive and not 1 <= self.min_k <= self.k <= self.max_k:
+            raise ConfigError(
+                f"adaptive draft length needs 1 <= min_k <= k <= max_k, got "
+                f"{self.min_k} <= {self.k} <= {self.max_k}.",
+                field="num_speculative_tokens",
+            )
+
+    def update(self, num_drafted: int, num_accepted: int) -> None:
+        """Adapt k to the outcome of a step."""
+        if not self.adaptive or num_drafted == 0:
+            return
+        if num_accepted == num_drafted:
+            self.k = min(self.k + 1, self.max_k)
+        else:
+            self.k = max(self.k - 1, self.min_k)
+
+
+@dataclass(slots=True)
+class StepCounters:
+    """Running totals of a generation, from which ``SpecStats`` is built.
+
+    ``record`` takes how many of a step's tokens were kept (a stop string may cut the
+    last step), so ``generated == accepted + target`` always holds for the tokens
+    actually returned.
+    """
+
+    generated_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    target_tokens: int = 0
+    verify_steps: int = 0
+    draft_steps: int = 0
+    rejected_steps: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    accepted_per_position: list[int] = field(default_factory=list)
+    drafted_per_position: list[int] = field(default_factory=list)
+
+    def record(self, step: StepResult, kept: int | None = None) -> None:
+        """Add one step, of which the first ``kept`` tokens were returned (default all)."""
+        kept = len(step.tokens) if kept is None else kept
+        accepted = min(step.num_accepted, kept)
+        self.generated_tokens += kept
+        self.accepted_tokens += accepted
+        self.target_tokens += kept - accepted
+        self.verify_steps += 1
+        self.draft_s += step.draft_s
+        self.verify_s += step.verify_s
+        if step.num_drafted:
+            self.draft_steps += 1
+            self.draft_tokens += step.num_drafted
+            if step.num_accepted < step.num_drafted:
+                self.rejected_steps += 1
+            width = step.num_drafted
+            for row in (self.accepted_per_position, self.drafted_per_position):
+                if len(row) < width:
+                    row.extend([0] * (width - len(row)))
+            for position in range(width):
+                self.drafted_per_position[position] += 1
+            for position in range(accepted):
+                self.accepted_per_position[position] += 1
+
+
+def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    if params.greedy:
+        return int(logits.argmax())
+    return sample_from(logits_to_probs(logits, params), generator)
+
+
+@torch.inference_mode()
+def prefill(
+    target: CachedModel,
+    prompt_tokens: Sequence[int],
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> StepResult:
+    """Process the prompt with the target and choose the first token.
+
+    The target cache is reset and then holds the whole prompt.
+    """
+    started = time.perf_counter()
+    target.reset()
+    logits = target.forward(list(prompt_tokens), 1)[0]
+    token = _choose(logits, params, generator)
+    return StepResult([token], 0, 0, 0.0, time.perf_counter() - started, prefill=True)
+
+
+@torch.inference_mode()
+def speculative_step(
+    target: CachedModel,
+    drafter: Drafter | None,
+    sequence: Sequence[int],
+    k: int,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    rule: AcceptanceRule = verify_sampled,
+) -> StepResult:
+    """Draft up to k tokens, verify them in one target forward pass, crop the cache.
+
+    Args:
+        target: The target model; its cache must hold ``sequence[:-1]``.
+        drafter: Proposes the draft; None (or k = 0) decodes one token plainly.
+        sequence: Prompt and generated tokens so far (not modified).
+        k: Most tokens to draft.
+        params: Sampling parameters (temperature 0 = greedy).
+        generator: Random generator for sampling.
+        rule: Sampled acceptance rule (the exact ``verify_sampled`` unless testing).
+
+    Returns:
+        The step's emitted tokens and counts; the target cache then holds the new
+        sequence minus its last token.
+    """
+    length = len(sequence)
+    if target.length != length - 1:
+        raise RuntimeError(
+            f"target cache holds {target.length} tokens, expected {length - 1}: "
+            "the engine state is corrupt"
+        )
+    started = time.perf_counter()
+    draft = drafter.propose(sequence, k, params, generator) if drafter and k > 0 else Draft([])
+    drafted = time.perf_counter()
+    draft_tokens = draft.tokens[:k]
+    logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
+    verdict = verify_draft(draft_tokens, draft.probs, logits, params, generator, rule)
+    # Drop the rejected drafts from the cache; the new last token is not fed yet.
+    target.crop(length + verdict.num_accepted)
+    finished = time.perf_counter()
+    return StepResult(
+        verdict.tokens,
+        len(draft_tokens),
+        verdict.num_accepted,
+        drafted - started,
+        finished - drafted,
+    )
+
+
+def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
+    for position, token in enumerate(step.tokens):
+        if token in eos_token_ids:
+            kept = step.tokens[: position + 1]
+            return StepResult(
+                kept,
+                step.num_drafted,
+                min(step.num_accepted, len(kept)),
+                step.draft_s,
+                step.verify_s,
+                step.prefill,
+                "stop",
+            )
+    return step
+
+
+def generate_steps(
+    target: CachedModel,
+    drafter: Drafter | None,
+    prompt_tokens: Sequence[int],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    draft_length: DraftLength,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    max_length: int | None = None,
+    rule: AcceptanceRule = verify_sampled,
+) -> Generator[StepResult, None, None]:
+    """Generate speculatively, yielding one ``StepResult`` per target forward pass.
+
+    The first result is the prefill's (one token). Generation ends at an
+    end-of-sequence token (``finish_reason="stop"``, the token is included) or after
+    ``max_new_tokens`` tokens (``"length"``); the last result carries the reason. Close
+    the iterator to stop early.
+
+    Args:
+        target: The target model with its cache.
+        drafter: The drafter, or None for the baseline (plain decoding, k = 0).
+        prompt_tokens: The prompt, already tokenized (not empty).
+        max_new_tokens: Most tokens to generate (> 0).
+        params: Sampling parameters.
+        draft_length: Draft length k (adapted in place when adaptive).
+        eos_token_ids: Tokens that end the generation.
+        generator: Random generator for sampling (seeded for reproducible output).
+        max_length: Context window of the target: prompt + generated tokens never
+            exceed it.
+        rule: Sampled acceptance rule (the exact one unless testing).
+
+    Raises:
+        ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
+            context window.
+    """
+    if not prompt_tokens:
+        raise ConfigError("The prompt has no tokens: give the model some text.", field="prompt")
+    if max_new_tokens <= 0:
+        raise ConfigError(f"max_tokens must be > 0, got {max_new_tokens}.", field="max_tokens")
+    if max_length is not None:
+        room = max_length - len(prompt_tokens)
+        if room <= 0:
+            raise ConfigError(
+                f"The prompt has {len(prompt_tokens)} tokens, which fills the model's context "
+                f"window of {max_length}: shorten it.",
+                field="prompt",
+            )
+        max_new_tokens = min(max_new_tokens, room)
+    sequence = list(prompt_tokens)
+    if drafter is not None:
+        drafter.reset(sequence)
+    step = _cut_at_eos(prefill(target, sequence, params, generator), eos_token_ids)
+    generated = 1
+    while True:
+        sequence.extend(step.tokens)
+        if step.finish_reason is None and generated >= max_new_tokens:
+            step = StepResult(
+                step.tokens,
+                step.num_drafted,
+                step.num_accepted,
+                step.draft_s,
+                step.verify_s,
+                step.prefill,
+                "length",
+            )
+        yield step
+        if step.finish_reason is not None:
+            return
+        # A step emits at most k + 1 tokens: never draft past the budget.
+        k = min(draft_length.k, max_new_tokens - generated - 1)
+        step = speculative_step(target, drafter, sequence, k, params, generator, rule)
+        draft_length.update(step.num_drafted, step.num_accepted)
+        step = _cut_at_eos(step, eos_token_ids)
+        generated += len(step.tokens)

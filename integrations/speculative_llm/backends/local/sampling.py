@@ -1,0 +1,215 @@
+"""Token selection: logits to probabilities, and the exact acceptance rule.
+
+Speculative sampling (Leviathan et al. 2023, Chen et al. 2023): draft token ``x_i``
+drawn from ``q_i`` is accepted with probability ``min(1, p_i(x_i) / q_i(x_i))``; at the
+first rejection a token is drawn from ``norm(max(0, p_i - q_i))`` and the step ends;
+when every draft token is accepted a bonus token is drawn from ``p_{k+1}``. The
+emitted tokens are then distributed exactly as if they had been sampled from the
+target one by one. Prompt lookup is a deterministic drafter: ``q_i`` is one-hot, so
+``x_i`` is accepted with probability ``p_i(x_i)`` and a rejection resamples from
+``p_i`` with ``x_i`` removed.
+
+Greedy decoding (temperature 0) accepts while the target's argmax agrees with the
+draft, and then emits the target's argmax: the output is the target's greedy output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from speculative_llm.errors import ConfigError
+
+__all__ = [
+    "AcceptanceRule",
+    "SamplingParams",
+    "Verdict",
+    "logits_to_probs",
+    "sample_from",
+    "verify_draft",
+    "verify_greedy",
+    "verify_sampled",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How the next token is chosen.
+
+    Args:
+        temperature: 0 for greedy decoding (argmax), > 0 to sample.
+        top_p: Keep the smallest set of tokens whose probability mass reaches top_p.
+        top_k: Keep the top_k most likely tokens; 0 keeps all.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
+                field="temperature",
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}.", field="top_p")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}.", field="top_k")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether decoding is greedy."""
+        return self.temperature == 0.0
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Turn logits of shape ``(..., vocab)`` into the sampling distribution, in float32.
+
+    Temperature scales the logits, then top-k and top-p (nucleus) filtering zero out
+    the tail; the result is renormalised. The same processing is applied to the target
+    and to the draft, so speculative sampling reproduces the processed target
+    distribution exactly.
+
+    Args:
+        logits: Unnormalised scores, last dimension the vocabulary.
+        params: Temperature (> 0), top_p and top_k.
+
+    Returns:
+        Probabilities of the same shape, summing to 1 over the last dimension.
+    """
+    if params.greedy:
+        raise ValueError("logits_to_probs needs temperature > 0; greedy decoding uses argmax")
+    scores = logits.float() / params.temperature
+    vocab_size = scores.shape[-1]
+    if 0 < params.top_k < vocab_size:
+        kth_best = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth_best, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        # Keep a token while the mass of the more likely tokens is below top_p: the
+        # most likely token is always kept.
+        sorted_probs = sorted_probs.masked_fill(mass_before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """Draw one token id from a 1-D probability vector."""
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Outcome of verifying one draft.
+
+    Attributes:
+        num_accepted: Leading draft tokens the target accepted.
+        tokens: Tokens to emit: the accepted draft tokens, then one token from the
+            target (a correction after a rejection, or the bonus token).
+    """
+
+    num_accepted: int
+    tokens: list[int]
+
+
+def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
+    """Greedy verification: accept while the target's argmax equals the draft.
+
+    Args:
+        draft_tokens: The k proposed tokens.
+        target_logits: Target logits of shape ``(k + 1, vocab)``; row i scores the
+            position of draft token i, row k the position after the last one.
+
+    Returns:
+        The accepted prefix plus the target's own token at the first disagreement
+        (or the bonus token when all k agree).
+    """
+    target_choice: list[int] = target_logits.argmax(dim=-1).tolist()
+    num_accepted = 0
+    for drafted, chosen in zip(draft_tokens, target_choice, strict=False):
+        if drafted != chosen:
+            break
+        num_accepted += 1
+    return Verdict(num_accepted, target_choice[: num_accepted + 1])
+
+
+def verify_sampled(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """Speculative sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)).
+
+    Args:
+        draft_tokens: The k proposed tokens.
+        draft_probs: Draft distributions ``q`` of shape ``(k, vocab)``, or None when the
+            drafter is deterministic (one-hot ``q``, as prompt lookup is).
+        target_probs: Target distributions ``p`` of shape ``(k + 1, vocab)``.
+        generator: Random generator (seeded for reproducible output).
+
+    Returns:
+        The accepted prefix plus one token from ``norm(max(0, p_i - q_i))`` at the first
+        rejection, or a bonus token from ``p_k`` when all k are accepted.
+    """
+    k = len(draft_tokens)
+    if k:
+        positions = torch.arange(k, device=target_probs.device)
+        index = torch.tensor(draft_tokens, device=target_probs.device)
+        p_drafted = target_probs[positions, index]
+        # One-hot q: q(x_i) = 1, so the acceptance probability is p(x_i) itself.
+        q_drafted = draft_probs[positions, index] if draft_probs is not None else None
+        ratio = p_drafted if q_drafted is None else p_drafted / q_drafted
+        uniforms = torch.rand(k, generator=generator, device=target_probs.device)
+        rejected = (uniforms >= ratio).tolist()
+        for position, was_rejected in enumerate(rejected):
+            if was_rejected:
+                residual = target_probs[position].clone()
+                if draft_probs is None:
+                    residual[draft_tokens[position]] = 0.0
+                else:
+                    residual = (residual - draft_probs[position]).clamp_(min=0.0)
+                if float(residual.sum()) <= 0.0:
+                    # Only reachable through float rounding (p == q everywhere means the
+                    # ratio was 1): fall back to the target distribution itself.
+                    residual = target_probs[position]
+                correction = sample_from(residual, generator)
+                return Verdict(position, [*draft_tokens[:position], correction])
+    bonus = sample_from(target_probs[k], generator)
+    return Verdict(k, [*draft_tokens, bonus])
+
+
+AcceptanceRule = Callable[
+    [list[int], "torch.Tensor | None", torch.Tensor, "torch.Generator | None"], Verdict
+]
+"""Signature of a sampled verification rule (``verify_sampled`` is the exact one)."""
+
+
+def verify_draft(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    rule: AcceptanceRule = verify_sampled,
+) -> Verdict:
+    """Verify a draft against target logits, greedily or by speculative sampling.
+
+    Args:
+        draft_tokens: The k proposed tokens (k may be 0: plain decoding).
+        draft_probs: Draft distributions (sampling with a draft model), else None.
+        target_logits: Target logits of shape ``(k + 1, vocab)``.
+        params: Sampling parameters; temperature 0 selects greedy verification.
+        generator: Random generator used when sampling.
+        rule: The sampled acceptance rule (tests substitute a broken one to check that
+            the statistical test notices).
+    """
+    if params.greedy:
+        return verify_greedy(draft_tokens, target_logits)
+    return rule(draft_tokens, draft_probs, logits_to_probs(target_logits, params), generator)

@@ -1,0 +1,171 @@
+"""Streaming text assembly: incremental detokenization and stop strings.
+
+Token ids become ``Token`` objects with their text delta; text that could be the start
+of a stop string is held back until it is known not to be, and a stop string ends the
+output (it is not included). Kept apart from the engine so it can be tested with any
+tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from speculative_llm.types import Provenance, Token
+
+__all__ = ["IncrementalDetokenizer", "PendingToken", "StopStringFilter", "make_pending"]
+
+_CONTEXT_TOKENS = 5
+"""Prompt tokens decoded along with the first generated ones, so tokenizers that drop
+a leading space at the start of a decode (SentencePiece) get it right."""
+
+
+class IncrementalDetokenizer:
+    r"""Turns token ids into text deltas whose concatenation is the decoded text.
+
+    Uses the prefix/read-offset method of TGI and vLLM: each new token is decoded
+    together with a few previous ones, and the delta is released once it does not end
+    in an incomplete UTF-8 sequence (``\\ufffd``).
+
+    Args:
+        tokenizer: A Hugging Face tokenizer.
+        prompt_tokens: The prompt, whose last tokens give the first delta its context.
+    """
+
+    def __init__(self, tokenizer: Any, prompt_tokens: Sequence[int] = ()) -> None:
+        self._tokenizer = tokenizer
+        self._ids: list[int] = list(prompt_tokens[-_CONTEXT_TOKENS:])
+        self._prefix = 0
+        self._read = len(self._ids)
+
+    def _decode(self, ids: list[int]) -> str:
+        text: str = self._tokenizer.decode(ids, skip_special_tokens=True)
+        return text
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes (may be empty)."""
+        self._ids.append(token_id)
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            self._prefix, self._read = self._read, len(self._ids)
+            return new_text[len(prefix_text) :]
+        return ""
+
+    def flush(self) -> str:
+        """Text still held back at the end (an incomplete character, decoded as is)."""
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        self._prefix = self._read = len(self._ids)
+        return new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
+
+
+@dataclass(slots=True)
+class PendingToken:
+    """A generated token waiting to be released.
+
+    Attributes:
+        token: The token (id, text, provenance).
+        draft_position: Its position in the draft when it is an accepted draft token.
+    """
+
+    token: Token
+    draft_position: int | None
+
+
+class StopStringFilter:
+    """Holds back possible stop-string prefixes and cuts the output at a stop string.
+
+    Tokens are released whole, so every released chunk's text equals the text of its
+    tokens; the token in which a stop string begins is released with its text cut
+    before the stop string, and the tokens after it are dropped.
+
+    Args:
+        stop: Stop strings (may be empty).
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self._stop = tuple(stop)
+        self._pending: list[PendingToken] = []
+        self.stopped = False
+
+    def _held_suffix_length(self, text: str) -> int:
+        """Length of the longest suffix of ``text`` that begins some stop string."""
+        longest = 0
+        for stop in self._stop:
+            for length in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:length]):
+                    longest = length
+                    break
+        return longest
+
+    def add(self, tokens: Sequence[PendingToken]) -> tuple[list[PendingToken], list[PendingToken]]:
+        """Add a step's tokens.
+
+        Returns:
+            ``(released, dropped)``: tokens safe to emit now, and tokens discarded
+            because they follow a stop string (then ``stopped`` is True).
+        """
+        if self.stopped:
+            return [], list(tokens)
+        self._pending.extend(tokens)
+        if not self._stop:
+            everything, self._pending = self._pending, []
+            return everything, []
+        text = "".join(item.token.text for item in self._pending)
+        found = [index for stop in self._stop if (index := text.find(stop)) >= 0]
+        if found:
+            return self._cut(min(found))
+        safe = len(text) - self._held_suffix_length(text)
+        released: list[PendingToken] = []
+        offset = 0
+        for item in self._pending:
+            end = offset + len(item.token.text)
+            if end > safe:
+                break
+            released.append(item)
+            offset = end
+        del self._pending[: len(released)]
+        return released, []
+
+    def _cut(self, stop_index: int) -> tuple[list[PendingToken], list[PendingToken]]:
+        released: list[PendingToken] = []
+        dropped: list[PendingToken] = []
+        offset = 0
+        for item in self._pending:
+            text = item.token.text
+            if offset < stop_index:
+                keep = text[: stop_index - offset]
+                if keep != text:
+                    item = PendingToken(
+                        Token(keep, item.token.provenance, item.token.id), item.draft_position
+                    )
+                released.append(item)
+            else:
+                dropped.append(item)
+            offset += len(text)
+        self._pending = []
+        self.stopped = True
+        return released, dropped
+
+    def flush(self) -> list[PendingToken]:
+        """Release everything held back (the generation ended without a stop string)."""
+        released, self._pending = self._pending, []
+        return released
+
+
+def make_pending(
+    token_ids: Sequence[int], num_accepted: int, detokenizer: IncrementalDetokenizer
+) -> list[PendingToken]:
+    """Wrap one step's token ids: the first ``num_accepted`` are accepted draft tokens."""
+    pending: list[PendingToken] = []
+    for position, token_id in enumerate(token_ids):
+        provenance: Provenance = "draft" if position < num_accepted else "target"
+        pending.append(
+            PendingToken(
+                Token(detokenizer.push(token_id), provenance, token_id),
+                position if position < num_accepted else None,
+            )
+        )
+    return pending

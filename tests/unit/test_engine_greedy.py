@@ -1,0 +1,254 @@
+"""Greedy exactness: every method emits exactly the target's greedy tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+
+from speculative_llm import ConfigError  # noqa: E402
+from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.drafters import (  # noqa: E402
+    Drafter,
+    DraftModelDrafter,
+    PromptLookupDrafter,
+)
+from speculative_llm.backends.local.engine import (  # noqa: E402
+    DraftLength,
+    StepCounters,
+    generate_steps,
+)
+from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+
+MAX_NEW_TOKENS = 48
+EOS = 2
+PROMPTS = (
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "x = [1, 2, 3]\ny = [1, 2, 3]\nz = [",
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    return transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def target(tiny_model_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def draft(tiny_draft_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_draft_dir, dtype=torch.float32
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer: Any) -> list[list[int]]:
+    return [tokenizer(text).input_ids for text in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def transformers_greedy(target: Any, prompts: list[list[int]]) -> list[list[int]]:
+    """transformers' own greedy decoding: the reference."""
+    outputs = []
+    for prompt in prompts:
+        generated = target.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=MAX_NEW_TOKENS,
+            do_sample=False,
+            eos_token_id=EOS,
+            pad_token_id=EOS,
+        )
+        outputs.append(generated[0, len(prompt) :].tolist())
+    return outputs
+
+
+def run_engine(
+    target: Any, drafter: Drafter | None, prompt: list[int], draft_length: DraftLength
+) -> tuple[list[int], StepCounters]:
+    counters = StepCounters()
+    tokens: list[int] = []
+    for step in generate_steps(
+        CachedModel(target),
+        drafter,
+        prompt,
+        max_new_tokens=MAX_NEW_TOKENS,
+        params=SamplingParams(),
+        draft_length=draft_length,
+        eos_token_ids=frozenset({EOS}),
+    ):
+        counters.record(step)
+        tokens.extend(step.tokens)
+    return tokens, counters
+
+
+def _make(method: str, target: Any, draft: Any) -> tuple[Drafter | None, DraftLength]:
+    if method == "none":
+        return None, DraftLength(0)
+    if method == "ngram-k1":
+        return PromptLookupDrafter(1, 3), DraftLength(1)
+    if method == "ngram":
+        return PromptLookupDrafter(1, 3), DraftLength(4)
+    if method == "ngram-adaptive":
+        return PromptLookupDrafter(1, 3), DraftLength(2, adaptive=True, min_k=1, max_k=8)
+    if method == "draft_model":
+        return DraftModelDrafter(draft, target.config.vocab_size), DraftLength(3)
+    if method == "draft_model-adaptive":
+        return (
+            DraftModelDrafter(draft, target.config.vocab_size),
+            DraftLength(2, adaptive=True, min_k=1, max_k=6),
+        )
+    raise AssertionError(method)
+
+
+METHODS = ("none", "ngram-k1", "ngram", "ngram-adaptive", "draft_model", "draft_model-adaptive")
+
+
+def test_baseline_equals_transformers_greedy(
+    target: Any, prompts: list[list[int]], transformers_greedy: list[list[int]]
+) -> None:
+    for prompt, expected in zip(prompts, transformers_greedy, strict=True):
+        tokens, counters = run_engine(target, None, prompt, DraftLength(0))
+        assert tokens == expected
+        # Plain decoding: one token per target forward pass.
+        assert counters.verify_steps == len(tokens)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_equals_greedy_decoding(
+    method: str,
+    target: Any,
+    draft: Any,
+    prompts: list[list[int]],
+    transformers_greedy: list[list[int]],
+) -> None:
+    drafter, draft_length = _make(method, target, draft)
+    totals = StepCounters()
+    for prompt, expected in zip(prompts, transformers_greedy, strict=True):
+        baseline, _ = run_engine(target, None, prompt, DraftLength(0))
+        tokens, counters = run_engine(
+            target,
+            drafter,
+            prompt,
+            DraftLength(
+                draft_length.k, draft_length.adaptive, draft_length.min_k, draft_length.max_k
+            ),
+        )
+        assert tokens == baseline == expected
+        totals.accepted_tokens += counters.accepted_tokens
+        totals.rejected_steps += counters.rejected_steps
+        totals.verify_steps += counters.verify_steps
+        totals.generated_tokens += counters.generated_tokens
+    if method != "none":
+        # The comparison means something only if drafts were accepted AND rejected
+        # (rejections exercise the cache crop).
+        assert totals.accepted_tokens > 0
+        assert totals.rejected_steps > 0
+        assert totals.verify_steps < totals.generated_tokens
+
+
+def test_a_drafter_is_reused_across_sequences(
+    target: Any, draft: Any, prompts: list[list[int]], transformers_greedy: list[list[int]]
+) -> None:
+    """One draft-model drafter (and its cache) serves several generations in turn."""
+    drafter = DraftModelDrafter(draft, target.config.vocab_size)
+    for _ in range(2):
+        for prompt, expected in zip(prompts, transformers_greedy, strict=True):
+            tokens, _ = run_engine(target, drafter, prompt, DraftLength(3))
+            assert tokens == expected
+
+
+def test_eos_ends_generation_and_is_included(target: Any, prompts: list[list[int]]) -> None:
+    baseline, _ = run_engine(target, None, prompts[0], DraftLength(0))
+    stop_token = baseline[10]
+    first = baseline.index(stop_token)
+    steps = list(
+        generate_steps(
+            CachedModel(target),
+            PromptLookupDrafter(),
+            prompts[0],
+            max_new_tokens=MAX_NEW_TOKENS,
+            params=SamplingParams(),
+            draft_length=DraftLength(4),
+            eos_token_ids=frozenset({stop_token}),
+        )
+    )
+    tokens = [token for step in steps for token in step.tokens]
+    assert tokens == baseline[: first + 1]
+    assert steps[-1].finish_reason == "stop"
+    assert all(step.finish_reason is None for step in steps[:-1])
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 7])
+def test_max_new_tokens_is_exact(
+    target: Any, prompts: list[list[int]], max_new_tokens: int
+) -> None:
+    steps = list(
+        generate_steps(
+            CachedModel(target),
+            PromptLookupDrafter(),
+            prompts[2],
+            max_new_tokens=max_new_tokens,
+            params=SamplingParams(),
+            draft_length=DraftLength(5),
+        )
+    )
+    assert sum(len(step.tokens) for step in steps) == max_new_tokens
+    assert steps[-1].finish_reason == "length"
+    assert steps[0].prefill and len(steps[0].tokens) == 1
+
+
+def test_context_window_caps_generation(target: Any, prompts: list[list[int]]) -> None:
+    prompt = prompts[0]
+    steps = list(
+        generate_steps(
+            CachedModel(target),
+            None,
+            prompt,
+            max_new_tokens=100,
+            params=SamplingParams(),
+            draft_length=DraftLength(0),
+            max_length=len(prompt) + 3,
+        )
+    )
+    assert sum(len(step.tokens) for step in steps) == 3
+    with pytest.raises(ConfigError, match="context window"):
+        next(
+            generate_steps(
+                CachedModel(target),
+                None,
+                prompt,
+                max_new_tokens=5,
+                params=SamplingParams(),
+                draft_length=DraftLength(0),
+                max_length=len(prompt),
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_new_tokens", "match"),
+    [([], 5, "no tokens"), ([1, 5], 0, "max_tokens must be > 0")],
+)
+def test_bad_engine_input(target: Any, prompt: list[int], max_new_tokens: int, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        next(
+            generate_steps(
+                CachedModel(target),
+                None,
+                prompt,
+                max_new_tokens=max_new_tokens,
+                params=SamplingParams(),
+                draft_length=DraftLength(0),
+            )
+        )

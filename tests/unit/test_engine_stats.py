@@ -1,0 +1,192 @@
+"""Statistics of the engine: consistent with the tokens emitted, and with Leviathan's model."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+
+from speculative_llm import expected_tokens_per_step  # noqa: E402
+from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.drafters import Draft, PromptLookupDrafter  # noqa: E402
+from speculative_llm.backends.local.engine import (  # noqa: E402
+    DraftLength,
+    StepCounters,
+    StepResult,
+    generate_steps,
+)
+from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def target(tiny_model_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32
+    ).eval()
+
+
+PROMPT = [1, *range(10, 40)]
+
+
+class OracleDrafter:
+    """Proposes the target's true greedy token with probability ``alpha``, else a wrong one.
+
+    Each draft position is right independently, which is exactly Leviathan et al.'s
+    model: the expected tokens per verify step are (1 - a^(k+1)) / (1 - a).
+    """
+
+    name = "oracle"
+
+    def __init__(self, reference: list[int], alpha: float, vocab_size: int, seed: int) -> None:
+        self.reference = reference
+        self.alpha = alpha
+        self.vocab_size = vocab_size
+        self.rng = random.Random(seed)
+        self.prompt_length = 0
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        self.prompt_length = len(prompt_tokens)
+
+    def propose(
+        self,
+        sequence: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Draft:
+        start = len(sequence) - self.prompt_length
+        tokens = []
+        for offset in range(k):
+            right = self.reference[start + offset]
+            if self.rng.random() < self.alpha:
+                tokens.append(right)
+            else:
+                tokens.append(
+                    (right + 1 + self.rng.randrange(self.vocab_size - 1)) % self.vocab_size
+                )
+        return Draft(tokens)
+
+
+def _run(target: Any, drafter: Any, k: int, max_new_tokens: int) -> list[StepResult]:
+    return list(
+        generate_steps(
+            CachedModel(target),
+            drafter,
+            PROMPT,
+            max_new_tokens=max_new_tokens,
+            params=SamplingParams(),
+            draft_length=DraftLength(k),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(target: Any) -> list[int]:
+    steps = _run(target, None, 0, 500)
+    return [token for step in steps for token in step.tokens]
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.5, 3), (0.8, 4), (0.3, 2)])
+def test_tokens_per_step_follow_leviathan(
+    target: Any, reference: list[int], alpha: float, k: int
+) -> None:
+    drafter = OracleDrafter(reference, alpha, target.config.vocab_size, seed=7)
+    steps = _run(target, drafter, k, len(reference))
+    tokens = [token for step in steps for token in step.tokens]
+    assert tokens == reference  # still exact
+    # Leave out the prefill (no draft) and the last steps, whose k the token budget cut.
+    speculative = [step for step in steps[1:] if step.num_drafted == k]
+    assert len(speculative) >= len(steps) - 4
+    per_step = [len(step.tokens) for step in speculative]
+    measured = statistics.fmean(per_step)
+    standard_error = statistics.stdev(per_step) / len(per_step) ** 0.5
+    expected = expected_tokens_per_step(alpha, k)
+    assert abs(measured - expected) < 4 * standard_error
+
+    counters = StepCounters()
+    for step in steps:
+        counters.record(step)
+    # The alpha estimate of SpecStats' definition recovers the drafter's alpha.
+    estimated_alpha = counters.accepted_tokens / (
+        counters.accepted_tokens + counters.rejected_steps
+    )
+    assert estimated_alpha == pytest.approx(alpha, abs=0.06)
+
+
+def test_counters_are_consistent_with_the_tokens(target: Any, reference: list[int]) -> None:
+    drafter = OracleDrafter(reference, 0.6, target.config.vocab_size, seed=3)
+    steps = _run(target, drafter, 4, 200)
+    counters = StepCounters()
+    for step in steps:
+        counters.record(step)
+    emitted = sum(len(step.tokens) for step in steps)
+    assert counters.generated_tokens == emitted == 200
+    assert counters.generated_tokens == counters.accepted_tokens + counters.target_tokens
+    assert counters.verify_steps == len(steps)
+    # Every step emits exactly one target token (correction or bonus).
+    assert counters.target_tokens == len(steps)
+    assert counters.draft_tokens == sum(step.num_drafted for step in steps)
+    assert counters.draft_steps == sum(1 for step in steps if step.num_drafted)
+    assert sum(counters.accepted_per_position) == counters.accepted_tokens
+    assert sum(counters.drafted_per_position) == counters.draft_tokens
+    # Acceptance is prefix-closed: position i+1 is accepted only after position i.
+    positions = counters.accepted_per_position
+    assert all(a >= b for a, b in itertools.pairwise(positions))
+    full = sum(1 for step in steps if step.num_drafted and step.num_accepted == step.num_drafted)
+    assert counters.rejected_steps == counters.draft_steps - full
+
+
+def test_partial_record_keeps_counts_consistent() -> None:
+    counters = StepCounters()
+    step = StepResult([5, 6, 7, 8], num_drafted=4, num_accepted=3, draft_s=0.0, verify_s=0.0)
+    counters.record(step, kept=2)
+    assert counters.generated_tokens == 2
+    assert counters.accepted_tokens == 2
+    assert counters.target_tokens == 0
+    assert counters.accepted_per_position == [1, 1, 0, 0]
+    assert counters.drafted_per_position == [1, 1, 1, 1]
+    assert counters.rejected_steps == 1
+
+
+def test_adaptive_draft_length_grows_and_shrinks() -> None:
+    length = DraftLength(3, adaptive=True, min_k=2, max_k=4)
+    length.update(3, 3)
+    assert length.k == 4
+    length.update(4, 4)
+    assert length.k == 4  # capped
+    length.update(4, 1)
+    assert length.k == 3
+    length.update(3, 0)
+    length.update(2, 0)
+    assert length.k == 2  # floored
+    length.update(0, 0)
+    assert length.k == 2  # no draft: no information
+    fixed = DraftLength(3)
+    fixed.update(3, 3)
+    assert fixed.k == 3
+
+
+def test_adaptive_k_reaches_its_bounds_in_a_real_run(target: Any) -> None:
+    """A repetitive prompt: prompt lookup is accepted in full, so k climbs to max_k."""
+    draft_length = DraftLength(1, adaptive=True, min_k=1, max_k=6)
+    steps = list(
+        generate_steps(
+            CachedModel(target),
+            PromptLookupDrafter(1, 3),
+            PROMPT,
+            max_new_tokens=120,
+            params=SamplingParams(),
+            draft_length=draft_length,
+        )
+    )
+    drafted = [step.num_drafted for step in steps]
+    assert max(drafted) > 1  # grew after full acceptances
+    assert max(drafted) <= 6

@@ -1,0 +1,358 @@
+"""LocalBackend on tiny random models: exactness, streaming, stop strings, errors, threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+
+from speculative_llm import (  # noqa: E402
+    BackendError,
+    Chunk,
+    Completion,
+    ConfigError,
+    GenerationRequest,
+    Message,
+    ModelNotFoundError,
+    SpecConfig,
+    UnsupportedFeatureError,
+    VocabularyMismatchError,
+    create_backend,
+)
+from speculative_llm.backends.local import LocalBackend  # noqa: E402
+
+PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def draft_backend(tiny_model_dir: Path, tiny_draft_dir: Path) -> Any:
+    backend = LocalBackend(str(tiny_model_dir), draft_model=str(tiny_draft_dir), dtype="float32")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def hf_greedy_text(tiny_model_dir: Path) -> str:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    prompt = tokenizer(PROMPT).input_ids
+    output = model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=MAX_TOKENS,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.eos_token_id,
+    )
+    text: str = tokenizer.decode(output[0, len(prompt) :], skip_special_tokens=True)
+    return text
+
+
+def _request(**changes: Any) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": PROMPT, "max_tokens": MAX_TOKENS, **changes})
+
+
+SPECS = {
+    "none": SpecConfig.baseline(),
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=4),
+    "ngram-adaptive": SpecConfig(
+        method="ngram", num_speculative_tokens=2, adaptive=True, max_speculative_tokens=8
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_greedy_text_equals_transformers(
+    tiny_backend: LocalBackend, hf_greedy_text: str, name: str
+) -> None:
+    completion = tiny_backend.generate(_request(spec=SPECS[name]))
+    assert completion.text == hf_greedy_text
+    assert completion.stats.method == SPECS[name].method
+    assert completion.stats.source == "exact"
+
+
+def test_draft_model_greedy_text_equals_transformers(
+    draft_backend: LocalBackend, hf_greedy_text: str, tiny_draft_dir: Path
+) -> None:
+    for spec in (
+        None,  # the backend's default: draft_model
+        SpecConfig(
+            method="draft_model",
+            draft_model=str(tiny_draft_dir),
+            num_speculative_tokens=2,
+            adaptive=True,
+            min_speculative_tokens=1,
+            max_speculative_tokens=6,
+        ),
+    ):
+        completion = draft_backend.generate(_request(spec=spec))
+        assert completion.text == hf_greedy_text
+        assert completion.stats.method == "draft_model"
+        assert completion.stats.accepted_tokens
+
+
+def test_stream_yields_one_chunk_per_verify_step(tiny_backend: LocalBackend) -> None:
+    chunks = list(tiny_backend.stream(_request()))
+    final = chunks[-1]
+    assert final.final and all(not chunk.final for chunk in chunks[:-1])
+    stats = final.stats
+    assert stats is not None and stats.source == "exact" and stats.backend == "local"
+    assert len(chunks) == stats.verify_steps
+    tokens = [token for chunk in chunks for token in chunk.tokens]
+    assert all(chunk.text == "".join(t.text for t in chunk.tokens) for chunk in chunks)
+    # Every token is accounted for, with its provenance.
+    assert stats.generated_tokens == len(tokens) == MAX_TOKENS
+    assert stats.accepted_tokens == sum(1 for t in tokens if t.provenance == "draft")
+    assert stats.generated_tokens - stats.accepted_tokens == sum(
+        1 for t in tokens if t.provenance == "target"
+    )
+    assert stats.accepted_tokens > 0
+    # One target token per verify step (correction or bonus); drafts before it.
+    for chunk in chunks:
+        provenances = [t.provenance for t in chunk.tokens]
+        assert provenances == sorted(provenances)  # 'draft' < 'target'
+        assert provenances.count("target") == 1
+    assert stats.mean_accepted_length == pytest.approx(len(tokens) / len(chunks))
+    assert final.finish_reason == "length"
+    assert final.usage is not None and final.usage.completion_tokens == MAX_TOKENS
+    assert stats.ttft_s is not None and stats.decode_s is not None and stats.total_s is not None
+    assert stats.ttft_s + stats.decode_s == pytest.approx(stats.total_s)
+    assert stats.draft_s is not None and stats.verify_s is not None
+
+
+def test_live_stats_grow_with_the_stream(tiny_backend: LocalBackend) -> None:
+    generated = [
+        chunk.stats.generated_tokens
+        for chunk in tiny_backend.stream(_request())
+        if chunk.stats is not None
+    ]
+    assert generated == sorted(generated)
+    assert generated[0] == 1  # the prefill's token
+
+
+def test_baseline_has_no_drafts(tiny_backend: LocalBackend) -> None:
+    completion = tiny_backend.generate(_request(spec=SpecConfig.baseline()))
+    stats = completion.stats
+    assert stats.draft_tokens == 0 and stats.accepted_tokens == 0
+    assert stats.verify_steps == stats.generated_tokens == MAX_TOKENS
+    assert stats.num_speculative_tokens == 0
+    assert all(token.provenance == "target" for token in completion.tokens)
+
+
+def test_stop_string_ends_the_text_before_it(tiny_backend: LocalBackend) -> None:
+    full = tiny_backend.generate(_request()).text
+    stop = full[12:15]
+    cut = full.index(stop)
+    chunks = list(tiny_backend.stream(_request(stop=(stop, "\x00never"))))
+    streamed = "".join(chunk.text for chunk in chunks)
+    assert streamed == full[:cut]
+    assert stop not in streamed
+    final = chunks[-1]
+    assert final.finish_reason == "stop"
+    stats = final.stats
+    assert stats is not None
+    tokens = [token for chunk in chunks for token in chunk.tokens]
+    assert stats.generated_tokens == len(tokens)
+    assert stats.accepted_tokens == sum(1 for t in tokens if t.provenance == "draft")
+
+
+def test_stream_holds_back_a_possible_stop_prefix(tiny_backend: LocalBackend) -> None:
+    """Text that may begin a stop string is held back, and released once it cannot."""
+    plain = list(tiny_backend.stream(_request()))
+    full = "".join(chunk.text for chunk in plain)
+    assert plain[0].text == full[:1]  # without stop strings the first token comes at once
+    # A stop string starting like the output but never completed.
+    stop = full[:3] + "\x01"
+    chunks = list(tiny_backend.stream(_request(stop=(stop,))))
+    assert chunks[0].text == "" and chunks[0].tokens == ()  # held: it may begin the stop
+    assert "".join(chunk.text for chunk in chunks) == full  # released, nothing lost
+    assert chunks[-1].finish_reason == "length"
+
+
+def test_messages_use_the_chat_template(tiny_backend: LocalBackend) -> None:
+    request = GenerationRequest(messages=(Message("user", "hello"),), max_tokens=5)
+    ids = tiny_backend.encode_prompt(request)
+    expected = tiny_backend.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=False
+    )
+    assert tiny_backend.tokenizer.decode(ids) == expected
+    assert expected.endswith("<assistant>")
+    assert tiny_backend.generate(request).stats.generated_tokens == 5
+
+
+def test_seeded_sampling_is_reproducible(tiny_backend: LocalBackend) -> None:
+    request = _request(temperature=1.0, seed=11)
+    first = tiny_backend.generate(request)
+    again = tiny_backend.generate(request)
+    other = tiny_backend.generate(request.replace(seed=12))
+    assert first.text == again.text
+    assert first.text != other.text
+
+
+def test_top_k_one_sampling_is_greedy(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
+    completion = tiny_backend.generate(_request(temperature=0.7, top_k=1, seed=5))
+    assert completion.text == hf_greedy_text
+
+
+def test_capabilities_and_registry(tiny_model_dir: Path) -> None:
+    backend = create_backend(
+        "local", model=str(tiny_model_dir), speculative="none", dtype="float32"
+    )
+    assert isinstance(backend, LocalBackend)
+    caps = backend.capabilities
+    assert caps.methods == frozenset({"none", "ngram", "draft_model"})
+    assert caps.per_request_stats and caps.token_provenance and caps.per_request_toggle
+    assert backend.default_spec.method == "none"
+    assert backend.model_info().context_window == 2048
+    backend.close()
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+
+def test_unknown_method(tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="Unknown speculative method"):
+        LocalBackend(str(tiny_model_dir), speculative={"method": "ngarm"})
+
+
+def test_method_the_engine_lacks(tiny_backend: LocalBackend, tiny_model_dir: Path) -> None:
+    with pytest.raises(UnsupportedFeatureError, match="eagle"):
+        tiny_backend.generate(_request(spec=SpecConfig(method="eagle")))
+    with pytest.raises(ConfigError, match="does not implement"):
+        LocalBackend(str(tiny_model_dir), speculative="mtp")
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_k_below_one(tiny_model_dir: Path, k: int) -> None:
+    with pytest.raises(ConfigError, match="num_speculative_tokens must be >= 1"):
+        LocalBackend(str(tiny_model_dir), speculative={"method": "ngram", "k": k})
+
+
+def test_draft_model_method_without_a_draft(tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="needs draft_model") as caught:
+        LocalBackend(str(tiny_model_dir), speculative={"method": "draft_model"})
+    assert caught.value.field == "draft_model"
+
+
+def test_vocabulary_mismatch(tiny_model_dir: Path, tiny_mismatched_dir: Path) -> None:
+    with pytest.raises(VocabularyMismatchError, match="method='ngram'") as caught:
+        LocalBackend(str(tiny_model_dir), draft_model=str(tiny_mismatched_dir), dtype="float32")
+    assert "different vocabulary" in str(caught.value)
+
+
+def test_vocabulary_mismatch_on_a_request(
+    tiny_backend: LocalBackend, tiny_mismatched_dir: Path
+) -> None:
+    spec = SpecConfig(method="draft_model", draft_model=str(tiny_mismatched_dir))
+    with pytest.raises(VocabularyMismatchError):
+        tiny_backend.generate(_request(spec=spec))
+
+
+def test_unknown_model_path(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        LocalBackend(str(tmp_path / "no-such-model"))
+
+
+def test_empty_prompt_and_bad_max_tokens() -> None:
+    with pytest.raises(ConfigError, match="prompt is empty"):
+        GenerationRequest(prompt="   ")
+    for bad in (0, -5):
+        with pytest.raises(ConfigError, match="max_tokens must be > 0"):
+            GenerationRequest(prompt="hi", max_tokens=bad)
+
+
+def test_tools_are_refused(tiny_backend: LocalBackend) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    with pytest.raises(UnsupportedFeatureError, match="cannot call tools"):
+        tiny_backend.generate(_request(tools=(tool,)))
+
+
+def test_closed_backend_refuses(tiny_model_dir: Path) -> None:
+    backend = LocalBackend(str(tiny_model_dir), dtype="float32")
+    backend.close()
+    with pytest.raises(BackendError, match="closed"):
+        backend.generate(_request())
+
+
+def test_close_during_an_open_stream_does_not_block(tiny_model_dir: Path) -> None:
+    backend = LocalBackend(str(tiny_model_dir), dtype="float32")
+    stream = backend.stream(_request())
+    next(stream)  # the stream holds the engine lock, in this very thread
+    backend.close()  # must not deadlock
+    rest = list(stream)  # the running generation finishes normally
+    assert rest[-1].final and rest[-1].stats is not None
+    assert rest[-1].stats.generated_tokens == MAX_TOKENS
+    assert backend._runner.model is None  # and the models are freed when it ends
+    with pytest.raises(BackendError, match="closed"):
+        backend.generate(_request())
+
+
+# ---- concurrency and cancellation -------------------------------------------------------
+
+
+def test_closing_a_stream_frees_the_engine(tiny_backend: LocalBackend) -> None:
+    stream = tiny_backend.stream(_request(max_tokens=200))
+    first = next(stream)
+    assert isinstance(first, Chunk) and not first.final
+    assert tiny_backend._lock.locked()
+    stream.close()  # type: ignore[attr-defined]
+    assert not tiny_backend._lock.locked()
+    # And the next request runs normally from a clean state.
+    assert tiny_backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
+
+
+async def test_abandoned_async_stream_frees_the_engine(
+    tiny_backend: LocalBackend, hf_greedy_text: str
+) -> None:
+    async for chunk in tiny_backend.astream(_request(max_tokens=200)):
+        assert chunk.tokens
+        break
+    # The worker thread closes the stream after the consumer left.
+    for _ in range(200):
+        if not tiny_backend._lock.locked():
+            break
+        await asyncio.sleep(0.05)
+    assert not tiny_backend._lock.locked()
+    completion = await tiny_backend.agenerate(_request())
+    assert completion.text == hf_greedy_text
+
+
+def test_concurrent_requests_both_complete(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
+    sampled_request = _request(temperature=0.9, seed=3)
+    expected_sampled = tiny_backend.generate(sampled_request).text
+    results: dict[str, Completion] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str, request: GenerationRequest) -> None:
+        try:
+            results[name] = tiny_backend.generate(request)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=run, args=("greedy", _request())),
+        threading.Thread(target=run, args=("sampled", sampled_request)),
+        threading.Thread(target=run, args=("baseline", _request(spec=SpecConfig.baseline()))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    assert results["greedy"].text == hf_greedy_text
+    assert results["baseline"].text == hf_greedy_text
+    assert results["sampled"].text == expected_sampled
+
+
+async def test_concurrent_async_requests(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
+    completions = await asyncio.gather(
+        tiny_backend.agenerate(_request()),
+        tiny_backend.agenerate(_request(spec=SpecConfig.baseline())),
+    )
+    assert [c.text for c in completions] == [hf_greedy_text, hf_greedy_text]

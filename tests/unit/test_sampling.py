@@ -1,0 +1,189 @@
+"""The acceptance rule and logits processing, tested on fixed distributions."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+
+from chi_squared import chi_squared_pvalue  # noqa: E402
+from speculative_llm import ConfigError  # noqa: E402
+from speculative_llm.backends.local.sampling import (  # noqa: E402
+    SamplingParams,
+    Verdict,
+    logits_to_probs,
+    verify_greedy,
+    verify_sampled,
+)
+
+
+def test_temperature_sharpens_and_flattens() -> None:
+    logits = torch.tensor([2.0, 1.0, 0.0])
+    cold = logits_to_probs(logits, SamplingParams(temperature=0.5))
+    hot = logits_to_probs(logits, SamplingParams(temperature=2.0))
+    plain = torch.softmax(logits, dim=-1)
+    assert cold[0] > plain[0] > hot[0]
+    assert torch.allclose(logits_to_probs(logits, SamplingParams(temperature=1.0)), plain)
+
+
+def test_top_k_keeps_the_k_most_likely() -> None:
+    logits = torch.tensor([0.1, 3.0, 2.0, -1.0, 2.5])
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert set(torch.nonzero(probs).flatten().tolist()) == {1, 4}
+    assert probs.sum().item() == pytest.approx(1.0)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_the_mass() -> None:
+    probs_in = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs_in.log()
+    kept = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.8))
+    # 0.5 < 0.8, 0.5 + 0.3 reaches it: the first two survive, renormalised.
+    assert torch.allclose(kept, torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    tiny = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.01))
+    assert tiny.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_processing_applies_row_by_row() -> None:
+    logits = torch.randn(3, 7, generator=torch.Generator().manual_seed(0))
+    batched = logits_to_probs(logits, SamplingParams(temperature=0.7, top_p=0.9, top_k=5))
+    for row in range(3):
+        single = logits_to_probs(logits[row], SamplingParams(temperature=0.7, top_p=0.9, top_k=5))
+        assert torch.allclose(batched[row], single)
+
+
+def test_greedy_has_no_distribution() -> None:
+    with pytest.raises(ValueError, match="temperature > 0"):
+        logits_to_probs(torch.zeros(3), SamplingParams())
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_k": -2}, "top_k")],
+)
+def test_invalid_sampling_parameters(changes: dict[str, float], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        SamplingParams(**changes)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
+def _one_hot_logits(choices: list[int], vocab: int = 6) -> torch.Tensor:
+    logits = torch.zeros(len(choices), vocab)
+    for row, choice in enumerate(choices):
+        logits[row, choice] = 5.0
+    return logits
+
+
+@pytest.mark.parametrize(
+    ("draft", "target_choices", "expected"),
+    [
+        ([1, 2, 3], [1, 2, 3, 4], Verdict(3, [1, 2, 3, 4])),  # all accepted + bonus
+        ([1, 2, 3], [1, 5, 3, 4], Verdict(1, [1, 5])),  # rejected at position 1
+        ([1, 2, 3], [0, 2, 3, 4], Verdict(0, [0])),  # rejected at once
+        ([], [4], Verdict(0, [4])),  # no draft: plain decoding
+    ],
+)
+def test_greedy_accepts_while_the_argmax_agrees(
+    draft: list[int], target_choices: list[int], expected: Verdict
+) -> None:
+    assert verify_greedy(draft, _one_hot_logits(target_choices)) == expected
+
+
+def test_one_hot_draft_of_a_certain_token_is_always_accepted() -> None:
+    target = torch.tensor([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
+    generator = torch.Generator().manual_seed(1)
+    verdicts = [verify_sampled([1], None, target, generator) for _ in range(50)]
+    assert all(v.num_accepted == 1 and v.tokens[0] == 1 for v in verdicts)
+
+
+def test_one_hot_draft_of_an_impossible_token_is_never_emitted() -> None:
+    target = torch.tensor([[0.6, 0.0, 0.4], [0.2, 0.3, 0.5]])
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(50):
+        verdict = verify_sampled([1], None, target, generator)
+        assert verdict.num_accepted == 0
+        assert verdict.tokens[0] in (0, 2)
+
+
+# ---- distribution preservation: chi-squared against the exact distribution -------------
+
+VOCAB = 6
+TRIALS = 1500
+"""Enough for power: the broken rule below shifts the first token's distribution by a
+chi-squared noncentrality of about 0.11 per trial (p-value ~1e-30 at this size)."""
+
+
+def _distributions() -> tuple[torch.Tensor, torch.Tensor]:
+    """Target p (3 rows) and draft q (2 rows) that overlap but differ clearly."""
+    p = torch.tensor(
+        [
+            [0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
+            [0.05, 0.40, 0.10, 0.25, 0.15, 0.05],
+            [0.10, 0.10, 0.30, 0.20, 0.20, 0.10],
+        ]
+    )
+    q = torch.tensor(
+        [
+            [0.10, 0.40, 0.05, 0.30, 0.05, 0.10],
+            [0.30, 0.10, 0.30, 0.10, 0.10, 0.10],
+        ]
+    )
+    return p, q
+
+
+def _resample_from_p_rule(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator | None,
+) -> Verdict:
+    """A plausible-looking but WRONG rule: after a rejection, sample from p, not p - q."""
+    for position, token in enumerate(draft_tokens):
+        p = float(target_probs[position, token])
+        q = 1.0 if draft_probs is None else float(draft_probs[position, token])
+        if float(torch.rand(1, generator=generator)) >= min(1.0, p / q):
+            correction = int(torch.multinomial(target_probs[position], 1, generator=generator))
+            return Verdict(position, [*draft_tokens[:position], correction])
+    bonus = int(torch.multinomial(target_probs[len(draft_tokens)], 1, generator=generator))
+    return Verdict(len(draft_tokens), [*draft_tokens, bonus])
+
+
+def _chi_squared_pvalue(observed: list[int], expected_probs: torch.Tensor) -> float:
+    return chi_squared_pvalue(observed, expected_probs.tolist())
+
+
+def _run(rule: object, one_hot: bool, trials: int = TRIALS) -> tuple[list[int], list[int]]:
+    """First emitted token counts, and second-token counts given the first was accepted."""
+    p, q = _distributions()
+    generator = torch.Generator().manual_seed(1234)
+    first = [0] * VOCAB
+    second = [0] * VOCAB
+    for _ in range(trials):
+        if one_hot:
+            # A deterministic drafter proposing a fixed guess: one-hot q.
+            draft, draft_probs = [1, 3], None
+        else:
+            draft = [int(torch.multinomial(q[row], 1, generator=generator)) for row in range(2)]
+            draft_probs = q
+        verdict = rule(draft, draft_probs, p, generator)  # type: ignore[operator]
+        first[verdict.tokens[0]] += 1
+        if verdict.num_accepted >= 1:
+            # Whether position 0 was accepted does not depend on the draft at position
+            # 1, so the next emitted token must follow p[1] exactly.
+            second[verdict.tokens[1]] += 1
+    return first, second
+
+
+@pytest.mark.parametrize("one_hot", [False, True], ids=["draft-model-q", "one-hot-q"])
+def test_speculative_sampling_preserves_the_target_distribution(one_hot: bool) -> None:
+    p, _ = _distributions()
+    first, second = _run(verify_sampled, one_hot)
+    assert _chi_squared_pvalue(first, p[0]) > 1e-3
+    assert _chi_squared_pvalue(second, p[1]) > 1e-3
+
+
+@pytest.mark.parametrize("one_hot", [False, True], ids=["draft-model-q", "one-hot-q"])
+def test_the_chi_squared_test_catches_a_broken_rule(one_hot: bool) -> None:
+    """Test of the test: resampling from p instead of norm(max(0, p - q)) is biased."""
+    p, _ = _distributions()
+    first, _ = _run(_resample_from_p_rule, one_hot, trials=TRIALS // 2)
+    assert _chi_squared_pvalue(first, p[0]) < 1e-6
