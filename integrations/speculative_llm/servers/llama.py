@@ -1,0 +1,314 @@
+"""``LlamaServer``: a real llama-server started, checked and stopped by Python."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+import httpx
+
+from speculative_llm.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    ModelNotFoundError,
+    SpeculationNotEnabledError,
+    VocabularyMismatchError,
+)
+from speculative_llm.servers.llama_flags import (
+    build_llama_server_command,
+    find_llama_server,
+    llama_server_flags,
+    normalize_llama_spec_type,
+    resolve_gguf,
+)
+from speculative_llm.servers.process import ManagedServer, _ManagedProcess, format_command
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.llamacpp import LlamaCppBackend
+
+__all__ = ["LlamaServer"]
+
+_LLAMA_METHOD_OF_SPEC_TYPE: dict[str, str] = {
+    "none": "none",
+    "draft-simple": "draft_model",
+    "draft-eagle3": "eagle3",
+    "draft-mtp": "mtp",
+}
+
+# Log lines llama-server prints when it will not use the draft model. b11434
+# (common/speculative.cpp, tools/server/server-context.cpp) logs "the target and
+# draft vocabs are not compatible" and "failed to initialize speculative decoding
+# context: draft model vocab type must match target model to use speculation", then
+# keeps serving WITHOUT speculation; builds of 2025 refused to start with "the draft
+# model '...' is not compatible with the target model '...'".
+_VOCAB_MISMATCH_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"draft model .*is not compatible with the target model", re.IGNORECASE),
+    re.compile(r"target and draft vocabs are not compatible", re.IGNORECASE),
+    re.compile(r"draft model vocab.* must (?:closely )?match target model", re.IGNORECASE),
+)
+_SPEC_INIT_FAILED = re.compile(r"failed to initiali[sz]e speculative decoding", re.IGNORECASE)
+_BAD_ARGUMENT = re.compile(
+    r"(?:error: )?(?:invalid argument|unknown argument|error while handling argument)"
+    r"|has been removed|use --spec",
+    re.IGNORECASE,
+)
+_MODEL_LOAD_FAILED = re.compile(r"failed to load (?:the )?(?:draft )?model", re.IGNORECASE)
+
+_PROBE_PROMPT = (
+    "Copy the list exactly.\n"
+    + "\n".join(f"{n}. apple banana cherry" for n in range(1, 9))
+    + "\n"
+    + "\n".join(f"{n}. apple banana cherry" for n in range(1, 9))
+    + "\n1."
+)
+
+
+class LlamaServer(ManagedServer):
+    """A real llama-server started and stopped by Python.
+
+    Args:
+        model: ``.gguf`` path or packaged alias (``smollm2-135m``, ``gemma3-270m``).
+        draft_model: Draft model (``.gguf`` path or alias) with the target's vocabulary.
+        spec_type: llama-server ``--spec-type`` (``ngram-simple``, ``ngram-mod``,
+            ``draft-simple``...; speculative-llm names ``ngram``/``draft_model`` work
+            too). Defaults to ``draft-simple`` with a draft model, else no speculation.
+        draft_max: Largest draft per step (``--spec-draft-n-max`` / ``--draft-max``).
+        draft_min: Smallest draft per step.
+        port: TCP port; None picks a free one.
+        host: Interface to listen on (loopback by default).
+        ctx_size: Context size (``--ctx-size``); None keeps the server's default.
+        jinja: Use the model's Jinja chat template (needed for tool calling).
+        metrics: Expose the Prometheus ``/metrics`` endpoint.
+        threads: CPU threads (``--threads``); None keeps the server's default.
+        parallel: Number of slots (``--parallel``); None keeps the server's default.
+        extra_args: More llama-server arguments, appended as given.
+        log_path: File the server's output is copied to (a temporary file by default).
+        binary: llama-server to run (else see ``find_llama_server``).
+        startup_timeout: Seconds to wait for ``/health``.
+        verify_speculation: With a draft model, send one probe request after startup
+            and raise when no draft token was proposed (llama-server silently serves
+            without speculation when it refuses a draft model).
+        echo: Stream to copy the log to as well (``sys.stderr`` for a foreground server).
+        env: Extra environment variables for the server.
+
+    Example:
+        >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
+        ...     backend = server.backend()
+    """
+
+    _name = "llama-server"
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        draft_model: str | os.PathLike[str] | None = None,
+        spec_type: str | None = None,
+        draft_max: int | None = None,
+        draft_min: int | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        ctx_size: int | None = 4096,
+        jinja: bool = True,
+        metrics: bool = True,
+        threads: int | None = None,
+        parallel: int | None = None,
+        extra_args: Sequence[str] = (),
+        log_path: str | os.PathLike[str] | None = None,
+        binary: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 120.0,
+        verify_speculation: bool = True,
+        echo: IO[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            host=host,
+            port=port,
+            log_path=log_path,
+            startup_timeout=startup_timeout,
+            echo=echo,
+            env=env,
+        )
+        self.binary = find_llama_server(binary)
+        self.flags = llama_server_flags(self.binary)
+        self.model_path = resolve_gguf(model, role="model")
+        self.draft_model_path = (
+            None if draft_model is None else resolve_gguf(draft_model, role="draft_model")
+        )
+        self.spec_type = None if spec_type is None else normalize_llama_spec_type(spec_type)
+        if self.spec_type == "none" and self.draft_model_path is None:
+            self.spec_type = None
+        if self.spec_type is None and self.draft_model_path is not None:
+            self.spec_type = "draft-simple"
+        self.draft_max = draft_max
+        self.draft_min = draft_min
+        self.ctx_size = ctx_size
+        self.jinja = jinja
+        self.metrics = metrics
+        self.threads = threads
+        self.parallel = parallel
+        self.extra_args = tuple(extra_args)
+        self.verify_speculation = verify_speculation
+        # Validate the whole configuration now, before any process starts.
+        self._command(port or 8080)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the server was asked to speculate."""
+        return self.spec_type is not None and self.spec_type != "none"
+
+    @property
+    def method(self) -> str:
+        """The speculative-llm method name of this server's speculation."""
+        if not self.speculative:
+            return "none"
+        assert self.spec_type is not None
+        first = self.spec_type.split(",")[0]
+        return _LLAMA_METHOD_OF_SPEC_TYPE.get(
+            first, "ngram" if first.startswith("ngram") else "server"
+        )
+
+    def _command(self, port: int) -> list[str]:
+        return build_llama_server_command(
+            self.binary,
+            self.flags,
+            model=self.model_path,
+            port=port,
+            host=self.host,
+            draft_model=self.draft_model_path,
+            spec_type=self.spec_type,
+            draft_max=self.draft_max,
+            draft_min=self.draft_min,
+            ctx_size=self.ctx_size,
+            jinja=self.jinja,
+            metrics=self.metrics,
+            threads=self.threads,
+            parallel=self.parallel,
+            extra_args=self.extra_args,
+        )
+
+    def _speculation_failure(self, lines: Sequence[str]) -> Exception | None:
+        """The error to raise when the log shows llama-server gave up speculation."""
+        if not self.speculative:
+            return None
+        if self.draft_model_path is not None:
+            for line in lines:
+                if any(pattern.search(line) for pattern in _VOCAB_MISMATCH_PATTERNS):
+                    return VocabularyMismatchError(
+                        f"llama-server refused the draft model {str(self.draft_model_path)!r} "
+                        f"for target {str(self.model_path)!r}: their vocabularies differ, so it "
+                        f"would serve WITHOUT speculation. Server log: {line.strip()!r}. Use a "
+                        "draft model with the target's tokenizer (same model family), or "
+                        "spec_type='ngram-simple', which needs no draft model.",
+                        field="draft_model",
+                    )
+        for line in lines:
+            if _SPEC_INIT_FAILED.search(line):
+                return SpeculationNotEnabledError(
+                    f"llama-server could not set up speculative decoding (--spec-type "
+                    f"{self.spec_type}) and would serve without it. Server log: "
+                    f"{line.strip()!r}. Full log: {self.log_path}"
+                )
+        return None
+
+    def _exit_error(self, managed: _ManagedProcess, code: int) -> Exception:
+        lines = managed.log_lines()
+        failure = self._speculation_failure(lines)
+        if failure is not None:
+            return failure
+        bad = next((line for line in lines if _BAD_ARGUMENT.search(line)), None)
+        if bad is not None:
+            return ConfigError(
+                f"llama-server rejected its command line: {bad.strip()!r}. Command: "
+                f"{format_command(managed.command)}. Log: {managed.log_path}",
+                field="extra_args",
+            )
+        failed = next((line for line in lines if _MODEL_LOAD_FAILED.search(line)), None)
+        if failed is not None:
+            return ModelNotFoundError(
+                f"llama-server could not load a model: {failed.strip()!r}. Check that the "
+                f".gguf file is complete and supported by this build. Log: {managed.log_path}\n"
+                f"Last log lines:\n{managed.log_tail(15)}",
+                field="model",
+            )
+        return super()._exit_error(managed, code)
+
+    def _after_healthy(self) -> None:
+        """Raise when the server gave up the speculation it was asked for.
+
+        Evidence, cheapest first: refusal lines in the log; ``GET /slots``, whose slots
+        say ``"speculative": false`` when no drafter could be set up; and, with a draft
+        model, a probe request that must report drafted tokens.
+        """
+        if not self.speculative:
+            return
+        assert self._managed is not None
+        failure = self._speculation_failure(self._managed.log_lines())
+        if failure is not None:
+            raise failure
+        if self._slots_speculative() is False:
+            raise SpeculationNotEnabledError(
+                f"llama-server was started with --spec-type {self.spec_type} but its /slots "
+                "endpoint says no slot speculates, so it is serving without speculation. Check "
+                f"the log for why: {self.log_path}\nLast log lines:\n{self._managed.log_tail(15)}"
+            )
+        if not (self.verify_speculation and self.draft_model_path is not None):
+            return
+        draft_n = self._probe_draft_tokens()
+        # Some builds set the draft up on the first request: read the log again.
+        failure = self._speculation_failure(self._managed.log_lines())
+        if failure is not None:
+            raise failure
+        if not draft_n:
+            raise SpeculationNotEnabledError(
+                f"llama-server started with draft model {str(self.draft_model_path)!r} "
+                f"(--spec-type {self.spec_type}) but proposed no draft token on a probe "
+                "request, so it is serving without speculation. Check the log for why "
+                f"({self._managed.log_path}); pass verify_speculation=False to skip this check."
+                f"\nLast log lines:\n{self._managed.log_tail(15)}"
+            )
+
+    def _slots_speculative(self) -> bool | None:
+        """Whether any slot speculates, per ``GET /slots`` (None when it cannot tell)."""
+        try:
+            with httpx.Client(timeout=10.0, trust_env=False) as client:
+                response = client.get(self.base_url + "/slots")
+            slots = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(slots, list):
+            return None
+        flags = [s.get("speculative") for s in slots if isinstance(s, dict)]
+        known = [flag for flag in flags if isinstance(flag, bool)]
+        return any(known) if known else None
+
+    def _probe_draft_tokens(self) -> int:
+        """Draft tokens proposed for a short, highly predictable completion."""
+        url = self.base_url + "/completion"
+        body = {"prompt": _PROBE_PROMPT, "n_predict": 24, "temperature": 0.0, "cache_prompt": False}
+        try:
+            with httpx.Client(timeout=60.0, trust_env=False) as client:
+                response = client.post(url, json=body)
+                response.raise_for_status()
+                timings = response.json().get("timings") or {}
+        except (httpx.HTTPError, ValueError) as error:
+            raise BackendUnavailableError(
+                f"The speculation probe request to {url} failed: {error}", url=url
+            ) from error
+        return int(timings.get("draft_n") or 0)
+
+    def backend(self, **options: Any) -> LlamaCppBackend:
+        """A ``LlamaCppBackend`` talking to this server (options go to its constructor)."""
+        from speculative_llm.backends.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(self.base_url, **options)
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return (
+            f"LlamaServer(model={self.model_path.name!r}, spec_type={self.spec_type!r}, "
+            f"draft_model={None if self.draft_model_path is None else self.draft_model_path.name!r}"
+            f", url={self.base_url!r}, {state})"
+        )
