@@ -1,0 +1,67 @@
+"""Spec-Bench-style benchmarks: prompt sets, an interleaved runner and reports.
+
+Run it from the command line (``speculative-llm bench --quick``) or from Python::
+
+    from speculative_llm.bench import BenchOptions, run_benchmark, write_reports
+
+    result = run_benchmark(BenchOptions(methods=("none", "ngram"), ks=(3, 5), per_category=1))
+    write_reports(result, "bench-results")
+
+Every speedup is measured against the baseline (the same backend without speculation)
+in the same run, on the same prompts, interleaved; greedy outputs are checked against
+the baseline's, as Spec-Bench does.
+"""
+
+from speculative_llm.bench.aggregate import (
+    ALL_CATEGORIES,
+    BenchSummary,
+    CellSummary,
+    PromptResult,
+    Sample,
+    Variant,
+    summarize,
+)
+from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
+from speculative_llm.bench.prompts import (
+    CATEGORIES,
+    BenchPrompt,
+    builtin_prompts,
+    load_prompts,
+    select_prompts,
+)
+from speculative_llm.bench.report import (
+    markdown_table,
+    peer_comparison,
+    render_table,
+    result_to_dict,
+    write_reports,
+)
+from speculative_llm.bench.runner import BenchResult, resolve_prompts, run_benchmark, run_samples
+
+__all__ = [
+    "ALL_CATEGORIES",
+    "CATEGORIES",
+    "QUICK",
+    "BenchOptions",
+    "BenchPrompt",
+    "BenchResult",
+    "BenchSummary",
+    "CellSummary",
+    "PromptResult",
+    "Sample",
+    "Variant",
+    "builtin_prompts",
+    "load_prompts",
+    "markdown_table",
+    "parse_ks",
+    "parse_methods",
+    "peer_comparison",
+    "render_table",
+    "resolve_prompts",
+    "result_to_dict",
+    "run_benchmark",
+    "run_samples",
+    "select_prompts",
+    "summarize",
+    "write_reports",
+]

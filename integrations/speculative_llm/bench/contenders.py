@@ -1,0 +1,318 @@
+"""Contenders: what generates for one benchmark variant, and how they are set up.
+
+* ``local``: one ``LocalBackend``; every variant is the same model with a per-request
+  ``SpecConfig`` (the baseline is ``method="none"`` through the same loop).
+* ``llamacpp`` without ``--base-url``: llama-server cannot switch speculation per
+  request, so one managed ``LlamaServer`` per variant (a plain one for the baseline,
+  ``--spec-type ngram-simple`` or ``draft-simple`` with ``--spec-draft-n-max k``).
+* Any HTTP backend with ``--base-url``: per-request methods when the backend offers
+  them; otherwise the speculative variant is ``server`` (the server's own setting) and
+  the baseline is the server at ``--baseline-url``.
+* ``--compare-transformers``: transformers' ``generate`` on the local engine's model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from speculative_llm.backends.base import Backend
+from speculative_llm.bench.aggregate import OURS, Variant
+from speculative_llm.bench.options import PEER_ENGINE, BenchOptions
+from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError, UnsupportedFeatureError
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Completion
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local import LocalBackend
+
+__all__ = [
+    "BackendContender",
+    "Contender",
+    "Outcome",
+    "open_contenders",
+    "outcome_of",
+    "spec_for",
+]
+
+DEFAULT_BENCH_MODEL = "smollm2-135m"
+"""Model of the local engine and of managed llama-servers when none is given."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one generation produced (the runner adds the wall-clock time).
+
+    Attributes:
+        text: Generated text.
+        token_ids: Generated token ids, when known.
+        generated_tokens: Tokens generated.
+        decode_s: Seconds after the first token, when known.
+        stats: The backend's statistics, when it has any.
+    """
+
+    text: str
+    token_ids: tuple[int, ...] | None
+    generated_tokens: int
+    decode_s: float | None
+    stats: SpecStats | None
+
+
+class Contender(Protocol):
+    """Generates greedily for one variant."""
+
+    variant: Variant
+
+    def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
+        """Generate for one prompt with at most ``max_tokens`` tokens."""
+        ...
+
+    def close(self) -> None:
+        """Free what this contender owns."""
+        ...
+
+
+def outcome_of(completion: Completion) -> Outcome:
+    """An ``Outcome`` from a backend's ``Completion``.
+
+    Token ids count only when every token has one; the token count comes from the
+    statistics, else the usage, else the tokens.
+    """
+    tokens = completion.tokens
+    ids = (
+        tuple(t.id for t in tokens if t.id is not None)
+        if tokens and all(t.id is not None for t in tokens)
+        else None
+    )
+    generated = completion.stats.generated_tokens
+    if generated is None:
+        generated = completion.usage.completion_tokens or len(tokens)
+    return Outcome(
+        text=completion.text,
+        token_ids=ids,
+        generated_tokens=generated,
+        decode_s=completion.stats.decode_s,
+        stats=completion.stats,
+    )
+
+
+def spec_for(variant: Variant, draft_model: str | None) -> SpecConfig | None:
+    """The per-request ``SpecConfig`` of one of our variants (None: the server's own)."""
+    if variant.method == "none":
+        return SpecConfig.baseline()
+    if variant.method == "server":
+        return None
+    assert variant.k is not None
+    return SpecConfig(
+        method=variant.method,  # type: ignore[arg-type]
+        num_speculative_tokens=variant.k,
+        draft_model=draft_model if variant.method == "draft_model" else None,
+    )
+
+
+class BackendContender:
+    """One variant through a speculative-llm ``Backend``.
+
+    Args:
+        variant: The variant.
+        backend: The backend to generate with (not closed by this contender unless
+            ``owns_backend``).
+        spec: The request's ``SpecConfig`` (None: the backend's or server's default).
+        owns_backend: Close the backend in ``close``.
+    """
+
+    def __init__(
+        self,
+        variant: Variant,
+        backend: Backend,
+        spec: SpecConfig | None,
+        *,
+        owns_backend: bool = False,
+    ) -> None:
+        self.variant = variant
+        self.backend = backend
+        self.spec = spec
+        self._owns_backend = owns_backend
+
+    def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
+        """Generate through the backend (non-streaming)."""
+        return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
+
+    def close(self) -> None:
+        """Close the backend if this contender owns it."""
+        if self._owns_backend:
+            self.backend.close()
+
+
+def _local_backend(options: BenchOptions, draft_model: str | None) -> LocalBackend:
+    from speculative_llm.backends.local import LocalBackend
+
+    return LocalBackend(
+        model=options.model or DEFAULT_BENCH_MODEL,
+        draft_model=draft_model,
+        speculative=SpecConfig.baseline(),
+        device=options.device,
+        dtype=options.dtype,
+        torch_threads=options.torch_threads,
+        progress=options.progress,
+    )
+
+
+LLAMA_NGRAM_LOOKUP_OPTION = "--spec-ngram-simple-size-n"
+"""llama-server's n-gram lookup length for ``ngram-simple`` (12 tokens by default)."""
+
+
+def _managed_llama_contenders(
+    options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
+) -> list[Backend]:
+    from speculative_llm.servers import LlamaServer, find_llama_server, llama_server_flags
+
+    model = options.model or DEFAULT_BENCH_MODEL
+    # ngram-simple looks up 12-token n-grams by default and rarely drafts on short
+    # answers; match the local engine's lookup (ngram_max tokens) so "ngram k" means the
+    # same on both backends.
+    flags = llama_server_flags(find_llama_server())
+    ngram_args: tuple[str, ...] = (
+        (LLAMA_NGRAM_LOOKUP_OPTION, str(SpecConfig().ngram_max))
+        if flags.has(LLAMA_NGRAM_LOOKUP_OPTION)
+        else ()
+    )
+    backends: list[Backend] = []
+    for variant in variants:
+        if variant.method == "server":
+            raise ConfigError(
+                "Method 'server' needs --base-url (a running server). Without it, bench starts "
+                "llama-servers itself: use --methods none,ngram,draft_model.",
+                field="methods",
+            )
+        if variant.method == "none":
+            server = LlamaServer(model, threads=options.torch_threads)
+        else:
+            server = LlamaServer(
+                model,
+                spec_type=variant.method,
+                draft_model=options.draft_model if variant.method == "draft_model" else None,
+                draft_max=variant.k,
+                threads=options.torch_threads,
+                extra_args=ngram_args if variant.method == "ngram" else (),
+            )
+        stack.enter_context(server)
+        # Every timed request processes its whole prompt, as the in-process engine does
+        # (llama-server would otherwise reuse the cached prompt of the previous repeat).
+        backend = server.backend(extra_body={"cache_prompt": False})
+        stack.callback(backend.close)
+        backends.append(backend)
+    return backends
+
+
+def _http_backend(name: str, url: str, model: str | None) -> Backend:
+    from speculative_llm.backends.registry import create_backend
+
+    options: dict[str, Any] = {"base_url": url}
+    if model:
+        options["model"] = model
+    return create_backend(name, **options)
+
+
+def _http_contenders(
+    options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
+) -> list[BackendContender]:
+    assert options.base_url is not None
+    backend = _http_backend(options.backend, options.base_url, options.model)
+    stack.callback(backend.close)
+    methods = backend.capabilities.methods
+    baseline_backend: Backend | None = None
+    contenders: list[BackendContender] = []
+    for variant in variants:
+        if variant.method in methods and variant.method != "server":
+            contenders.append(
+                BackendContender(variant, backend, spec_for(variant, options.draft_model))
+            )
+        elif variant.method == "none":
+            if options.baseline_url is None:
+                raise UnsupportedFeatureError(
+                    f"Backend {backend.name!r} cannot switch speculation off per request, so the "
+                    "baseline needs its own server: start the same model without speculative "
+                    "flags and pass its URL with --baseline-url."
+                )
+            if baseline_backend is None:
+                baseline_backend = _http_backend(
+                    options.backend, options.baseline_url, options.model
+                )
+                stack.callback(baseline_backend.close)
+            contenders.append(BackendContender(variant, baseline_backend, None))
+        elif variant.method == "server" or "server" in methods:
+            if variant.method != "server":
+                raise UnsupportedFeatureError(
+                    f"Backend {backend.name!r} speculates as its server was started; it cannot "
+                    f"be asked for {variant.method!r} per request. Use --methods none,server"
+                    + (
+                        ", or leave out --base-url to let bench start llama-servers itself."
+                        if options.managed_servers or backend.name == "llamacpp"
+                        else "."
+                    )
+                )
+            contenders.append(BackendContender(variant, backend, None))
+        else:
+            raise UnsupportedFeatureError(
+                f"Backend {backend.name!r} does not support method {variant.method!r}; it "
+                f"supports {', '.join(sorted(methods))}."
+            )
+    return contenders
+
+
+def _peer_contenders(
+    options: BenchOptions,
+    variants: list[Variant],
+    holder: LocalBackend,
+) -> list[Contender]:
+    from speculative_llm.backends.local import load_model
+    from speculative_llm.bench.transformers_peer import TransformersContender
+
+    assistant: Any = None
+    if any(v.method == "draft_model" for v in variants):
+        assert options.draft_model is not None
+        assistant = load_model(
+            options.draft_model,
+            device=options.device,
+            dtype=options.dtype,
+            progress=options.progress,
+        ).model
+    return [TransformersContender(v, holder, assistant_model=assistant) for v in variants]
+
+
+def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[Contender]:
+    """Build a contender for every variant of ``options``; ``stack`` closes what they hold.
+
+    Raises:
+        ConfigError: Options that cannot run on this backend.
+        UnsupportedFeatureError: A method the backend cannot run (the message says how).
+        MissingDependencyError: A needed optional dependency is missing.
+    """
+    variants = options.variants()
+    ours = [v for v in variants if v.engine == OURS]
+    peers = [v for v in variants if v.engine == PEER_ENGINE]
+    contenders: list[Contender] = []
+    holder: LocalBackend | None = None
+    if options.backend == "local":
+        holder = _local_backend(options, options.draft_model)
+        stack.callback(holder.close)
+        contenders.extend(
+            BackendContender(v, holder, spec_for(v, options.draft_model)) for v in ours
+        )
+    elif options.managed_servers:
+        backends = _managed_llama_contenders(options, ours, stack)
+        contenders.extend(BackendContender(v, b, None) for v, b in zip(ours, backends, strict=True))
+    else:
+        contenders.extend(_http_contenders(options, ours, stack))
+    if peers:
+        if holder is None:
+            # The peer needs the model in this process: load it through the local engine
+            # so weights, dtype and prompt encoding are the local engine's.
+            holder = _local_backend(options, None)
+            stack.callback(holder.close)
+        contenders.extend(_peer_contenders(options, peers, holder))
+    return contenders

@@ -1,0 +1,215 @@
+"""What a benchmark run measures: backend, model, methods, draft lengths, prompts, repeats."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speculative_llm.bench.aggregate import OURS, Variant
+from speculative_llm.errors import ConfigError
+
+__all__ = ["BENCH_METHODS", "PEER_ENGINE", "QUICK", "BenchOptions", "parse_ks", "parse_methods"]
+
+BENCH_METHODS: tuple[str, ...] = ("none", "ngram", "draft_model", "server")
+"""Methods a benchmark can ask for; ``server`` is whatever a running server was started
+with (one variant, k decided by the server)."""
+
+PEER_ENGINE = "transformers"
+"""Engine name of transformers' own generation, the peer of ``--compare-transformers``."""
+
+QUICK: dict[str, Any] = {"per_category": 1, "max_tokens": 48, "repeats": 2}
+"""What ``--quick`` sets (one prompt per category, short answers, two repeats), unless
+the user gives those options explicitly."""
+
+
+def parse_methods(value: str) -> tuple[str, ...]:
+    """Parse ``none,ngram,draft_model`` into a tuple (duplicates dropped).
+
+    Raises:
+        ConfigError: An unknown method.
+    """
+    methods = tuple(dict.fromkeys(m.strip() for m in value.split(",") if m.strip()))
+    unknown = [m for m in methods if m not in BENCH_METHODS]
+    if unknown or not methods:
+        raise ConfigError(
+            f"Unknown benchmark method(s) {', '.join(unknown) or repr(value)}; use a "
+            f"comma-separated list of {', '.join(BENCH_METHODS)}.",
+            field="methods",
+        )
+    return methods
+
+
+def parse_ks(value: str) -> tuple[int, ...]:
+    """Parse ``3,5,8`` into draft lengths.
+
+    Raises:
+        ConfigError: A value is not an integer >= 1.
+    """
+    ks: list[int] = []
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        try:
+            k = int(item)
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise ConfigError(
+                f"Draft lengths must be integers >= 1, got {item.strip()!r} in {value!r}.",
+                field="k",
+            )
+        ks.append(k)
+    if not ks:
+        raise ConfigError("Give at least one draft length, for example --k 5.", field="k")
+    return tuple(dict.fromkeys(ks))
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """Options of one benchmark run.
+
+    Args:
+        backend: ``local`` (the in-process engine), ``llamacpp`` or any registered HTTP
+            backend.
+        model: Target model. ``local``: alias, ``.gguf``, directory or hub id (default
+            ``smollm2-135m``). ``llamacpp`` without ``base_url``: the ``.gguf`` or alias
+            the managed llama-servers load (default ``smollm2-135m``). HTTP backends: the
+            model name sent with requests.
+        draft_model: Draft model for ``draft_model``.
+        base_url: URL of a running server (HTTP backends). Without it, ``llamacpp``
+            starts one managed llama-server per variant.
+        baseline_url: URL of a second server started without speculation, for HTTP
+            backends that cannot switch speculation off per request.
+        methods: Methods to compare; the baseline ``none`` is always run.
+        ks: Draft lengths; each speculative method runs once per k.
+        categories: ``all`` or category names.
+        prompts_file: A JSONL prompt file instead of the built-in set.
+        per_category: Most prompts per category (None: all).
+        repeats: Timed repeats per (variant, prompt); the median is reported.
+        max_tokens: Generation budget per prompt.
+        warmup: Run every variant once, untimed, before measuring.
+        compare_transformers: Add transformers' ``generate`` on the same model and
+            prompts: plain greedy, ``prompt_lookup_num_tokens=k`` and ``assistant_model=``.
+        dtype: Weight dtype of in-process models (``auto``, ``float32``, ``bfloat16``).
+        device: Torch device of in-process models.
+        torch_threads: Threads of in-process models (torch) and of managed llama-servers
+            (None: their defaults).
+        progress: Show a progress bar on stderr.
+
+    Raises:
+        ConfigError: Inconsistent options; the message says which and how to fix them.
+    """
+
+    backend: str = "local"
+    model: str | None = None
+    draft_model: str | None = None
+    base_url: str | None = None
+    baseline_url: str | None = None
+    methods: tuple[str, ...] = ("none", "ngram")
+    ks: tuple[int, ...] = (5,)
+    categories: str | tuple[str, ...] = "all"
+    prompts_file: Path | None = None
+    per_category: int | None = None
+    repeats: int = 3
+    max_tokens: int = 128
+    warmup: bool = True
+    compare_transformers: bool = False
+    dtype: str = "auto"
+    device: str = "cpu"
+    torch_threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in BENCH_METHODS]
+        if unknown:
+            raise ConfigError(
+                f"Unknown benchmark method(s) {', '.join(unknown)}; use "
+                f"{', '.join(BENCH_METHODS)}.",
+                field="methods",
+            )
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ConfigError(f"Draft lengths must be integers >= 1, got {self.ks}.", field="k")
+        if not self.ks:
+            raise ConfigError("Give at least one draft length, for example --k 5.", field="k")
+        for name in ("repeats", "max_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.", field=name)
+        if self.per_category is not None and self.per_category < 1:
+            raise ConfigError(
+                f"per_category must be >= 1, got {self.per_category}.", field="per_category"
+            )
+        if "draft_model" in self.methods and not self.draft_model:
+            raise ConfigError(
+                "Method draft_model needs a draft model: pass --draft (a model with the "
+                "target's vocabulary; the target itself works for a mechanics check), or drop "
+                "draft_model from --methods.",
+                field="draft_model",
+            )
+        if self.backend == "local":
+            if "server" in self.methods:
+                raise ConfigError(
+                    "Method 'server' means a server's own configuration; the local engine takes "
+                    "none, ngram or draft_model.",
+                    field="methods",
+                )
+            if self.base_url or self.baseline_url:
+                raise ConfigError(
+                    "--base-url/--baseline-url are for server backends; the local engine runs "
+                    "in this process (choose --backend llamacpp, vllm... for a server).",
+                    field="base_url",
+                )
+        elif self.base_url is None and self.backend not in (
+            "llamacpp",
+            "llama-server",
+            "llama.cpp",
+        ):
+            raise ConfigError(
+                f"Backend {self.backend!r} needs --base-url (the URL of a running server). "
+                "Only llamacpp can start its own servers.",
+                field="base_url",
+            )
+        if self.compare_transformers and self.base_url is not None and not self.model:
+            raise ConfigError(
+                "--compare-transformers loads the model in this process: pass --model with a "
+                "name transformers can load (a packaged alias, .gguf file, directory or hub id).",
+                field="model",
+            )
+
+    @property
+    def managed_servers(self) -> bool:
+        """Whether the benchmark starts its own llama-servers (llamacpp without a URL)."""
+        return self.backend in ("llamacpp", "llama-server", "llama.cpp") and self.base_url is None
+
+    def variants(self) -> list[Variant]:
+        """The variants to run, baselines first: ours, then transformers' when compared."""
+        speculative = [m for m in self.methods if m != "none"]
+        ours = [Variant(OURS, "none")]
+        for method in speculative:
+            if method == "server":
+                ours.append(Variant(OURS, "server"))
+            else:
+                ours.extend(Variant(OURS, method, k) for k in self.ks)
+        if not self.compare_transformers:
+            return ours
+        peers = [Variant(PEER_ENGINE, "none")]
+        for method in speculative:
+            if method in ("ngram", "draft_model"):
+                peers.extend(Variant(PEER_ENGINE, method, k) for k in self.ks)
+        return ours + peers
+
+    def replace(self, **changes: Any) -> BenchOptions:
+        """A copy with some options changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-compatible dict."""
+        record = dataclasses.asdict(self)
+        record["prompts_file"] = None if self.prompts_file is None else str(self.prompts_file)
+        record["methods"] = list(self.methods)
+        record["ks"] = list(self.ks)
+        if not isinstance(self.categories, str):
+            record["categories"] = list(self.categories)
+        return record

@@ -1,0 +1,293 @@
+"""Benchmark prompts: the built-in Spec-Bench-style set and users' JSONL files.
+
+The built-in set (``bench/prompts/<category>.jsonl``, written for this project) covers
+Spec-Bench's categories plus code editing, 10 or more prompts each:
+
+* ``multi_turn``: a conversation whose last user turn follows up on an earlier answer;
+* ``translation``: short texts between European languages;
+* ``summarization``: news-style articles to summarise in three sentences;
+* ``qa``: open-domain questions;
+* ``math_reasoning``: word problems solved step by step;
+* ``rag``: a retrieved document and a question answered by quoting it (extraction);
+* ``code_edit``: a source file and an edit request, answered with the whole file.
+
+The last two repeat long stretches of their prompt, which is where prompt lookup
+(n-gram drafting) pays off.
+
+A JSONL file has one JSON object per line with either ``messages`` (OpenAI-style
+chat messages), ``prompt`` (plain text) or Spec-Bench's ``turns`` (a list with one
+user turn), plus optional ``id``, ``category`` (default ``custom``) and
+``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError
+from speculative_llm.types import GenerationRequest, Message
+
+__all__ = [
+    "CATEGORIES",
+    "BenchPrompt",
+    "builtin_prompts",
+    "load_prompts",
+    "parse_categories",
+    "parse_prompt",
+    "select_prompts",
+]
+
+CATEGORIES: tuple[str, ...] = (
+    "multi_turn",
+    "translation",
+    "summarization",
+    "qa",
+    "math_reasoning",
+    "rag",
+    "code_edit",
+)
+"""Categories of the built-in prompt set, in report order."""
+
+_CATEGORY_ALIASES: dict[str, str] = {
+    "mt_bench": "multi_turn",
+    "multi-turn": "multi_turn",
+    "summarisation": "summarization",
+    "math": "math_reasoning",
+    "code": "code_edit",
+    "code-edit": "code_edit",
+    "extraction": "rag",
+}
+"""Spec-Bench's and common alternative spellings of the category names."""
+
+_ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPrompt:
+    """One benchmark prompt.
+
+    Attributes:
+        id: Unique name, for example ``code_edit-03``.
+        category: Category it is reported under.
+        messages: Chat messages (the model answers the last user turn), or None.
+        prompt: Plain-text prompt, when ``messages`` is None.
+        max_tokens: This prompt's own generation budget (None: the run's).
+    """
+
+    id: str
+    category: str
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    max_tokens: int | None = None
+
+    def request(self, max_tokens: int, spec: SpecConfig | None) -> GenerationRequest:
+        """The greedy request for this prompt (its own ``max_tokens`` caps the run's)."""
+        budget = max_tokens if self.max_tokens is None else min(max_tokens, self.max_tokens)
+        return GenerationRequest(
+            messages=self.messages,
+            prompt=self.prompt,
+            max_tokens=budget,
+            temperature=0.0,
+            spec=spec,
+        )
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages as OpenAI-style dicts (for tokenizers' chat templates)."""
+        if self.messages is None:
+            raise ConfigError(f"prompt {self.id!r} has no chat messages.", field="messages")
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+
+def _normalize_category(name: str) -> str:
+    key = name.strip().lower()
+    return _CATEGORY_ALIASES.get(key, key)
+
+
+def _parse_messages(value: Any, where: str) -> tuple[Message, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: 'messages' must be a non-empty list.", field="messages")
+    messages: list[Message] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping) or not isinstance(item.get("content"), str):
+            raise ConfigError(
+                f"{where}: messages[{index}] must be an object with 'role' and a string 'content'.",
+                field="messages",
+            )
+        role = item.get("role")
+        if role not in _ROLES:
+            raise ConfigError(
+                f"{where}: messages[{index}] has role {role!r}; use system, user or assistant.",
+                field="messages",
+            )
+        messages.append(Message(role=role, content=item["content"]))
+    if messages[-1].role != "user":
+        raise ConfigError(
+            f"{where}: the last message must come from the user (the model answers it).",
+            field="messages",
+        )
+    return tuple(messages)
+
+
+def parse_prompt(record: Mapping[str, Any], *, where: str, default_id: str) -> BenchPrompt:
+    """Build a ``BenchPrompt`` from one decoded JSONL record.
+
+    Args:
+        record: The decoded object.
+        where: Location for error messages (``file.jsonl:12``).
+        default_id: Id used when the record has none.
+
+    Raises:
+        ConfigError: The record has none or several of ``messages``/``prompt``/``turns``,
+            or a malformed value; the message says where and what to write instead.
+    """
+    if not isinstance(record, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(record).__name__}.")
+    given = [key for key in ("messages", "prompt", "turns") if key in record]
+    if len(given) != 1:
+        raise ConfigError(
+            f"{where}: give exactly one of 'messages' (chat), 'prompt' (plain text) or "
+            f"'turns' (Spec-Bench), found {given or 'none'}.",
+            field="messages",
+        )
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    if "messages" in record:
+        messages = _parse_messages(record["messages"], where)
+    elif "prompt" in record:
+        prompt = record["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ConfigError(f"{where}: 'prompt' must be a non-empty string.", field="prompt")
+    else:
+        turns = record["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise ConfigError(f"{where}: 'turns' must be a list of strings.", field="turns")
+        if len(turns) > 1:
+            raise ConfigError(
+                f"{where}: {len(turns)} turns. A benchmark prompt is one generation: write "
+                "the earlier turns and their answers as 'messages' (user, assistant, ..., "
+                "user).",
+                field="turns",
+            )
+        messages = (Message(role="user", content=turns[0]),)
+    max_tokens = record.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+    ):
+        raise ConfigError(
+            f"{where}: 'max_tokens' must be a positive integer, got {max_tokens!r}.",
+            field="max_tokens",
+        )
+    raw_id = record.get("id", record.get("question_id", default_id))
+    category = record.get("category", "custom")
+    if not isinstance(category, str) or not category.strip():
+        raise ConfigError(f"{where}: 'category' must be a non-empty string.", field="category")
+    return BenchPrompt(
+        id=str(raw_id),
+        category=_normalize_category(category),
+        messages=messages,
+        prompt=prompt,
+        max_tokens=max_tokens,
+    )
+
+
+def _read_jsonl(lines: Iterable[str], source: str) -> list[BenchPrompt]:
+    prompts: list[BenchPrompt] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not valid JSON ({error.msg}).", field="prompts") from error
+        prompts.append(parse_prompt(record, where=where, default_id=f"prompt-{number}"))
+    seen: set[str] = set()
+    for item in prompts:
+        if item.id in seen:
+            raise ConfigError(
+                f"{source}: the id {item.id!r} is used twice; give every prompt its own id.",
+                field="prompts",
+            )
+        seen.add(item.id)
+    return prompts
+
+
+def load_prompts(path: str | Path) -> list[BenchPrompt]:
+    """Read a JSONL prompt file (see the module docstring for its format).
+
+    Raises:
+        ConfigError: The file is missing, empty or has a malformed line (named).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(
+            f"Prompt file {str(file)!r} does not exist. Give a JSONL file with one object per "
+            'line, for example {"category": "qa", "messages": [{"role": "user", '
+            '"content": "..."}]}.',
+            field="prompts",
+        )
+    with file.open(encoding="utf-8") as handle:
+        prompts = _read_jsonl(handle, str(file))
+    if not prompts:
+        raise ConfigError(f"Prompt file {str(file)!r} has no prompts.", field="prompts")
+    return prompts
+
+
+def builtin_prompts(categories: Sequence[str] | None = None) -> list[BenchPrompt]:
+    """The built-in prompts of ``categories`` (all by default), in category order."""
+    wanted = CATEGORIES if categories is None else parse_categories(categories, CATEGORIES)
+    folder = resources.files("speculative_llm.bench").joinpath("prompts")
+    prompts: list[BenchPrompt] = []
+    for category in wanted:
+        text = folder.joinpath(f"{category}.jsonl").read_text(encoding="utf-8")
+        prompts.extend(_read_jsonl(text.splitlines(), f"built-in {category}.jsonl"))
+    return prompts
+
+
+def parse_categories(value: str | Sequence[str], available: Sequence[str]) -> tuple[str, ...]:
+    """Resolve ``all`` or a comma-separated list (or a sequence) of category names.
+
+    Raises:
+        ConfigError: A name is not among ``available`` (the message lists them).
+    """
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [_normalize_category(name) for name in names if name.strip()]
+    if not names or names == ["all"]:
+        return tuple(available)
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        raise ConfigError(
+            f"Unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}. "
+            f"Choose 'all' or among: {', '.join(available)}.",
+            field="categories",
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def select_prompts(
+    prompts: Sequence[BenchPrompt],
+    categories: str | Sequence[str] = "all",
+    per_category: int | None = None,
+) -> list[BenchPrompt]:
+    """Keep the prompts of some categories, at most ``per_category`` of each.
+
+    Categories keep the order of their first appearance in ``prompts``.
+
+    Raises:
+        ConfigError: An unknown category, or ``per_category`` < 1.
+    """
+    if per_category is not None and per_category < 1:
+        raise ConfigError(f"per_category must be >= 1, got {per_category}.", field="per_category")
+    available = tuple(dict.fromkeys(p.category for p in prompts))
+    wanted = parse_categories(categories, available)
+    selected: list[BenchPrompt] = []
+    for category in wanted:
+        items = [p for p in prompts if p.category == category]
+        selected.extend(items if per_category is None else items[:per_category])
+    return selected

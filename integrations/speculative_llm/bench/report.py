@@ -1,0 +1,403 @@
+"""Benchmark reports: a rich table, JSON, CSV and PNG plots.
+
+Files written by ``write_reports(result, out_dir)``:
+
+* ``results.json``: options, environment, one summary row per (variant, category),
+  the peer comparison, per-prompt results and every sample (with output text);
+* ``summary.csv``: the summary rows;
+* ``speedup_by_category.png``: measured speedups by category, and decode speedup
+  against the Leviathan expectation;
+* ``acceptance_by_position.png``: accepted / drafted at each draft position.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from speculative_llm.bench.aggregate import (
+    ALL_CATEGORIES,
+    OURS,
+    BenchSummary,
+    CellSummary,
+    Variant,
+    cross_engine_agreement,
+    ratio,
+)
+from speculative_llm.bench.options import PEER_ENGINE
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from speculative_llm.bench.runner import BenchResult
+
+__all__ = [
+    "CSV_FIELDS",
+    "SCHEMA",
+    "format_ratio",
+    "markdown_table",
+    "peer_comparison",
+    "plot_acceptance_by_position",
+    "plot_speedup_by_category",
+    "render_peer_table",
+    "render_table",
+    "result_to_dict",
+    "write_csv",
+    "write_json",
+    "write_reports",
+]
+
+SCHEMA = "speculative-llm-bench/1"
+"""Identifier of the ``results.json`` layout."""
+
+CSV_FIELDS: tuple[str, ...] = (
+    "category",
+    "variant",
+    "engine",
+    "method",
+    "k",
+    "prompts",
+    "generated_tokens",
+    "wall_s",
+    "decode_s",
+    "tokens_per_second",
+    "decode_tokens_per_second",
+    "speedup",
+    "decode_speedup",
+    "expected_speedup",
+    "measured_over_expected",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "alpha",
+    "draft_tokens",
+    "accepted_tokens",
+    "verify_steps",
+    "stats_source",
+    "acceptance_by_position",
+    "equal_outputs",
+    "compared_outputs",
+)
+"""Columns of ``summary.csv`` (``acceptance_by_position`` is ``;``-separated)."""
+
+
+# ---- formatting -------------------------------------------------------------------------
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def format_ratio(value: float | None) -> str:
+    """``1.23x``, or ``-`` when unknown."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _equal(cell: CellSummary) -> str:
+    return "-" if cell.compared_outputs == 0 else f"{cell.equal_outputs}/{cell.compared_outputs}"
+
+
+def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
+    """The summary as a rich ``Table``: one section per category, ``all`` last."""
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for header in (
+        "category",
+        "variant",
+        "tok/s",
+        "decode tok/s",
+        "speedup",
+        "decode speedup",
+        "expected",
+        "accept",
+        "mean acc. len",
+        "equal",
+    ):
+        text_column = header in ("category", "variant")
+        table.add_column(
+            header, justify="left" if text_column else "right", no_wrap=header == "variant"
+        )
+    previous: str | None = None
+    for cell in summary.cells:
+        if previous is not None and cell.category != previous:
+            table.add_section()
+        table.add_row(
+            cell.category if cell.category != previous else "",
+            cell.variant.label,
+            _number(cell.tokens_per_second),
+            _number(cell.decode_tokens_per_second),
+            format_ratio(cell.speedup),
+            format_ratio(cell.decode_speedup),
+            format_ratio(cell.expected_speedup),
+            _percent(cell.acceptance_rate),
+            _number(cell.mean_accepted_length, 2),
+            _equal(cell),
+        )
+        previous = cell.category
+    return table
+
+
+def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> str:
+    """One category's rows as a Markdown table (for documentation)."""
+    lines = [
+        "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | accept "
+        "| mean acc. len | equal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for cell in summary.cells:
+        if cell.category != category:
+            continue
+        lines.append(
+            f"| {cell.variant.label} | {_number(cell.tokens_per_second)} | "
+            f"{_number(cell.decode_tokens_per_second)} | {format_ratio(cell.speedup)} | "
+            f"{format_ratio(cell.decode_speedup)} | {format_ratio(cell.expected_speedup)} | "
+            f"{_percent(cell.acceptance_rate)} | {_number(cell.mean_accepted_length, 2)} | "
+            f"{_equal(cell)} |"
+        )
+    return "\n".join(lines)
+
+
+# ---- peer comparison ---------------------------------------------------------------------
+
+
+def peer_comparison(summary: BenchSummary) -> list[dict[str, Any]]:
+    """Our variants against transformers' with the same method and k (pooled over all).
+
+    Each row gives both throughputs, their ratio (ours / theirs, wall clock and decode)
+    and on how many prompts the two outputs are identical.
+    """
+    rows: list[dict[str, Any]] = []
+    for variant in summary.variants:
+        if variant.engine != OURS:
+            continue
+        peer = Variant(PEER_ENGINE, variant.method, variant.k)
+        ours_cell, peer_cell = summary.cell(variant), summary.cell(peer)
+        if ours_cell is None or peer_cell is None:
+            continue
+        equal, compared = cross_engine_agreement(summary.prompt_results, variant, peer)
+        rows.append(
+            {
+                "method": variant.method,
+                "k": variant.k,
+                "ours": variant.label,
+                "peer": peer.label,
+                "ours_tokens_per_second": ours_cell.tokens_per_second,
+                "peer_tokens_per_second": peer_cell.tokens_per_second,
+                "ours_over_peer": ratio(ours_cell.tokens_per_second, peer_cell.tokens_per_second),
+                "ours_decode_tokens_per_second": ours_cell.decode_tokens_per_second,
+                "peer_decode_tokens_per_second": peer_cell.decode_tokens_per_second,
+                "ours_over_peer_decode": ratio(
+                    ours_cell.decode_tokens_per_second, peer_cell.decode_tokens_per_second
+                ),
+                "equal_outputs": equal,
+                "compared_outputs": compared,
+            }
+        )
+    return rows
+
+
+def render_peer_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The peer comparison as a rich ``Table``."""
+    from rich.table import Table
+
+    table = Table(title="speculative-llm vs transformers (same model, prompts and k)")
+    for header in (
+        "method",
+        "ours tok/s",
+        "transformers tok/s",
+        "ours / theirs",
+        "decode ours / theirs",
+        "same output",
+    ):
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for row in rows:
+        label = row["method"] if row["k"] is None else f"{row['method']} k={row['k']}"
+        table.add_row(
+            label,
+            _number(row["ours_tokens_per_second"]),
+            _number(row["peer_tokens_per_second"]),
+            format_ratio(row["ours_over_peer"]),
+            format_ratio(row["ours_over_peer_decode"]),
+            f"{row['equal_outputs']}/{row['compared_outputs']}",
+        )
+    return table
+
+
+# ---- files -------------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def result_to_dict(result: BenchResult) -> dict[str, Any]:
+    """The whole run as a JSON-compatible dict (see the module docstring)."""
+    summary = result.summary
+    record = {
+        "schema": SCHEMA,
+        "started_at": result.started_at,
+        "duration_s": result.duration_s,
+        "options": result.options.to_dict(),
+        "environment": result.environment,
+        "variants": [v.to_dict() for v in summary.variants],
+        "categories": list(summary.categories),
+        "prompts": [
+            {"id": p.id, "category": p.category, "max_tokens": p.max_tokens} for p in result.prompts
+        ],
+        "summary": [cell.to_dict() for cell in summary.cells],
+        "peer_comparison": peer_comparison(summary),
+        "prompt_results": [r.to_dict() for r in summary.prompt_results],
+        "samples": [s.to_dict() for s in result.samples],
+    }
+    finite: dict[str, Any] = _finite(record)
+    return finite
+
+
+def write_json(result: BenchResult, path: Path) -> Path:
+    """Write ``result_to_dict(result)`` to ``path``."""
+    path.write_text(json.dumps(result_to_dict(result), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ";".join(f"{item:.4f}" if isinstance(item, float) else str(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def write_csv(summary: BenchSummary, path: Path) -> Path:
+    """Write one row per (variant, category) cell to ``path``."""
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(CSV_FIELDS))
+        writer.writeheader()
+        for cell in summary.cells:
+            row = cell.to_dict()
+            writer.writerow({name: _csv_value(row.get(name)) for name in CSV_FIELDS})
+    return path
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never open a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_speedup_by_category(summary: BenchSummary, path: Path) -> Path:
+    """Grouped bars of speedup per category (top: wall clock; bottom: decode vs expected)."""
+    plt = _pyplot()
+    categories = [*summary.categories, ALL_CATEGORIES]
+    variants = [v for v in summary.variants if not v.is_baseline]
+    figure, (wall_axis, decode_axis) = plt.subplots(
+        2, 1, figsize=(max(7.0, 1.1 * len(categories) + 2.5), 8.0), sharex=True
+    )
+    width = 0.8 / max(1, len(variants))
+    positions = list(range(len(categories)))
+    for index, variant in enumerate(variants):
+        offsets = [p - 0.4 + width * (index + 0.5) for p in positions]
+        cells = [summary.cell(variant, c) for c in categories]
+        wall = [math.nan if c is None or c.speedup is None else c.speedup for c in cells]
+        decode = [
+            math.nan if c is None or c.decode_speedup is None else c.decode_speedup for c in cells
+        ]
+        expected = [
+            math.nan if c is None or c.expected_speedup is None else c.expected_speedup
+            for c in cells
+        ]
+        wall_axis.bar(offsets, wall, width, label=variant.label)
+        decode_axis.bar(offsets, decode, width)
+        decode_axis.scatter(
+            offsets,
+            expected,
+            marker="_",
+            s=160,
+            color="black",
+            zorder=3,
+            label="expected (Leviathan)" if index == 0 else None,
+        )
+    for axis, title in (
+        (wall_axis, "Speedup over the baseline (wall clock, as Spec-Bench)"),
+        (decode_axis, "Decode speedup; black marks: Leviathan expected speedup"),
+    ):
+        axis.axhline(1.0, color="grey", linewidth=1, linestyle="--")
+        axis.set_title(title, fontsize="medium")
+        axis.set_ylabel("x baseline")
+    decode_axis.set_xticks(positions)
+    decode_axis.set_xticklabels(categories, rotation=30, ha="right")
+    if variants:
+        wall_axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        decode_axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        wall_axis.text(
+            0.5, 0.5, "no speculative variant", ha="center", transform=wall_axis.transAxes
+        )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_acceptance_by_position(summary: BenchSummary, path: Path) -> Path:
+    """Accepted / drafted at each draft position, one line per speculative variant."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7.0, 4.5))
+    plotted = 0
+    for variant in summary.variants:
+        cell = summary.cell(variant)
+        rates = None if cell is None or variant.is_baseline else cell.acceptance_by_position
+        if not rates:
+            continue
+        axis.plot(range(1, len(rates) + 1), rates, marker="o", label=variant.label)
+        plotted += 1
+    axis.set_xlabel("draft position")
+    axis.set_ylabel("accepted / drafted")
+    axis.set_ylim(0.0, 1.05)
+    axis.set_title("Acceptance by draft position (all categories)")
+    if plotted:
+        axis.legend(fontsize="small", loc="best")
+        axis.xaxis.get_major_locator().set_params(integer=True)
+    else:
+        axis.text(
+            0.5, 0.5, "no per-position acceptance figures", ha="center", transform=axis.transAxes
+        )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_reports(result: BenchResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write the JSON, CSV and both plots into ``out_dir`` (created); returns the paths."""
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "json": write_json(result, folder / "results.json"),
+        "csv": write_csv(result.summary, folder / "summary.csv"),
+        "speedup_plot": plot_speedup_by_category(
+            result.summary, folder / "speedup_by_category.png"
+        ),
+        "acceptance_plot": plot_acceptance_by_position(
+            result.summary, folder / "acceptance_by_position.png"
+        ),
+    }

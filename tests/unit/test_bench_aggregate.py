@@ -1,0 +1,274 @@
+"""Arithmetic of benchmark aggregation: medians, pooled throughput, speedups, equality."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from speculative_llm.bench.aggregate import (
+    ALL_CATEGORIES,
+    OURS,
+    Sample,
+    Variant,
+    cross_engine_agreement,
+    first_divergence,
+    median,
+    outputs_equal,
+    ratio,
+    summarize,
+    summarize_prompt,
+    throughput,
+)
+from speculative_llm.stats import SpecStats, expected_walltime_factor
+
+BASE = Variant(OURS, "none")
+NGRAM = Variant(OURS, "ngram", 4)
+PEER = Variant("transformers", "none")
+
+
+def _stats(
+    method: str,
+    generated: int,
+    drafted: int,
+    accepted: int,
+    steps: int,
+    rejected: int,
+    decode_s: float,
+    k: int | None = 4,
+) -> SpecStats:
+    return SpecStats(
+        backend="local",
+        method=method,
+        source="exact",
+        num_speculative_tokens=k,
+        generated_tokens=generated,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        verify_steps=steps,
+        rejected_steps=rejected,
+        decode_s=decode_s,
+        accepted_per_position=(3, 1, 0, 0) if drafted else (),
+        drafted_per_position=(4, 3, 1, 1) if drafted else (),
+    )
+
+
+def _sample(
+    variant: Variant,
+    prompt: str,
+    category: str,
+    repeat: int,
+    tokens: int,
+    wall: float,
+    decode: float | None,
+    text: str = "out",
+    ids: tuple[int, ...] | None = None,
+    stats: SpecStats | None = None,
+) -> Sample:
+    return Sample(variant, prompt, category, repeat, tokens, wall, decode, text, ids, stats)
+
+
+def test_median_ratio_throughput() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError, match="no values"):
+        median([])
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(None, 2.0) is None
+    assert ratio(1.0, 0.0) is None
+    assert throughput(10, 4.0) == 2.5
+    assert throughput(None, 4.0) is None
+    assert throughput(10, None) is None
+
+
+def test_first_divergence_and_output_equality() -> None:
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence("abc", "ab") == 2
+    # Token ids decide when both sides have them, even if the texts differ.
+    assert outputs_equal("a", (1, 2), "b", (1, 2))
+    assert not outputs_equal("a", (1, 2), "a", (1, 3))
+    assert outputs_equal("same", None, "same", (1,))
+    assert not outputs_equal("same", None, "other", None)
+
+
+def test_summarize_prompt_takes_medians_and_notices_disagreeing_repeats() -> None:
+    samples = [
+        _sample(NGRAM, "p", "qa", 0, 10, 3.0, 2.0),
+        _sample(NGRAM, "p", "qa", 1, 10, 1.0, 0.5),
+        _sample(NGRAM, "p", "qa", 2, 10, 2.0, 1.0),
+    ]
+    result = summarize_prompt(samples)
+    assert (result.wall_s, result.decode_s, result.generated_tokens) == (2.0, 1.0, 10)
+    assert result.repeats == 3
+    assert result.repeats_agree
+    assert result.tokens_per_second == 5.0
+    differing = [*samples[:2], _sample(NGRAM, "p", "qa", 2, 10, 2.0, 1.0, text="other")]
+    assert not summarize_prompt(differing).repeats_agree
+    missing_decode = [*samples[:2], _sample(NGRAM, "p", "qa", 2, 10, 2.0, None)]
+    assert summarize_prompt(missing_decode).decode_s is None
+    with pytest.raises(ValueError, match="different variants or prompts"):
+        summarize_prompt([samples[0], _sample(BASE, "p", "qa", 0, 10, 1.0, 1.0)])
+
+
+def _run() -> list[Sample]:
+    """Two categories, one prompt each, two repeats; hand-computable numbers."""
+    samples: list[Sample] = []
+    for repeat, jitter in ((0, 0.0), (1, 0.2)):
+        # baseline: 20 tokens; code prompt 4 s wall (3 s decode), qa prompt 2 s (1.5 s decode)
+        samples += [
+            _sample(
+                BASE,
+                "code",
+                "code_edit",
+                repeat,
+                20,
+                4.0 + jitter,
+                3.0 + jitter,
+                ids=(1, 2, 3),
+                stats=_stats("none", 20, 0, 0, 20, 0, 3.0 + jitter, 0),
+            ),
+            _sample(
+                BASE,
+                "qa",
+                "qa",
+                repeat,
+                20,
+                2.0 + jitter,
+                1.5 + jitter,
+                ids=(4, 5),
+                stats=_stats("none", 20, 0, 0, 20, 0, 1.5 + jitter, 0),
+            ),
+            # ngram: code twice as fast (same output), qa as fast but a different output
+            _sample(
+                NGRAM,
+                "code",
+                "code_edit",
+                repeat,
+                20,
+                2.0 + jitter,
+                1.0 + jitter,
+                ids=(1, 2, 3),
+                stats=_stats("ngram", 20, 16, 12, 8, 4, 1.0 + jitter),
+            ),
+            _sample(
+                NGRAM,
+                "qa",
+                "qa",
+                repeat,
+                20,
+                2.0 + jitter,
+                1.5 + jitter,
+                ids=(4, 6),
+                stats=_stats("ngram", 20, 4, 0, 20, 4, 1.5 + jitter),
+            ),
+        ]
+    return samples
+
+
+def test_summarize_pools_categories_and_computes_speedups_against_the_same_run() -> None:
+    summary = summarize(_run())
+    assert summary.variants == (BASE, NGRAM)
+    assert summary.categories == ("code_edit", "qa")
+    code = summary.cell(NGRAM, "code_edit")
+    base_code = summary.cell(BASE, "code_edit")
+    assert code is not None and base_code is not None
+    # medians over repeats: baseline code 4.1 s wall, 3.1 s decode; ngram 2.1 s and 1.1 s
+    assert base_code.tokens_per_second == pytest.approx(20 / 4.1)
+    assert code.speedup == pytest.approx((20 / 2.1) / (20 / 4.1))
+    assert code.decode_speedup == pytest.approx((20 / 1.1) / (20 / 3.1))
+    assert base_code.speedup == 1.0 and base_code.decode_speedup == 1.0
+    # pooled over both categories: sum of tokens over the sum of median seconds
+    pooled = summary.cell(NGRAM, ALL_CATEGORIES)
+    base_pooled = summary.cell(BASE, ALL_CATEGORIES)
+    assert pooled is not None and base_pooled is not None
+    assert pooled.generated_tokens == 40
+    assert pooled.wall_s == pytest.approx(2.1 + 2.1)
+    assert pooled.speedup == pytest.approx((40 / 4.2) / (40 / (4.1 + 2.1)))
+    assert pooled.prompts == 2
+
+
+def test_summarize_counts_equal_outputs_and_where_they_diverge() -> None:
+    summary = summarize(_run())
+    code, qa = summary.cell(NGRAM, "code_edit"), summary.cell(NGRAM, "qa")
+    assert code is not None and qa is not None
+    assert (code.equal_outputs, code.compared_outputs) == (1, 1)
+    assert (qa.equal_outputs, qa.compared_outputs) == (0, 1)
+    pooled = summary.cell(NGRAM)
+    assert pooled is not None and (pooled.equal_outputs, pooled.compared_outputs) == (1, 2)
+    base = summary.cell(BASE)
+    assert base is not None and base.compared_outputs == 0
+    qa_result = next(
+        r for r in summary.prompt_results if r.variant == NGRAM and r.prompt_id == "qa"
+    )
+    assert qa_result.matches_baseline is False
+    assert qa_result.divergence_at == 1
+
+
+def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() -> None:
+    summary = summarize(_run())
+    code = summary.cell(NGRAM, "code_edit")
+    assert code is not None and code.stats is not None
+    # two repeats of (16 drafted, 12 accepted, 8 steps, 4 rejected steps)
+    assert (code.stats.draft_tokens, code.stats.accepted_tokens) == (32, 24)
+    assert code.acceptance_rate == pytest.approx(24 / 32)
+    assert code.mean_accepted_length == pytest.approx(40 / 16)
+    alpha = 24 / (24 + 8)
+    assert code.expected_speedup == pytest.approx(expected_walltime_factor(alpha, 4, 0.0))
+    assert code.measured_over_expected == pytest.approx(
+        code.decode_speedup / code.expected_speedup  # type: ignore[operator]
+    )
+    assert code.acceptance_by_position == pytest.approx((6 / 8, 2 / 6, 0.0, 0.0))
+    assert summary.cell(BASE, "code_edit").expected_speedup is None  # type: ignore[union-attr]
+
+
+def test_cells_without_stats_or_decode_times_report_none_not_zero() -> None:
+    samples = [
+        _sample(PEER, "p", "qa", 0, 10, 2.0, None),
+        _sample(Variant("transformers", "ngram", 3), "p", "qa", 0, 10, 1.0, None),
+    ]
+    summary = summarize(samples)
+    cell = summary.cell(Variant("transformers", "ngram", 3), "qa")
+    assert cell is not None
+    assert cell.speedup == 2.0
+    assert cell.decode_speedup is None
+    assert cell.stats is None and cell.acceptance_rate is None and cell.expected_speedup is None
+    assert cell.to_dict()["acceptance_rate"] is None
+
+
+def test_a_variant_without_its_baseline_has_no_speedup() -> None:
+    summary = summarize([_sample(NGRAM, "p", "qa", 0, 10, 1.0, 0.5)])
+    cell = summary.cell(NGRAM, "qa")
+    assert cell is not None
+    assert cell.speedup is None and cell.compared_outputs == 0
+
+
+def test_summarize_refuses_no_samples() -> None:
+    with pytest.raises(ValueError, match="no samples"):
+        summarize([])
+
+
+def test_cross_engine_agreement_compares_prompt_by_prompt() -> None:
+    samples = [
+        _sample(BASE, "a", "qa", 0, 3, 1.0, 1.0, text="x", ids=(1, 2)),
+        _sample(BASE, "b", "qa", 0, 3, 1.0, 1.0, text="y", ids=(3,)),
+        _sample(PEER, "a", "qa", 0, 3, 1.0, 1.0, text="x", ids=(1, 2)),
+        _sample(PEER, "b", "qa", 0, 3, 1.0, 1.0, text="z", ids=(4,)),
+    ]
+    summary = summarize(samples)
+    assert cross_engine_agreement(summary.prompt_results, BASE, PEER) == (1, 2)
+
+
+def test_variant_labels_and_dicts() -> None:
+    assert NGRAM.label == "ngram k=4"
+    assert BASE.label == "none"
+    assert Variant("transformers", "draft_model", 5).label == "transformers draft_model k=5"
+    assert NGRAM.baseline == BASE
+    assert Variant("transformers", "ngram", 3).baseline == PEER
+    assert NGRAM.to_dict() == {"engine": OURS, "method": "ngram", "k": 4, "label": "ngram k=4"}
+    sample = _sample(
+        NGRAM, "p", "qa", 0, 1, 1.0, None, ids=(5,), stats=_stats("ngram", 1, 0, 0, 1, 0, 1.0)
+    )
+    record = sample.to_dict()
+    assert record["token_ids"] == [5] and record["variant"] == "ngram k=4"
+    assert not math.isnan(record["stats"]["generated_tokens"])

@@ -1,0 +1,177 @@
+"""Report files: JSON, CSV and PNG plots agree with the summary; the rich table renders it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from speculative_llm.bench.aggregate import OURS, Sample, Variant, summarize
+from speculative_llm.bench.options import BenchOptions
+from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.report import (
+    CSV_FIELDS,
+    SCHEMA,
+    format_ratio,
+    markdown_table,
+    peer_comparison,
+    render_peer_table,
+    render_table,
+    result_to_dict,
+    write_reports,
+)
+from speculative_llm.bench.runner import BenchResult
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Message
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+VARIANTS = (
+    Variant(OURS, "none"),
+    Variant(OURS, "ngram", 3),
+    Variant("transformers", "none"),
+    Variant("transformers", "ngram", 3),
+)
+
+
+def _stats(variant: Variant, tokens: int, decode_s: float) -> SpecStats | None:
+    if variant.engine != OURS:
+        return None
+    drafted = 0 if variant.is_baseline else 9
+    return SpecStats(
+        backend="local",
+        method=variant.method,
+        source="exact",
+        num_speculative_tokens=variant.k or 0,
+        generated_tokens=tokens,
+        draft_tokens=drafted,
+        accepted_tokens=drafted // 3 * 2,
+        rejected_steps=drafted // 3,
+        verify_steps=tokens - drafted // 3 * 2,
+        decode_s=decode_s,
+        accepted_per_position=(3, 2, 1) if drafted else (),
+        drafted_per_position=(3, 3, 3) if drafted else (),
+    )
+
+
+def _result() -> BenchResult:
+    prompts = (
+        BenchPrompt("c1", "code_edit", (Message("user", "edit"),)),
+        BenchPrompt("q1", "qa", (Message("user", "why"),)),
+    )
+    samples: list[Sample] = []
+    for repeat in range(2):
+        for prompt in prompts:
+            for index, variant in enumerate(VARIANTS):
+                wall = 2.0 / (1 + index % 2) + 0.1 * repeat
+                samples.append(
+                    Sample(
+                        variant,
+                        prompt.id,
+                        prompt.category,
+                        repeat,
+                        12,
+                        wall,
+                        wall - 0.5,
+                        f"answer {prompt.id}",
+                        (1, 2, 3) if variant.engine == OURS else None,
+                        _stats(variant, 12, wall - 0.5),
+                    )
+                )
+    return BenchResult(
+        options=BenchOptions(ks=(3,), compare_transformers=True),
+        prompts=prompts,
+        samples=tuple(samples),
+        summary=summarize(samples),
+        environment={"python": "3.11"},
+        started_at="2026-11-29T00:00:00+00:00",
+        duration_s=12.5,
+    )
+
+
+def test_write_reports_produces_consistent_json_csv_and_pngs(tmp_path: Path) -> None:
+    result = _result()
+    paths = write_reports(result, tmp_path / "out")
+    assert set(paths) == {"json", "csv", "speedup_plot", "acceptance_plot"}
+    record = json.loads(paths["json"].read_text(encoding="utf-8"))
+    assert record["schema"] == SCHEMA
+    assert [v["label"] for v in record["variants"]] == [v.label for v in VARIANTS]
+    assert len(record["samples"]) == len(result.samples)
+    assert len(record["summary"]) == len(result.summary.cells)
+    with paths["csv"].open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == CSV_FIELDS
+    assert len(rows) == len(record["summary"])
+    for row, cell in zip(rows, record["summary"], strict=True):
+        assert (row["category"], row["variant"]) == (cell["category"], cell["variant"])
+        if cell["speedup"] is None:
+            assert row["speedup"] == ""
+        else:
+            assert float(row["speedup"]) == pytest.approx(cell["speedup"], rel=1e-5)
+    ngram_all = next(
+        c for c in record["summary"] if c["variant"] == "ngram k=3" and c["category"] == "all"
+    )
+    # medians of (2.0, 2.1) s for the baseline and (1.0, 1.1) s for ngram, on both prompts
+    assert ngram_all["speedup"] == pytest.approx((2.05 + 2.05) / (1.05 + 1.05))
+    assert ngram_all["acceptance_by_position"] == pytest.approx([1.0, 2 / 3, 1 / 3])
+    for key in ("speedup_plot", "acceptance_plot"):
+        data = paths[key].read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 5000
+
+
+def test_json_has_prompts_environment_options_and_peer_rows() -> None:
+    record = result_to_dict(_result())
+    assert record["prompts"] == [
+        {"id": "c1", "category": "code_edit", "max_tokens": None},
+        {"id": "q1", "category": "qa", "max_tokens": None},
+    ]
+    assert record["options"]["compare_transformers"] is True
+    assert record["environment"] == {"python": "3.11"}
+    assert [row["method"] for row in record["peer_comparison"]] == ["none", "ngram"]
+    json.dumps(record, allow_nan=False)  # strict JSON: no NaN anywhere
+
+
+def test_peer_comparison_ratios_use_both_cells() -> None:
+    summary = _result().summary
+    rows = {row["method"]: row for row in peer_comparison(summary)}
+    ours = summary.cell(Variant(OURS, "ngram", 3))
+    theirs = summary.cell(Variant("transformers", "ngram", 3))
+    assert ours is not None and theirs is not None
+    assert rows["ngram"]["ours_over_peer"] == pytest.approx(
+        ours.tokens_per_second / theirs.tokens_per_second  # type: ignore[operator]
+    )
+    # ours report token ids, transformers' do not: text decides, and the texts match
+    assert (rows["ngram"]["equal_outputs"], rows["ngram"]["compared_outputs"]) == (2, 2)
+
+
+def test_render_table_has_a_row_per_cell_and_formats_missing_values() -> None:
+    from rich.console import Console
+
+    summary = _result().summary
+    table = render_table(summary, title="t")
+    assert table.row_count == len(summary.cells)
+    console = Console(width=200, record=True)
+    console.print(table)
+    console.print(render_peer_table(peer_comparison(summary)))
+    text = console.export_text()
+    assert "ngram k=3" in text and "transformers ngram k=3" in text
+    assert "2/2" in text  # equal outputs of the pooled ngram cell
+    assert format_ratio(None) == "-" and format_ratio(1.234) == "1.23x"
+
+
+def test_markdown_table_lists_one_category() -> None:
+    summary = _result().summary
+    lines = markdown_table(summary, category="qa").splitlines()
+    assert lines[0].startswith("| variant |")
+    assert len(lines) == 2 + len(VARIANTS)
+    assert any(line.startswith("| ngram k=3 |") for line in lines)
+
+
+def test_plots_of_a_run_without_speculative_variants_still_render(tmp_path: Path) -> None:
+    base = Variant(OURS, "none")
+    samples = [Sample(base, "p", "qa", 0, 5, 1.0, 0.8, "x")]
+    result = BenchResult(BenchOptions(), (), tuple(samples), summarize(samples))
+    paths = write_reports(result, tmp_path)
+    assert paths["acceptance_plot"].read_bytes().startswith(PNG_SIGNATURE)
+    assert paths["speedup_plot"].read_bytes().startswith(PNG_SIGNATURE)
