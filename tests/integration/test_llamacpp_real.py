@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -118,10 +119,9 @@ def assert_consistent(stats: SpecStats, completion: Completion) -> None:
 
 
 @pytest.fixture(scope="module")
-def ngram_backend(llama_server_ngram: LlamaServer) -> LlamaCppBackend:
-    backend = llama_server_ngram.backend()
-    yield backend  # type: ignore[misc]
-    backend.close()
+def ngram_backend(llama_server_ngram: LlamaServer) -> Iterator[LlamaCppBackend]:
+    with llama_server_ngram.backend() as backend:
+        yield backend
 
 
 def test_generate_reports_exact_ngram_stats(ngram_backend: LlamaCppBackend) -> None:
