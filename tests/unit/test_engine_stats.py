@@ -144,6 +144,16 @@ def test_counters_are_consistent_with_the_tokens(target: Any, reference: list[in
     assert counters.rejected_steps == counters.draft_steps - full
 
 
+def test_prefill_counts_as_a_step_but_not_as_decoding_time() -> None:
+    counters = StepCounters()
+    counters.record(StepResult([4], 0, 0, draft_s=0.0, verify_s=2.0, prefill=True))
+    counters.record(StepResult([5, 6], 1, 1, draft_s=0.01, verify_s=0.1))
+    assert counters.verify_steps == 2
+    assert counters.generated_tokens == 3
+    assert counters.verify_s == pytest.approx(0.1)
+    assert counters.draft_s == pytest.approx(0.01)
+
+
 def test_partial_record_keeps_counts_consistent() -> None:
     counters = StepCounters()
     step = StepResult([5, 6, 7, 8], num_drafted=4, num_accepted=3, draft_s=0.0, verify_s=0.0)

@@ -113,7 +113,9 @@ class StepCounters:
 
     ``record`` takes how many of a step's tokens were kept (a stop string may cut the
     last step), so ``generated == accepted + target`` always holds for the tokens
-    actually returned.
+    actually returned. The prefill counts as a verify step (it emits the first token,
+    so plain decoding has exactly one token per step) but its time is not decoding
+    time and stays out of ``verify_s``.
     """
 
     generated_tokens: int = 0
@@ -137,7 +139,10 @@ class StepCounters:
         self.target_tokens += kept - accepted
         self.verify_steps += 1
         self.draft_s += step.draft_s
-        self.verify_s += step.verify_s
+        if not step.prefill:
+            # The prompt's pass is time to first token, not decoding: kept out of
+            # verify_s so that verify_s / verify_steps estimates one decoding pass.
+            self.verify_s += step.verify_s
         if step.num_drafted:
             self.draft_steps += 1
             self.draft_tokens += step.num_drafted
