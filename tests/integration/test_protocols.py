@@ -293,6 +293,25 @@ def test_vllm_counter_differences_around_a_request(server: FakeServer) -> None:
     assert len(server.requests_to("/metrics")) == 2
 
 
+def test_vllm_counters_mode_ignores_per_request_figures(server: FakeServer) -> None:
+    server.route(
+        "GET",
+        "/metrics",
+        Reply(body=fixture_bytes("vllm/metrics_before.prom")),
+        Reply(body=fixture_bytes("vllm/metrics_after.prom")),
+    )
+    server.route(
+        "POST", "/v1/chat/completions", Reply(json=fixture_json("vllm/chat_spec_detailed.json"))
+    )
+    with VLLMBackend(server.url, stats="counters", **FAST) as backend:
+        stats = backend.generate(CHAT).stats
+        assert backend.capabilities.per_request_stats is False
+    # The figures come from the /metrics differences (520 - 480 drafts), not from the
+    # response's metrics.speculative_decoding (36 drafts).
+    assert stats.source == "derived" and stats.draft_tokens == 40
+    assert len(server.requests_to("/metrics")) == 2
+
+
 def test_vllm_auto_stops_scraping_once_per_request_figures_arrive(server: FakeServer) -> None:
     server.route("GET", "/metrics", Reply(body=fixture_bytes("vllm/metrics_before.prom")))
     server.route(

@@ -111,12 +111,19 @@ def _seconds(milliseconds: object) -> float | None:
     return value / 1000.0 if value == value and value >= 0 else None
 
 
-def _decode_steps(generated: int | None, accepted: int | None) -> int | None:
+def _decode_steps(
+    generated: int | None, accepted: int | None, draft_steps: int | None
+) -> int | None:
     # Each target pass (the prompt pass included, as the local engine counts it) emits
-    # its accepted drafts plus one token of its own.
+    # its accepted drafts plus one token of its own: steps = emitted - accepted. vLLM
+    # also counts drafts accepted past a stop (emitted > returned), which makes
+    # generated - accepted too small; every drafting step and the prompt pass (which
+    # carries no drafts) are target passes, so steps >= draft_steps + 1.
     if generated is None or accepted is None:
         return None
     steps = generated - accepted
+    if draft_steps:
+        steps = max(steps, draft_steps + 1)
     return steps if steps >= 0 else None
 
 
@@ -137,6 +144,7 @@ def vllm_per_request_stats(
     drafted = _count(spec.get("num_draft_tokens"))
     accepted = _count(spec.get("num_accepted_draft_tokens"))
     k = _count(spec.get("num_spec_tokens"))
+    draft_steps = _count(spec.get("num_spec_steps"))
     per_step_accepted = _counts(spec.get("per_step_accepted"))
     per_step_drafted = _counts(spec.get("per_step_drafted"))
     histogram = _counts(spec.get("acceptance_histogram"))
@@ -170,8 +178,8 @@ def vllm_per_request_stats(
         generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted),
-        draft_steps=_count(spec.get("num_spec_steps")),
+        verify_steps=_decode_steps(generated_tokens, accepted, draft_steps),
+        draft_steps=draft_steps,
         rejected_steps=rejected_steps,
         accepted_per_position=accepted_per_position,
         drafted_per_position=drafted_per_position,
@@ -180,8 +188,9 @@ def vllm_per_request_stats(
         total_s=total_s,
         note=(
             "metrics.speculative_decoding from vLLM; verify_steps = completion_tokens - accepted "
-            "drafts, prompt pass included (vLLM's num_spec_steps counts only steps that carried "
-            "drafts: it is draft_steps here)"
+            "drafts, prompt pass included, and at least num_spec_steps + 1 (vLLM's "
+            "num_spec_steps counts only steps that carried drafts: it is draft_steps here; its "
+            "accepted count may include drafts accepted past a stop)"
         ),
     )
 
@@ -266,7 +275,7 @@ def vllm_counter_stats(
         generated_tokens=generated_tokens,
         draft_tokens=_whole(delta.draft_tokens),
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted),
+        verify_steps=_decode_steps(generated_tokens, accepted, _whole(delta.drafts)),
         draft_steps=_whole(delta.drafts),
         accepted_per_position=per_position,
         ttft_s=ttft_s,
@@ -416,7 +425,8 @@ class VLLMBackend(OpenAICompatibleBackend):
             decode = summary.client_decode_s
         total = summary.client_total_s
         spec = metrics.get("speculative_decoding")
-        if isinstance(spec, Mapping) and self.stats_mode != "off":
+        # "counters" means /metrics differences only, even when the server sends more.
+        if isinstance(spec, Mapping) and self.stats_mode in ("auto", "per_request"):
             self._per_request_seen = True
             return vllm_per_request_stats(
                 spec,
