@@ -288,10 +288,10 @@ class BackendPool:
         spec_type = _LLAMA_SPEC_TYPES[settings.method]
         length: dict[str, Any] = {"draft_max": settings.k}
         if spec_type == "ngram-simple":
-            # Measured with llama-server b11434: --spec-draft-n-max caps n-gram drafts too,
-            # while --spec-ngram-simple-size-m (what draft_max becomes for this type) below
-            # the lookup size (12) makes the server draft nothing at all.
-            length = {"extra_args": ("--spec-draft-n-max", str(settings.k))}
+            # Measured with llama-server b11434: its default 12-token lookup drafted nothing
+            # on a 96-token code edit, 3 tokens (the local engine's ngram_max) drafted 49;
+            # draft_max becomes --spec-ngram-simple-size-m, the longest n-gram draft.
+            length["ngram_size"] = SpecConfig().ngram_max
         server = stack.enter_context(
             self._servers.lease(
                 ("llama-server", model, draft, spec_type, settings.k),

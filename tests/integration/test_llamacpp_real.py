@@ -307,6 +307,31 @@ def test_mismatched_draft_vocabulary_is_refused(
     assert not server.running
 
 
+def test_ngram_lookup_and_draft_length_options_shape_the_drafts(
+    smollm2_gguf: Path, server_logs: Path
+) -> None:
+    # ngram_size=3 -> --spec-ngram-simple-size-n 3 (the server's default 12 rarely
+    # matches); draft_max=4 -> --spec-ngram-simple-size-m 4, the longest draft.
+    server = LlamaServer(
+        smollm2_gguf,
+        spec_type="ngram-simple",
+        draft_max=4,
+        ngram_size=3,
+        threads=1,
+        log_path=server_logs / "llama-ngram-sized.log",
+    )
+    assert "--spec-ngram-simple-size-n" in server.command
+    with server, server.backend() as backend:
+        completion = backend.generate(COPY_CODE)
+    stats = completion.stats
+    assert_consistent(stats, completion)
+    assert stats.method == "ngram"
+    assert stats.draft_tokens and stats.accepted_tokens
+    # Drafts only come after the prompt pass, at most 4 tokens each.
+    assert stats.verify_steps is not None
+    assert stats.draft_tokens <= 4 * (stats.verify_steps - 1)
+
+
 def test_removed_flag_is_a_config_error(smollm2_gguf: Path, server_logs: Path) -> None:
     server = LlamaServer(
         smollm2_gguf, extra_args=["--draft-max", "4"], log_path=server_logs / "llama-bad.log"

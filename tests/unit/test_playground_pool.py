@@ -218,7 +218,8 @@ def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
     server = FakeServer.instances[0]
     assert server.started and server.options == {
         "spec_type": "ngram-simple",
-        "extra_args": ("--spec-draft-n-max", "4"),
+        "draft_max": 4,
+        "ngram_size": 3,
     }
     pool.close()
     assert server.stopped

@@ -59,7 +59,22 @@ def test_llamacpp_print_only_follows_the_binary(
     assert command[0] == str(fake_binary)
     assert command[command.index("--spec-type") + 1] == "ngram-simple"  # the default
     assert command[command.index("--spec-ngram-simple-size-m") + 1] == "8"
+    # The local engine's lookup length, not llama-server's 12 (which rarely matches).
+    assert command[command.index("--spec-ngram-simple-size-n") + 1] == "3"
     assert command[command.index("--port") + 1] == "9001"
+
+
+def test_llamacpp_ngram_size_option(
+    fake_binary: Path, model_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["serve", "--model", str(model_file), "--binary", str(fake_binary), "--print-only"]
+    assert main([*common, "--ngram-size", "5"]) == 0
+    command = printed_command(capsys)
+    assert command[command.index("--spec-ngram-simple-size-n") + 1] == "5"
+    assert main([*common, "--draft", str(model_file)]) == 0
+    assert "--spec-ngram-simple-size-n" not in printed_command(capsys)
+    assert main([*common, "--draft", str(model_file), "--ngram-size", "5"]) != 0
+    assert "--ngram-size applies to n-gram" in capsys.readouterr().err
 
 
 def test_llamacpp_print_only_with_a_draft_and_extra_args(

@@ -143,6 +143,47 @@ def test_ngram_command_on_2026_build(new_flags: LlamaServerFlags) -> None:
     assert "--jinja" in command and "--metrics" in command
 
 
+def test_ngram_size_sets_the_lookup_length_of_each_ngram_type(
+    new_flags: LlamaServerFlags,
+) -> None:
+    command = build_llama_server_command(
+        "llama-server",
+        new_flags,
+        model="t.gguf",
+        port=1,
+        draft_model="d.gguf",
+        spec_type="draft-simple,ngram-simple,ngram-mod",
+        draft_max=4,
+        ngram_size=3,
+    )
+    assert option_value(command, "--spec-ngram-simple-size-n") == "3"
+    assert option_value(command, "--spec-ngram-mod-n-match") == "3"
+    assert option_value(command, "--spec-ngram-simple-size-m") == "4"
+
+
+def test_ngram_size_without_ngram_speculation_is_refused(new_flags: LlamaServerFlags) -> None:
+    with pytest.raises(ConfigError, match="ngram-simple") as caught:
+        build_llama_server_command(
+            "llama-server", new_flags, model="t.gguf", port=1, draft_model="d.gguf", ngram_size=3
+        )
+    assert caught.value.field == "ngram_size"
+    with pytest.raises(ConfigError, match="positive integer"):
+        build_llama_server_command(
+            "llama-server", new_flags, model="t.gguf", port=1, spec_type="ngram", ngram_size=0
+        )
+
+
+def test_ngram_size_on_a_build_without_the_option_is_refused() -> None:
+    flags = LlamaServerFlags.from_help(
+        HELP_2026.replace("--spec-ngram-simple-size-n", "--spec-ngram-simple-size-x")
+    )
+    assert flags.ngram_size_option("ngram-simple") is None
+    with pytest.raises(UnsupportedFeatureError, match="lookup length"):
+        build_llama_server_command(
+            "llama-server", flags, model="t.gguf", port=1, spec_type="ngram", ngram_size=3
+        )
+
+
 def test_draft_model_command_on_2026_build(new_flags: LlamaServerFlags) -> None:
     command = build_llama_server_command(
         "llama-server",

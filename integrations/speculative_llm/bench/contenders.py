@@ -4,7 +4,8 @@
   ``SpecConfig`` (the baseline is ``method="none"`` through the same loop).
 * ``llamacpp`` without ``--base-url``: llama-server cannot switch speculation per
   request, so one managed ``LlamaServer`` per variant (a plain one for the baseline,
-  ``--spec-type ngram-simple`` or ``draft-simple`` with ``--spec-draft-n-max k``).
+  ``--spec-type ngram-simple`` with draft length k and lookup length ``ngram_max``, or
+  ``draft-simple`` with ``--spec-draft-n-max k``).
 * Any HTTP backend with ``--base-url``: per-request methods when the backend offers
   them; otherwise the speculative variant is ``server`` (the server's own setting) and
   the baseline is the server at ``--baseline-url``.
@@ -161,10 +162,6 @@ def _local_backend(options: BenchOptions, draft_model: str | None) -> LocalBacke
     )
 
 
-LLAMA_NGRAM_LOOKUP_OPTION = "--spec-ngram-simple-size-n"
-"""llama-server's n-gram lookup length for ``ngram-simple`` (12 tokens by default)."""
-
-
 def _managed_llama_contenders(
     options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
 ) -> list[Backend]:
@@ -175,11 +172,7 @@ def _managed_llama_contenders(
     # answers; match the local engine's lookup (ngram_max tokens) so "ngram k" means the
     # same on both backends.
     flags = llama_server_flags(find_llama_server())
-    ngram_args: tuple[str, ...] = (
-        (LLAMA_NGRAM_LOOKUP_OPTION, str(SpecConfig().ngram_max))
-        if flags.has(LLAMA_NGRAM_LOOKUP_OPTION)
-        else ()
-    )
+    ngram_size = SpecConfig().ngram_max if flags.ngram_size_option("ngram-simple") else None
     backends: list[Backend] = []
     for variant in variants:
         if variant.method == "server":
@@ -197,7 +190,7 @@ def _managed_llama_contenders(
                 draft_model=options.draft_model if variant.method == "draft_model" else None,
                 draft_max=variant.k,
                 threads=options.torch_threads,
-                extra_args=ngram_args if variant.method == "ngram" else (),
+                ngram_size=ngram_size if variant.method == "ngram" else None,
             )
         stack.enter_context(server)
         # Every timed request processes its whole prompt, as the in-process engine does

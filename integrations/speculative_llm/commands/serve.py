@@ -74,7 +74,14 @@ def add_parser(subparsers: Any) -> None:
         "--num-speculative-tokens",
         type=int,
         dest="k",
-        help="draft tokens per step (llama-server --spec-draft-n-max)",
+        help="draft tokens per step (llama-server --spec-draft-n-max, or --spec-ngram-*-size-m for "
+        "n-gram types)",
+    )
+    parser.add_argument(
+        "--ngram-size",
+        type=int,
+        help="n-gram lookup length for llama-server's ngram-* types (default: 3, the local "
+        "engine's ngram_max; llama-server's own default of 12 rarely matches in short answers)",
     )
     parser.add_argument(
         "--port", type=int, help="port (default: 8080 llamacpp, 8000 vllm, 30000 sglang)"
@@ -148,8 +155,21 @@ def _llama_spec_type(args: argparse.Namespace) -> str | None:
     return None if spec_type == "none" else spec_type
 
 
+def _llama_ngram_size(args: argparse.Namespace, spec_type: str | None) -> int | None:
+    if not spec_type or not any(item.startswith("ngram-") for item in spec_type.split(",")):
+        if args.ngram_size is not None:
+            raise ConfigError(
+                f"--ngram-size applies to n-gram speculation, not --spec-type {spec_type}; "
+                "drop it or use --spec-type ngram-simple.",
+                field="ngram_size",
+            )
+        return None
+    return args.ngram_size if args.ngram_size is not None else SpecConfig().ngram_max
+
+
 def _run_llamacpp(args: argparse.Namespace) -> int:
     spec_type = _llama_spec_type(args)
+    ngram_size = _llama_ngram_size(args, spec_type)
     if args.print_only:
         try:
             binary = find_llama_server(args.binary)
@@ -165,6 +185,7 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
             host=args.host,
             spec_type=spec_type,
             draft_max=args.k,
+            ngram_size=ngram_size,
             ctx_size=args.ctx_size,
             threads=args.threads,
             extra_args=_extra(args),
@@ -176,6 +197,7 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
         draft_model=args.draft_model,
         spec_type=spec_type,
         draft_max=args.k,
+        ngram_size=ngram_size,
         port=args.port,
         host=args.host,
         ctx_size=args.ctx_size,

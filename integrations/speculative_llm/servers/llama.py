@@ -74,8 +74,14 @@ class LlamaServer(ManagedServer):
         spec_type: llama-server ``--spec-type`` (``ngram-simple``, ``ngram-mod``,
             ``draft-simple``...; speculative-llm names ``ngram``/``draft_model`` work
             too). Defaults to ``draft-simple`` with a draft model, else no speculation.
-        draft_max: Largest draft per step (``--spec-draft-n-max`` / ``--draft-max``).
+        draft_max: Largest draft per step (``--spec-draft-n-max`` for draft models,
+            ``--spec-ngram-simple-size-m``... for n-gram types; ``--draft-max`` in older
+            builds).
         draft_min: Smallest draft per step.
+        ngram_size: Lookup length of n-gram spec types (``--spec-ngram-simple-size-n``...):
+            how many trailing tokens must match earlier text before the server drafts.
+            None keeps the server's default (12 for ``ngram-simple``, which rarely
+            matches in short answers; 3 is the local engine's ``ngram_max``).
         port: TCP port; None picks a free one.
         host: Interface to listen on (loopback by default).
         ctx_size: Context size (``--ctx-size``); None keeps the server's default.
@@ -108,6 +114,7 @@ class LlamaServer(ManagedServer):
         spec_type: str | None = None,
         draft_max: int | None = None,
         draft_min: int | None = None,
+        ngram_size: int | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
         ctx_size: int | None = 4096,
@@ -144,6 +151,7 @@ class LlamaServer(ManagedServer):
             self.spec_type = "draft-simple"
         self.draft_max = draft_max
         self.draft_min = draft_min
+        self.ngram_size = ngram_size
         self.ctx_size = ctx_size
         self.jinja = jinja
         self.metrics = metrics
@@ -181,6 +189,7 @@ class LlamaServer(ManagedServer):
             spec_type=self.spec_type,
             draft_max=self.draft_max,
             draft_min=self.draft_min,
+            ngram_size=self.ngram_size,
             ctx_size=self.ctx_size,
             jinja=self.jinja,
             metrics=self.metrics,

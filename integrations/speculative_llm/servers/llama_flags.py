@@ -193,6 +193,16 @@ class LlamaServerFlags:
             return self.draft_max
         return None
 
+    def ngram_size_option(self, spec_type: str) -> str | None:
+        """The option that sets the lookup length of an n-gram spec type, or None.
+
+        ``--spec-ngram-simple-size-n``, ``--spec-ngram-map-k-size-n``,
+        ``--spec-ngram-map-k4v-size-n`` (12 tokens by default) and
+        ``--spec-ngram-mod-n-match`` (24) in 2026 builds.
+        """
+        own = _NGRAM_SIZE_OPTIONS.get(spec_type)
+        return own if own is not None and own in self.options else None
+
     @classmethod
     def from_help(cls, help_text: str) -> LlamaServerFlags:
         """Parse the output of ``llama-server --help``.
@@ -243,6 +253,14 @@ _DRAFT_LENGTH_OPTIONS: dict[str, str] = {
     "ngram-map-k": "--spec-ngram-map-k-size-m",
     "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
     "ngram-mod": "--spec-ngram-mod-n-max",
+}
+# The lookup length: how many trailing tokens must match an earlier n-gram. Measured on
+# b11434 (SmolLM2, a 96-token code edit): the default 12 drafted nothing, 3 drafted 49.
+_NGRAM_SIZE_OPTIONS: dict[str, str] = {
+    "ngram-simple": "--spec-ngram-simple-size-n",
+    "ngram-map-k": "--spec-ngram-map-k-size-n",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-n",
+    "ngram-mod": "--spec-ngram-mod-n-match",
 }
 _REMOVED = re.compile(r"\b(?:has been|was) removed\b", re.IGNORECASE)
 
@@ -331,6 +349,7 @@ def build_llama_server_command(
     spec_type: str | None = None,
     draft_max: int | None = None,
     draft_min: int | None = None,
+    ngram_size: int | None = None,
     ctx_size: int | None = None,
     jinja: bool = True,
     metrics: bool = True,
@@ -359,6 +378,7 @@ def build_llama_server_command(
     for name, value in (
         ("draft_max", draft_max),
         ("draft_min", draft_min),
+        ("ngram_size", ngram_size),
         ("ctx_size", ctx_size),
         ("threads", threads),
         ("parallel", parallel),
@@ -421,6 +441,7 @@ def build_llama_server_command(
             field="draft_max",
         )
     command += _draft_length_args(flags, spec_type or "", draft_max, draft_min)
+    command += _ngram_size_args(flags, spec_type or "", ngram_size)
     if jinja and flags.jinja:
         command.append("--jinja")
     if metrics and flags.metrics:
@@ -473,6 +494,30 @@ def _draft_length_args(
         if flags.draft_min not in seen:
             seen.add(flags.draft_min)
             args += [flags.draft_min, str(draft_min)]
+    return args
+
+
+def _ngram_size_args(flags: LlamaServerFlags, spec_type: str, ngram_size: int | None) -> list[str]:
+    """Options setting the lookup length of every n-gram type in ``spec_type``."""
+    if ngram_size is None:
+        return []
+    ngram_types = [item for item in spec_type.split(",") if item.startswith("ngram-")]
+    if not ngram_types:
+        raise ConfigError(
+            f"ngram_size sets the lookup length of n-gram speculation, but the spec type is "
+            f"{spec_type or 'none'!r}: use spec_type='ngram-simple' (or another ngram-* type) "
+            "or leave ngram_size unset.",
+            field="ngram_size",
+        )
+    args: list[str] = []
+    for item in ngram_types:
+        option = flags.ngram_size_option(item)
+        if option is None:
+            raise UnsupportedFeatureError(
+                f"This llama-server build has no option setting the lookup length of {item!r} "
+                "(--spec-ngram-*-size-n); leave ngram_size unset."
+            )
+        args += [option, str(ngram_size)]
     return args
 
 
