@@ -17,7 +17,9 @@ from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
 from llama_index.core.llms import ChatMessage
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel, Field
 
 from llama_index.llms.speculative import Speculative, collect_spec_stats
 from llama_index.llms.speculative.convert import assistant_message
@@ -288,6 +290,38 @@ async def test_function_agent_step_calls_the_tool(tool_server_llm: Speculative) 
     assert str(output.response.content) == str(result.tool_output.content)
     assert collected.requests >= 1
     assert all(stats.backend == "llamacpp" for stats in collected.records)
+
+
+class City(BaseModel):
+    """A city and the country it lies in."""
+
+    name: str = Field(description="The city's name")
+    country: str = Field(description="The country the city lies in")
+
+
+def test_structured_predict_fills_the_schema(tool_server_llm: Speculative) -> None:
+    # Function calling with the tool forced: llama-server constrains the answer to a call
+    # of the schema's tool with a grammar, so even a 135M model gives valid arguments.
+    with collect_spec_stats() as collected:
+        city = tool_server_llm.structured_predict(
+            City,
+            PromptTemplate("Paris is a city in France. Extract the city: {text}"),
+            text="Paris, France",
+        )
+    assert isinstance(city, City)
+    assert city.name and city.country
+    assert collected.requests == 1
+    (stats,) = collected.records
+    assert stats.backend == "llamacpp" and stats.generated_tokens
+
+
+async def test_as_structured_llm_chat_returns_the_object(tool_server_llm: Speculative) -> None:
+    structured = tool_server_llm.as_structured_llm(City)
+    response = await structured.achat(
+        [ChatMessage(role="user", content="Extract the city: Lyon is a city in France.")]
+    )
+    assert isinstance(response.raw, City)
+    assert City.model_validate_json(response.message.content or "") == response.raw
 
 
 # ---- an unreachable server ---------------------------------------------------------------

@@ -10,8 +10,12 @@ import pytest
 
 pytest.importorskip("llama_index.core", reason="llama-index-core is not installed")
 
+from langchain_scripted import ScriptedBackend, text_script
 from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools import FunctionTool
+from llama_index.core.types import PydanticProgramMode
+from pydantic import BaseModel
 
 from llama_index.llms.speculative import SPEC_STATS_KEY, Speculative
 from llamaindex_entry_points import (
@@ -176,6 +180,33 @@ def test_created_by_name_with_a_speculative_config(tiny_model_dir: Path) -> None
     assert "backend_options" not in llm.to_dict()
 
 
+def test_to_dict_and_from_dict_round_trip(tiny_model_dir: Path) -> None:
+    llm = Speculative(
+        "local",
+        model=str(tiny_model_dir),
+        speculative={"method": "ngram", "k": 2},
+        max_tokens=8,
+        stop=["\n"],
+    )
+    copies = [Speculative.from_dict(llm.to_dict()), Speculative.from_json(llm.to_json())]
+    try:
+        for copy in copies:
+            assert copy.backend_name == "local" and copy.model == str(tiny_model_dir)
+            assert copy.spec_config == llm.spec_config
+            assert (copy.max_tokens, copy.stop) == (8, ["\n"])
+            # Greedy: the rebuilt LLM answers exactly as the original.
+            assert copy.complete(PROMPT).text == llm.complete(PROMPT).text
+    finally:
+        for each in (llm, *copies):
+            each.close()
+
+
+def test_backend_and_backend_name_must_agree(tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="disagree") as caught:
+        Speculative("llamacpp", backend_name="local", model=str(tiny_model_dir))
+    assert caught.value.field == "backend"
+
+
 def test_backend_passed_in_stays_open(tiny_backend: LocalBackend) -> None:
     llm = Speculative(tiny_backend, max_tokens=2)
     llm.close()
@@ -286,3 +317,60 @@ def test_prepare_chat_with_tools_maps_tools_and_tool_choice(server_llm: Speculat
     assert request.tools is not None and len(request.tools) == 1
     no_tools = server_llm._prepare_chat_with_tools([], user_msg="Hi")
     assert no_tools["tools"] is None and no_tools["tool_choice"] is None
+
+
+# ---- structured output ----------------------------------------------------------------
+
+
+class _City(BaseModel):
+    """A city and its country."""
+
+    name: str
+    country: str
+
+
+def _json_backend(answer: str, *, structured_output: bool = True) -> ScriptedBackend:
+    return ScriptedBackend(
+        text_script([[(answer, "target")]], drafted=0),
+        tool_calling=True,
+        structured_output=structured_output,
+    )
+
+
+async def test_structured_predict_asks_for_the_json_schema() -> None:
+    backend = _json_backend('{"name": "Lyon", "country": "France"}')
+    llm = Speculative(backend, max_tokens=32)
+    prompt = PromptTemplate("Extract the city: {text}")
+
+    city = llm.structured_predict(_City, prompt, text="Lyon, France")
+    same = await llm.astructured_predict(_City, prompt, text="Lyon, France")
+    via_structured_llm = llm.as_structured_llm(_City).chat(
+        [ChatMessage(role="user", content="Extract the city: Lyon, France")]
+    )
+
+    assert city == same == via_structured_llm.raw == _City(name="Lyon", country="France")
+    for request in backend.requests:
+        assert request.response_format == {
+            "type": "json_schema",
+            "json_schema": {"name": "_City", "schema": _City.model_json_schema()},
+        }
+        assert request.tools is None
+    assert backend.requests[0].messages[-1].content == "Extract the city: Lyon, France"
+
+
+def test_structured_predict_with_an_invalid_answer_says_why() -> None:
+    llm = Speculative(_json_backend('{"name": "Lyon"'), max_tokens=32)
+    with pytest.raises(ValueError, match="not a valid _City") as caught:
+        llm.structured_predict(_City, PromptTemplate("Extract: {text}"), text="Lyon")
+    assert '{"name": "Lyon"' in str(caught.value)
+
+
+def test_function_program_mode_keeps_the_forced_tool_call() -> None:
+    backend = _json_backend("", structured_output=True)
+    llm = Speculative(backend, pydantic_program_mode=PydanticProgramMode.FUNCTION)
+    with pytest.raises(ValueError, match="tool call"):
+        llm.structured_predict(_City, PromptTemplate("Extract: {text}"), text="Lyon")
+    (request,) = backend.requests
+    assert request.response_format is None
+    assert request.tool_choice == "required"
+    assert request.tools is not None and request.tools[0]["function"]["name"] == "_City"

@@ -18,12 +18,18 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
+from llama_index.core.instrumentation.events.llm import (
+    LLMStructuredPredictEndEvent,
+    LLMStructuredPredictStartEvent,
+)
 from llama_index.core.llms.callbacks import (
     llm_chat_callback,
     llm_completion_callback,
 )
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.types import Model, PydanticProgramMode
+from llama_index_instrumentation import get_dispatcher
 
 from llama_index.llms.speculative.convert import (
     StreamAccumulator,
@@ -32,6 +38,11 @@ from llama_index.llms.speculative.convert import (
     to_core_messages,
     tool_selections,
 )
+from llama_index.llms.speculative.structured import (
+    json_schema_format,
+    parse_structured,
+    structured_messages,
+)
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
 from speculative_llm.backends.registry import create_backend
 from speculative_llm.config import SpecConfig
@@ -39,7 +50,10 @@ from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeature
 from speculative_llm.types import Chunk, GenerationRequest, Message
 
 if TYPE_CHECKING:
+    from llama_index.core.prompts.base import BasePromptTemplate
     from llama_index.core.tools.types import BaseTool
+
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["Speculative"]
 
@@ -175,6 +189,17 @@ class Speculative(FunctionCallingLLM):
         is_chat_model: bool = True,
         **kwargs: Any,
     ) -> None:
+        # to_dict()/from_dict() and to_json()/from_json() round-trip through the field
+        # name: a serialised LLM comes back with backend_name, not backend.
+        serialised_name = kwargs.pop("backend_name", None)
+        if serialised_name is not None:
+            if backend not in ("local", serialised_name):
+                raise ConfigError(
+                    f"backend={backend!r} and backend_name={serialised_name!r} disagree; "
+                    "give one of them.",
+                    field="backend",
+                )
+            backend = serialised_name
         spec = SpecConfig.from_value(speculative)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
         # Validate the sampling parameters with the core's own rules before any model loads.
@@ -450,6 +475,91 @@ class Speculative(FunctionCallingLLM):
         return gen()
 
     # ---- function calling ------------------------------------------------------------
+
+    # ---- structured output ------------------------------------------------------------
+
+    def _uses_json_schema(self) -> bool:
+        """Structured prediction through ``response_format`` rather than a tool call.
+
+        With LlamaIndex's default program mode and a backend that honours
+        ``response_format``: servers constrain a JSON-schema answer with a grammar, which
+        is more reliable than a forced tool call. ``pydantic_program_mode=FUNCTION`` (or
+        ``LLM``) keeps LlamaIndex's own programs.
+        """
+        return (
+            self.pydantic_program_mode == PydanticProgramMode.DEFAULT
+            and self._backend.capabilities.structured_output
+        )
+
+    @dispatcher.span  # type: ignore[misc]
+    def structured_predict(
+        self,
+        output_cls: type[Model],
+        prompt: BasePromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> Model:
+        """An instance of ``output_cls`` predicted from ``prompt``.
+
+        On backends that honour ``response_format`` the answer is constrained to the
+        class's JSON schema; elsewhere LlamaIndex's function-calling program runs.
+
+        Raises:
+            ValueError: The answer is not a valid instance (for example cut off by
+                ``max_tokens``).
+        """
+        if not self._uses_json_schema():
+            result: Model = super().structured_predict(
+                output_cls,
+                prompt,  # type: ignore[arg-type]
+                llm_kwargs,
+                **prompt_args,
+            )
+            return result
+        dispatcher.event(
+            LLMStructuredPredictStartEvent(
+                output_cls=output_cls, template=prompt, template_args=prompt_args
+            )
+        )
+        response = self.chat(
+            structured_messages(prompt, self, prompt_args),
+            **{**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)},
+        )
+        result = parse_structured(output_cls, response)
+        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
+        return result
+
+    @dispatcher.span  # type: ignore[misc]
+    async def astructured_predict(
+        self,
+        output_cls: type[Model],
+        prompt: BasePromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> Model:
+        """Async ``structured_predict``."""
+        if not self._uses_json_schema():
+            awaited: Model = await super().astructured_predict(
+                output_cls,
+                prompt,  # type: ignore[arg-type]
+                llm_kwargs,
+                **prompt_args,
+            )
+            return awaited
+        dispatcher.event(
+            LLMStructuredPredictStartEvent(
+                output_cls=output_cls, template=prompt, template_args=prompt_args
+            )
+        )
+        response = await self.achat(
+            structured_messages(prompt, self, prompt_args),
+            **{**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)},
+        )
+        result = parse_structured(output_cls, response)
+        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
+        return result
+
+    # ---- tools -------------------------------------------------------------------------
 
     def _require_tool_calling(self) -> None:
         if not self._backend.capabilities.tool_calling:
