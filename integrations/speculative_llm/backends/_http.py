@@ -626,6 +626,50 @@ class HTTPTransport:
             delay,
         )
 
+    def _log_response(
+        self, method: str, url: str, response: httpx.Response, started: float
+    ) -> None:
+        logger.debug(
+            "%s %s -> %d (%.3f s)", method, url, response.status_code, time.perf_counter() - started
+        )
+
+    def _retry_or_raise(
+        self,
+        method: str,
+        url: str,
+        retries: int,
+        failure: httpx.TransportError | None,
+        response: httpx.Response | None,
+        error_body: bytes,
+        model: str | None,
+        started: float,
+    ) -> float:
+        """The delay before retrying a failed attempt, or the typed error to raise.
+
+        One decision for the sync and async loops: connection errors and HTTP
+        429/502/503 are retried with backoff (``Retry-After`` honoured) until
+        ``max_retries``; anything else raises at once.
+        """
+        delay = self._retry_delay(retries, failure, response)
+        if failure is not None:
+            if delay is None:
+                raise self._transport_error(failure, url, retries) from None
+            self._log_retry(url, type(failure).__name__, retries, delay)
+            return delay
+        assert response is not None
+        self._log_response(method, url, response, started)
+        if delay is None:
+            raise error_for_status(
+                response.status_code,
+                error_body,
+                url=url,
+                hints=self.hints,
+                model=model,
+                retries=retries,
+            )
+        self._log_retry(url, f"HTTP {response.status_code}", retries, delay)
+        return delay
+
     # -- sync I/O --
 
     def _send(
@@ -637,7 +681,7 @@ class HTTPTransport:
         while True:
             started = time.perf_counter()
             response: httpx.Response | None = None
-            failure: Exception | None = None
+            failure: httpx.TransportError | None = None
             try:
                 request = client.build_request(
                     method, url, json=body, headers=self._request_headers()
@@ -645,34 +689,15 @@ class HTTPTransport:
                 response = client.send(request, stream=stream)
             except httpx.TransportError as error:
                 failure = error
-            delay = self._retry_delay(retries, failure, response)
-            if failure is not None:
-                if delay is None:
-                    raise self._transport_error(failure, url, retries) from None
-                self._log_retry(url, type(failure).__name__, retries, delay)
-            else:
-                assert response is not None
-                logger.debug(
-                    "%s %s -> %d (%.3f s)",
-                    method,
-                    url,
-                    response.status_code,
-                    time.perf_counter() - started,
+            if response is not None and response.status_code < 400:
+                self._log_response(method, url, response, started)
+                return response
+            error_body = b"" if response is None else self._read_error_body(response)
+            time.sleep(
+                self._retry_or_raise(
+                    method, url, retries, failure, response, error_body, model, started
                 )
-                if response.status_code < 400:
-                    return response
-                error_body = self._read_error_body(response)
-                if delay is None:
-                    raise error_for_status(
-                        response.status_code,
-                        error_body,
-                        url=url,
-                        hints=self.hints,
-                        model=model,
-                        retries=retries,
-                    )
-                self._log_retry(url, f"HTTP {response.status_code}", retries, delay)
-            time.sleep(delay)
+            )
             retries += 1
 
     @staticmethod
@@ -768,7 +793,7 @@ class HTTPTransport:
         while True:
             started = time.perf_counter()
             response: httpx.Response | None = None
-            failure: Exception | None = None
+            failure: httpx.TransportError | None = None
             try:
                 request = client.build_request(
                     method, url, json=body, headers=self._request_headers()
@@ -776,34 +801,15 @@ class HTTPTransport:
                 response = await client.send(request, stream=stream)
             except httpx.TransportError as error:
                 failure = error
-            delay = self._retry_delay(retries, failure, response)
-            if failure is not None:
-                if delay is None:
-                    raise self._transport_error(failure, url, retries) from None
-                self._log_retry(url, type(failure).__name__, retries, delay)
-            else:
-                assert response is not None
-                logger.debug(
-                    "%s %s -> %d (%.3f s)",
-                    method,
-                    url,
-                    response.status_code,
-                    time.perf_counter() - started,
+            if response is not None and response.status_code < 400:
+                self._log_response(method, url, response, started)
+                return response
+            error_body = b"" if response is None else await self._aread_error_body(response)
+            await asyncio.sleep(
+                self._retry_or_raise(
+                    method, url, retries, failure, response, error_body, model, started
                 )
-                if response.status_code < 400:
-                    return response
-                error_body = await self._aread_error_body(response)
-                if delay is None:
-                    raise error_for_status(
-                        response.status_code,
-                        error_body,
-                        url=url,
-                        hints=self.hints,
-                        model=model,
-                        retries=retries,
-                    )
-                self._log_retry(url, f"HTTP {response.status_code}", retries, delay)
-            await asyncio.sleep(delay)
+            )
             retries += 1
 
     @staticmethod
