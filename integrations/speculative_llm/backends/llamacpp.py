@@ -43,13 +43,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
-
-from pydantic import SecretStr
+from typing import Any, ClassVar, Literal, Unpack
 
 from speculative_llm.backends._http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
     EngineHints,
     FetchResult,
     JSONResponse,
@@ -57,6 +53,7 @@ from speculative_llm.backends._http import (
 )
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.openai_compat import (
+    HTTPOptions,
     OpenAICompatibleBackend,
     OpenAIStreamDecoder,
     RequestContext,
@@ -461,19 +458,12 @@ class LlamaCppBackend(OpenAICompatibleBackend):
 
     Args:
         base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
-        model: Model name to send (llama-server serves one model and ignores it).
-        api_key: The server's ``--api-key``; kept secret.
-        timeout: Read timeout in seconds.
-        connect_timeout: Connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503 (503 while loading).
-        retry_backoff: First retry delay in seconds.
-        endpoint: ``auto``, ``chat`` or ``completion``.
         live_stats: Ask for per-chunk timings while streaming (live stats, provenance).
         require_speculation: Raise ``SpeculationNotEnabledError`` when the server does
             not speculate, instead of reporting zero drafts.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body.
-        verify: TLS verification.
+        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
+            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
+            verify).
 
     Raises:
         ConfigError: An option is invalid.
@@ -487,32 +477,12 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         self,
         base_url: str,
         *,
-        model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
         live_stats: bool = True,
         require_speculation: bool = False,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            endpoint=endpoint,
-            headers=headers,
-            extra_body=extra_body,
-            verify=verify,
-        )
+        self._reject_unknown_options(options)
+        super().__init__(base_url, **options)
         for option, value in (
             ("live_stats", live_stats),
             ("require_speculation", require_speculation),

@@ -17,17 +17,12 @@ draft must share the target's vocabulary (LM Studio lists compatible drafts).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
-from pydantic import SecretStr
-
-from speculative_llm.backends._http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
-    EngineHints,
-)
+from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.openai_compat import (
+    HTTPOptions,
     OpenAICompatibleBackend,
     RequestContext,
     ResponseSummary,
@@ -166,19 +161,12 @@ class LMStudioBackend(OpenAICompatibleBackend):
 
     Args:
         base_url: The server URL (LM Studio listens on ``http://127.0.0.1:1234``).
-        model: The target model key (LM Studio uses the loaded model when omitted).
         draft_model: Default draft model key; a request's ``spec`` overrides it
             (``SpecConfig.baseline()`` sends none, ``method="draft_model"`` sends its own).
-        api_key: LM Studio's API token, when authentication is on; kept secret.
-        timeout: Read timeout in seconds.
-        connect_timeout: Connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds.
-        endpoint: ``auto``, ``chat`` or ``completion``.
         require_speculation: Refuse requests that would run without a draft model.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body.
-        verify: TLS verification.
+        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
+            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
+            verify).
 
     Raises:
         ConfigError: An option is invalid.
@@ -193,32 +181,12 @@ class LMStudioBackend(OpenAICompatibleBackend):
         self,
         base_url: str = "http://127.0.0.1:1234",
         *,
-        model: str | None = None,
         draft_model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
         require_speculation: bool = False,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            endpoint=endpoint,
-            headers=headers,
-            extra_body=extra_body,
-            verify=verify,
-        )
+        self._reject_unknown_options(options)
+        super().__init__(base_url, **options)
         if draft_model is not None and (not isinstance(draft_model, str) or not draft_model):
             raise ConfigError(
                 f"draft_model must be a model key string, got {draft_model!r}.", field="draft_model"

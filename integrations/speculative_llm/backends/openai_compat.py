@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import SecretStr
 
@@ -57,6 +57,7 @@ from speculative_llm.types import (
 
 __all__ = [
     "Endpoint",
+    "HTTPOptions",
     "OpenAICompatibleBackend",
     "OpenAIStreamDecoder",
     "RequestContext",
@@ -73,6 +74,26 @@ __all__ = [
 ]
 
 Endpoint = Literal["auto", "chat", "completion"]
+
+
+class HTTPOptions(TypedDict, total=False):
+    """Keyword options every HTTP backend passes on to ``OpenAICompatibleBackend``.
+
+    Engine backends take ``**options: Unpack[HTTPOptions]``; the options are documented
+    on ``OpenAICompatibleBackend``.
+    """
+
+    model: str | None
+    api_key: str | SecretStr | None
+    timeout: float
+    connect_timeout: float
+    max_retries: int
+    retry_backoff: float
+    endpoint: str
+    headers: Mapping[str, str] | None
+    extra_body: Mapping[str, Any] | None
+    verify: bool | str
+
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
@@ -755,6 +776,19 @@ class OpenAICompatibleBackend(Backend):
         self._seen_model = ""
         self.endpoint = endpoint
         self._extra_body = dict(extra_body or {})
+
+    def _reject_unknown_options(self, options: Mapping[str, object]) -> None:
+        """Raise ``TypeError`` naming this class for a keyword outside ``HTTPOptions``.
+
+        Engine backends call it before forwarding ``**options``, so a misspelt option
+        names the backend the caller created, not ``OpenAICompatibleBackend``.
+        """
+        for key in options:
+            if key not in HTTPOptions.__optional_keys__:
+                raise TypeError(
+                    f"{type(self).__qualname__}.__init__() got an unexpected keyword "
+                    f"argument {key!r}"
+                )
 
     def __repr__(self) -> str:
         return (

@@ -29,13 +29,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
-
-from pydantic import SecretStr
+from typing import Any, ClassVar, Literal, Unpack
 
 from speculative_llm.backends._http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
     EngineHints,
     JSONResponse,
     StreamDecoder,
@@ -43,6 +39,7 @@ from speculative_llm.backends._http import (
 )
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.openai_compat import (
+    HTTPOptions,
     OpenAICompatibleBackend,
     RequestContext,
     ResponseSummary,
@@ -257,20 +254,13 @@ class SGLangBackend(OpenAICompatibleBackend):
 
     Args:
         base_url: The server URL, e.g. ``http://127.0.0.1:30000``.
-        model: Served model name.
-        api_key: The server's ``--api-key``; kept secret.
-        timeout: Read timeout in seconds.
-        connect_timeout: Connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds.
-        endpoint: ``auto``, ``chat``, ``completion`` or ``native``.
         native_stream_text: ``cumulative`` (SGLang's default) or ``incremental`` (a server
             started with ``--incremental-streaming-output``).
         require_speculation: Raise ``SpeculationNotEnabledError`` when ``/server_info``
             shows no speculative algorithm.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body.
-        verify: TLS verification.
+        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
+            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
+            verify). ``endpoint`` also accepts ``native`` (SGLang's ``/generate``).
 
     Raises:
         ConfigError: An option is invalid.
@@ -285,32 +275,12 @@ class SGLangBackend(OpenAICompatibleBackend):
         self,
         base_url: str,
         *,
-        model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
         native_stream_text: str = "cumulative",
         require_speculation: bool = False,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            endpoint=endpoint,
-            headers=headers,
-            extra_body=extra_body,
-            verify=verify,
-        )
+        self._reject_unknown_options(options)
+        super().__init__(base_url, **options)
         if native_stream_text not in ("cumulative", "incremental"):
             raise ConfigError(
                 f"native_stream_text must be 'cumulative' or 'incremental', got "

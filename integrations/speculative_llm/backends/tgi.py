@@ -23,19 +23,16 @@ timings:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
-
-from pydantic import SecretStr
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends._http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
     EngineHints,
     JSONResponse,
     StreamDecoder,
 )
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.openai_compat import (
+    HTTPOptions,
     OpenAICompatibleBackend,
     RequestContext,
     ResponseSummary,
@@ -187,17 +184,11 @@ class TGIBackend(OpenAICompatibleBackend):
 
     Args:
         base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
-        model: Model name for the OpenAI route (TGI serves one model and ignores it).
-        api_key: Bearer token, when the server sits behind one; kept secret.
-        timeout: Read timeout in seconds.
-        connect_timeout: Connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds.
-        endpoint: ``auto`` (chat -> OpenAI route, prompt -> ``/generate``), ``chat`` or
-            ``native``.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body (inside ``parameters`` natively).
-        verify: TLS verification.
+        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
+            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
+            verify). ``endpoint`` is ``auto`` (chat -> OpenAI route, prompt ->
+            ``/generate``), ``chat`` or ``native``; natively ``extra_body`` goes inside
+            ``parameters``.
 
     Raises:
         ConfigError: An option is invalid.
@@ -207,34 +198,9 @@ class TGIBackend(OpenAICompatibleBackend):
     hints: ClassVar[EngineHints] = HINTS
     endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "native")
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
-    ) -> None:
-        super().__init__(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            endpoint=endpoint,
-            headers=headers,
-            extra_body=extra_body,
-            verify=verify,
-        )
+    def __init__(self, base_url: str, **options: Unpack[HTTPOptions]) -> None:
+        self._reject_unknown_options(options)
+        super().__init__(base_url, **options)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -32,17 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Unpack
 
-from pydantic import SecretStr
-
-from speculative_llm.backends._http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
-    EngineHints,
-)
+from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.openai_compat import (
+    HTTPOptions,
     OpenAICompatibleBackend,
     RequestContext,
     ResponseSummary,
@@ -290,21 +285,14 @@ class VLLMBackend(OpenAICompatibleBackend):
 
     Args:
         base_url: The server URL, e.g. ``http://127.0.0.1:8000``.
-        model: Served model name (vLLM uses its only model when omitted).
-        api_key: The server's ``--api-key``; kept secret.
-        timeout: Read timeout in seconds.
-        connect_timeout: Connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds.
-        endpoint: ``auto``, ``chat`` or ``completion``.
         stats: ``auto``: per-request figures when the server reports them, else
             ``/metrics`` differences; ``per_request`` or ``counters``: only that source;
             ``off``: timings only.
         require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
             the server has no speculative decoding configured.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body.
-        verify: TLS verification.
+        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
+            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
+            verify).
 
     Raises:
         ConfigError: An option is invalid.
@@ -317,32 +305,12 @@ class VLLMBackend(OpenAICompatibleBackend):
         self,
         base_url: str,
         *,
-        model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
         stats: str = "auto",
         require_speculation: bool = False,
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        super().__init__(
-            base_url,
-            model=model,
-            api_key=api_key,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            endpoint=endpoint,
-            headers=headers,
-            extra_body=extra_body,
-            verify=verify,
-        )
+        self._reject_unknown_options(options)
+        super().__init__(base_url, **options)
         if stats not in _STATS_MODES:
             raise ConfigError(
                 f"Unknown stats mode {stats!r}; use one of {', '.join(_STATS_MODES)}.",
