@@ -44,6 +44,11 @@ class SpecConfig:
         ngram_min: Shortest n-gram that prompt lookup tries to match.
         ngram_max: Longest n-gram that prompt lookup tries to match (tried first).
         adaptive: Grow k after a fully accepted step and shrink it after a rejection.
+        cost_aware: Local engine: treat k as the longest draft and, before each step,
+            draft the length (0 included) with the most expected tokens per second,
+            from the request's running acceptance and the measured cost of verifying
+            more tokens in one pass (on a CPU, two tokens cost far more than one).
+            Output is unchanged; only speed. Servers ignore it.
         min_speculative_tokens: Lower bound of k when ``adaptive`` is on.
         max_speculative_tokens: Upper bound of k when ``adaptive`` is on.
 
@@ -57,6 +62,7 @@ class SpecConfig:
     ngram_min: int = 1
     ngram_max: int = 3
     adaptive: bool = False
+    cost_aware: bool = False
     min_speculative_tokens: int = 1
     max_speculative_tokens: int = 16
 
@@ -98,6 +104,12 @@ class SpecConfig:
                 "Need 1 <= min_speculative_tokens <= max_speculative_tokens, got "
                 f"{self.min_speculative_tokens} and {self.max_speculative_tokens}.",
                 field="max_speculative_tokens",
+            )
+        if self.adaptive and self.cost_aware:
+            raise ConfigError(
+                "adaptive and cost_aware both choose the draft length: set only one "
+                "(cost_aware uses num_speculative_tokens as the longest draft).",
+                field="cost_aware",
             )
         if self.adaptive and not (
             self.min_speculative_tokens

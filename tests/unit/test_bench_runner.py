@@ -110,6 +110,10 @@ def test_spec_for_each_variant() -> None:
     assert spec_for(Variant(OURS, "draft_model", 8), "d") == SpecConfig(
         method="draft_model", num_speculative_tokens=8, draft_model="d"
     )
+    assert spec_for(Variant(OURS, "ngram", 5), None, cost_aware=True) == SpecConfig(
+        method="ngram", num_speculative_tokens=5, cost_aware=True
+    )
+    assert spec_for(Variant(OURS, "none"), None, cost_aware=True) == SpecConfig.baseline()
 
 
 def test_outcome_of_a_completion_keeps_ids_only_when_all_tokens_have_one() -> None:

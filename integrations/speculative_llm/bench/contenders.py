@@ -100,7 +100,9 @@ def outcome_of(completion: Completion) -> Outcome:
     )
 
 
-def spec_for(variant: Variant, draft_model: str | None) -> SpecConfig | None:
+def spec_for(
+    variant: Variant, draft_model: str | None, *, cost_aware: bool = False
+) -> SpecConfig | None:
     """The per-request ``SpecConfig`` of one of our variants (None: the server's own)."""
     if variant.method == "none":
         return SpecConfig.baseline()
@@ -111,6 +113,7 @@ def spec_for(variant: Variant, draft_model: str | None) -> SpecConfig | None:
         method=variant.method,  # type: ignore[arg-type]
         num_speculative_tokens=variant.k,
         draft_model=draft_model if variant.method == "draft_model" else None,
+        cost_aware=cost_aware,
     )
 
 
@@ -222,7 +225,11 @@ def _http_contenders(
     for variant in variants:
         if variant.method in methods and variant.method != "server":
             contenders.append(
-                BackendContender(variant, backend, spec_for(variant, options.draft_model))
+                BackendContender(
+                    variant,
+                    backend,
+                    spec_for(variant, options.draft_model, cost_aware=options.cost_aware),
+                )
             )
         elif variant.method == "none":
             if options.baseline_url is None:
@@ -294,7 +301,10 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
         holder = _local_backend(options, options.draft_model)
         stack.callback(holder.close)
         contenders.extend(
-            BackendContender(v, holder, spec_for(v, options.draft_model)) for v in ours
+            BackendContender(
+                v, holder, spec_for(v, options.draft_model, cost_aware=options.cost_aware)
+            )
+            for v in ours
         )
     elif options.managed_servers:
         backends = _managed_llama_contenders(options, ours, stack)

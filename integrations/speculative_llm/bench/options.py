@@ -92,6 +92,8 @@ class BenchOptions:
         warmup: Run every variant once, untimed, before measuring.
         compare_transformers: Add transformers' ``generate`` on the same model and
             prompts: plain greedy, ``prompt_lookup_num_tokens=k`` and ``assistant_model=``.
+        cost_aware: Our speculative variants use ``SpecConfig(cost_aware=True)``: k is
+            the longest draft and the local engine drafts only what pays for itself.
         dtype: Weight dtype of in-process models (``auto``, ``float32``, ``bfloat16``).
         device: Torch device of in-process models.
         torch_threads: Threads of in-process models (torch) and of managed llama-servers
@@ -116,6 +118,7 @@ class BenchOptions:
     max_tokens: int = 128
     warmup: bool = True
     compare_transformers: bool = False
+    cost_aware: bool = False
     dtype: str = "auto"
     device: str = "cpu"
     torch_threads: int | None = None

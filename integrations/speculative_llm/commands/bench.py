@@ -86,6 +86,11 @@ def add_parser(subparsers: Any) -> None:
         help="add transformers' generate on the same model and prompts: greedy, "
         "prompt_lookup_num_tokens=k and assistant_model=",
     )
+    parser.add_argument(
+        "--cost-aware",
+        action="store_true",
+        help="local engine: k is the longest draft; draft only what pays for its verification",
+    )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     parser.add_argument(
         "--dtype", default="auto", help="weights of in-process models: auto, float32, bfloat16"
@@ -135,6 +140,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         max_tokens=chosen("max_tokens", 128),
         warmup=not args.no_warmup,
         compare_transformers=args.compare_transformers,
+        cost_aware=args.cost_aware,
         dtype=args.dtype,
         device=args.device,
         torch_threads=args.threads,

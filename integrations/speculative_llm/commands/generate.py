@@ -59,6 +59,11 @@ def add_parser(subparsers: Any) -> None:
         help="draft tokens per verify step (default 5)",
     )
     parser.add_argument("--adaptive", action="store_true", help="adapt k while generating")
+    parser.add_argument(
+        "--cost-aware",
+        action="store_true",
+        help="k is the longest draft; draft only what pays for its verification",
+    )
     parser.add_argument("--ngram-max", type=int, default=3, help="longest n-gram to match")
     parser.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -113,6 +118,7 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,
+        cost_aware=args.cost_aware,
         **bounds,
     )
 

@@ -13,6 +13,7 @@ import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
 from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.draft_cost import VerifyCost
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import DraftLength, StepCounters, generate_steps
 from speculative_llm.backends.local.models import LoadedModel, check_vocabulary, load_model
@@ -112,6 +113,9 @@ class LocalBackend(Backend):
         )
         self._model_name = model
         self._runner = CachedModel(self._target.model)
+        # Verify-pass timings of this model on this machine, shared by every request:
+        # cost-aware requests choose their draft lengths from it.
+        self._verify_cost = VerifyCost()
         self._eos_token_ids = self._find_eos_ids(self._target)
         self._draft_drafters: dict[str, DraftModelDrafter] = {}
         if self._default_spec.method == "draft_model":
@@ -304,6 +308,8 @@ class LocalBackend(Backend):
             adaptive=spec.adaptive and spec.speculative,
             min_k=spec.min_speculative_tokens,
             max_k=spec.max_speculative_tokens,
+            cost=self._verify_cost,
+            cost_aware=spec.cost_aware and spec.speculative,
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)

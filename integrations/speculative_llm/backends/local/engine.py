@@ -24,6 +24,11 @@ from typing import Literal
 import torch
 
 from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.draft_cost import (
+    AcceptanceEstimate,
+    VerifyCost,
+    best_draft_length,
+)
 from speculative_llm.backends.local.drafters import Draft, Drafter
 from speculative_llm.backends.local.sampling import (
     AcceptanceRule,
@@ -75,17 +80,26 @@ class StepResult:
 
 @dataclass(slots=True)
 class DraftLength:
-    """The draft length k, fixed or adaptive.
+    """The draft length k: fixed, adaptive or cost-aware.
 
     Adaptive: after a step whose draft was accepted in full, k grows by one; after a
     rejection it shrinks by one; always within ``[min_k, max_k]``. Steps without a
     draft (no n-gram match) leave k alone.
+
+    Cost-aware (``cost_aware`` with a ``cost`` model): k is the longest draft, and
+    before each step the length in ``[0, k]`` with the most expected tokens per second
+    is chosen from the request's running acceptance and the measured verify cost (see
+    ``draft_cost``). The loop feeds ``cost`` with every step's timings whenever it is
+    given, so baseline requests measure the one-token pass too.
     """
 
     k: int
     adaptive: bool = False
     min_k: int = 1
     max_k: int = 16
+    cost: VerifyCost | None = None
+    cost_aware: bool = False
+    acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -97,8 +111,15 @@ class DraftLength:
                 field="num_speculative_tokens",
             )
 
+    def next_k(self) -> int:
+        """How many tokens to draft in the next step."""
+        if not self.cost_aware or self.cost is None or self.k == 0:
+            return self.k
+        return best_draft_length(self.acceptance.alpha, self.k, self.cost)
+
     def update(self, num_drafted: int, num_accepted: int) -> None:
-        """Adapt k to the outcome of a step."""
+        """Adapt k (or the acceptance estimate) to the outcome of a step."""
+        self.acceptance.update(num_drafted, num_accepted)
         if not self.adaptive or num_drafted == 0:
             return
         if num_accepted == num_drafted:
@@ -318,8 +339,11 @@ def generate_steps(
         if step.finish_reason is not None:
             return
         # A step emits at most k + 1 tokens: never draft past the budget.
-        k = min(draft_length.k, max_new_tokens - generated - 1)
+        k = min(draft_length.next_k(), max_new_tokens - generated - 1)
         step = speculative_step(target, drafter, sequence, k, params, generator, rule)
         draft_length.update(step.num_drafted, step.num_accepted)
+        if draft_length.cost is not None:
+            draft_length.cost.observe(step.num_drafted + 1, step.verify_s)
+            draft_length.cost.observe_draft(step.num_drafted, step.draft_s)
         step = _cut_at_eos(step, eos_token_ids)
         generated += len(step.tokens)

@@ -1,0 +1,180 @@
+"""Cost-aware draft length: the verify-cost model, the acceptance estimate, the choice.
+
+Timings are given to the cost model here, never measured, so every decision is
+deterministic; the loop test checks that the choice changes speed only, never tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+
+from speculative_llm import ConfigError, SpecConfig  # noqa: E402
+from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.draft_cost import (  # noqa: E402
+    AcceptanceEstimate,
+    VerifyCost,
+    best_draft_length,
+    expected_tokens,
+)
+from speculative_llm.backends.local.drafters import Draft  # noqa: E402
+from speculative_llm.backends.local.engine import DraftLength, generate_steps  # noqa: E402
+from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+
+PROMPT = [1, *range(10, 40)]
+
+
+class FrozenCost(VerifyCost):
+    """A cost model that ignores the loop's own timings (decisions stay deterministic)."""
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if not getattr(self, "frozen", False):
+            super().observe(tokens, seconds)
+
+
+def cpu_like_cost() -> FrozenCost:
+    """The shape measured for SmolLM2 on 2 CPU cores: two tokens cost 1.75 one, six 2."""
+    cost = FrozenCost()
+    for tokens, seconds in {1: 0.100, 2: 0.175, 3: 0.185, 4: 0.190, 5: 0.195, 6: 0.200}.items():
+        for _ in range(3):  # the first pass of a size is warm-up and left out
+            cost.observe(tokens, seconds)
+    cost.frozen = True
+    return cost
+
+
+def test_first_pass_of_a_size_is_left_out_and_the_median_resists_spikes() -> None:
+    cost = VerifyCost()
+    cost.observe(1, 2.5)  # one-time kernel setup of a new shape
+    assert cost.seconds(1) is None and cost.ratio(6) == 1.0
+    for seconds in (0.10, 0.11, 0.09, 0.60, 0.10):
+        cost.observe(1, seconds)
+    assert cost.seconds(1) == pytest.approx(0.10)
+    cost.observe(6, 9.0)
+    cost.observe(6, 0.20)
+    assert cost.ratio(6) == pytest.approx(2.0)
+    # Unmeasured sizes cost at least as much as the nearest measured smaller one.
+    assert cost.ratio(8) == pytest.approx(2.0)
+    assert cost.ratio(3) == 1.0
+
+
+def test_expected_tokens_is_leviathans_formula() -> None:
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+@pytest.mark.parametrize(
+    ("alpha", "expected"),
+    [
+        (0.05, 0),  # an open question: no draft pays for a 1.75x pass
+        (0.5, 0),  # E(5) = 1.97 tokens for a 2x pass: still not worth it
+        (0.8, 5),  # E(5) = 3.69 tokens for 2x: draft the longest
+        (0.99, 5),
+    ],
+)
+def test_best_draft_length_on_a_cpu_like_cost(alpha: float, expected: int) -> None:
+    assert best_draft_length(alpha, 5, cpu_like_cost()) == expected
+
+
+def test_with_a_flat_cost_every_draft_pays() -> None:
+    flat = VerifyCost()
+    assert best_draft_length(0.05, 5, flat) == 5  # nothing measured: the classic assumption
+    for tokens in (1, 6):
+        for _ in range(2):
+            flat.observe(tokens, 0.1)
+    assert best_draft_length(0.3, 5, flat) == 5
+
+
+def test_acceptance_estimate_follows_recent_steps_and_returns_to_its_prior() -> None:
+    estimate = AcceptanceEstimate()
+    assert estimate.alpha == pytest.approx(0.75)  # optimistic: a request starts drafting
+    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 5
+    for _ in range(20):
+        estimate.update(5, 5)
+    assert estimate.alpha > 0.9
+    for _ in range(20):
+        estimate.update(5, 0)
+    # A rejection at the first position is one position tried: the estimate falls
+    # more slowly than it rose, but far enough that no draft pays on a CPU.
+    assert estimate.alpha < 0.45
+    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 0
+    for _ in range(20):  # steps without a draft: the evidence fades, slowly
+        estimate.update(0, 0)
+    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 0
+    for _ in range(300):
+        estimate.update(0, 0)
+    assert estimate.alpha == pytest.approx(0.75, abs=0.01)
+
+
+def test_cost_aware_and_adaptive_are_exclusive() -> None:
+    with pytest.raises(ConfigError, match="set only one") as caught:
+        SpecConfig(adaptive=True, cost_aware=True)
+    assert caught.value.field == "cost_aware"
+
+
+class CopyOrMissDrafter:
+    """Drafts the target's greedy continuation in the first half, wrong tokens after."""
+
+    name = "oracle"
+
+    def __init__(self, reference: list[int], switch_at: int, vocab_size: int) -> None:
+        self.reference = reference
+        self.switch_at = switch_at
+        self.vocab_size = vocab_size
+        self.rng = random.Random(3)
+        self.prompt_length = 0
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        self.prompt_length = len(prompt_tokens)
+
+    def propose(self, sequence: Sequence[int], k: int, params: Any, generator: Any) -> Draft:
+        start = len(sequence) - self.prompt_length
+        if start < self.switch_at:
+            return Draft(self.reference[start : start + k])
+        return Draft([(self.reference[start] + 1) % self.vocab_size] * k)
+
+
+@pytest.fixture(scope="module")
+def target(tiny_model_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32
+    ).eval()
+
+
+def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: int) -> list[Any]:
+    return list(
+        generate_steps(
+            CachedModel(target),
+            drafter,
+            PROMPT,
+            max_new_tokens=max_new_tokens,
+            params=SamplingParams(),
+            draft_length=draft_length,
+        )
+    )
+
+
+def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target: Any) -> None:
+    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    drafter = CopyOrMissDrafter(reference, switch_at=60, vocab_size=target.config.vocab_size)
+    fixed = _run(target, drafter, DraftLength(4), 120)
+    aware = _run(target, drafter, DraftLength(4, cost=cpu_like_cost(), cost_aware=True), 120)
+
+    # Same tokens either way: the draft length never changes the output.
+    assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference
+    copying = [
+        s for s in aware[1:] if s.tokens and sum(len(x.tokens) for x in aware) and s.num_drafted
+    ]
+    assert copying and all(s.num_accepted == s.num_drafted for s in copying[:5])
+    # After the switch, fixed k keeps paying for 4 wasted drafts per step; cost-aware
+    # stops drafting once the acceptance estimate falls.
+    late_fixed = sum(s.num_drafted for s in fixed if s.num_accepted < s.num_drafted)
+    late_aware = sum(s.num_drafted for s in aware if s.num_accepted < s.num_drafted)
+    assert late_aware < late_fixed / 3
