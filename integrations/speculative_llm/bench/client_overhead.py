@@ -37,6 +37,7 @@ import httpx
 
 from speculative_llm.backends.llamacpp import LlamaCppBackend
 from speculative_llm.bench.prompts import BenchPrompt, builtin_prompts
+from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.servers import LlamaServer, format_command
 from speculative_llm.types import Completion, GenerationRequest
@@ -413,6 +414,8 @@ def _servers(
                 model,
                 spec_type="ngram-simple",
                 draft_max=draft_max,
+                # The local engine's lookup length: llama-server's 12 rarely matches.
+                ngram_size=SpecConfig().ngram_max,
                 threads=threads,
                 log_path=log(name),
             ),
