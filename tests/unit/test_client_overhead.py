@@ -29,6 +29,21 @@ def test_overhead_figures() -> None:
     assert result.overhead_ratio == pytest.approx(6.04 / 6.0 - 1.0)
     assert result.median_overhead_ratio == pytest.approx(0.005)
     assert result.to_dict()["median_overhead_ms"] == pytest.approx(10.0)
+    assert result.median_cpu_overhead_ms is None  # CPU times not measured
+
+
+def test_cpu_overhead_is_the_difference_of_median_cpu_times() -> None:
+    result = OverheadResult(
+        mode="stream",
+        pairs=3,
+        raw_s=(1.0, 1.0, 1.0),
+        client_s=(1.2, 0.9, 1.0),  # server noise: wall-clock differences both ways
+        same_tokens=3,
+        raw_cpu_s=(0.010, 0.012, 0.011),
+        client_cpu_s=(0.013, 0.014, 0.012),
+    )
+    assert result.median_cpu_overhead_ms == pytest.approx(2.0)
+    assert result.to_dict()["median_cpu_overhead_ms"] == pytest.approx(2.0)
 
 
 def completion(text: str, generated: int, accepted: int, decode_s: float) -> Completion:

@@ -65,6 +65,10 @@ class OverheadResult:
         raw_s: Seconds per raw httpx request.
         client_s: Seconds per ``LlamaCppBackend`` request.
         same_tokens: Pairs whose completion lengths matched (same work done).
+        raw_cpu_s: CPU seconds this process spent per raw request.
+        client_cpu_s: CPU seconds this process spent per ``LlamaCppBackend`` request.
+            The difference is the client's own work, unaffected by the server's
+            timing noise, which dominates wall-clock differences on a shared machine.
     """
 
     mode: str
@@ -72,6 +76,15 @@ class OverheadResult:
     raw_s: tuple[float, ...]
     client_s: tuple[float, ...]
     same_tokens: int
+    raw_cpu_s: tuple[float, ...] = ()
+    client_cpu_s: tuple[float, ...] = ()
+
+    @property
+    def median_cpu_overhead_ms(self) -> float | None:
+        """Median extra CPU milliseconds of our client per request (None: not measured)."""
+        if not self.raw_cpu_s or not self.client_cpu_s:
+            return None
+        return 1000.0 * (statistics.median(self.client_cpu_s) - statistics.median(self.raw_cpu_s))
 
     @property
     def median_raw_s(self) -> float:
@@ -103,6 +116,7 @@ class OverheadResult:
             "median_overhead_ms": self.median_overhead_ms,
             "overhead_ratio": self.overhead_ratio,
             "median_overhead_ratio": self.median_overhead_ratio,
+            "median_cpu_overhead_ms": self.median_cpu_overhead_ms,
         }
 
 
@@ -260,6 +274,7 @@ def measure_client_overhead(
     client_call = _client_stream if stream else _client_generate
     raw_s: list[float] = []
     client_s: list[float] = []
+    cpu_s: dict[str, list[float]] = {"raw": [], "client": []}
     same = 0
     url = base_url.rstrip("/") + CHAT_PATH
     with (
@@ -276,18 +291,25 @@ def measure_client_overhead(
                 client_first = (round_index + index) % 2 == 1
                 timings: dict[str, tuple[float, int]] = {}
                 for side in ("client", "raw") if client_first else ("raw", "client"):
-                    started = time.perf_counter()
+                    started, cpu_started = time.perf_counter(), time.process_time()
                     tokens = (
                         client_call(backend, request)
                         if side == "client"
                         else raw_call(client, url, body)
                     )
                     timings[side] = (time.perf_counter() - started, tokens)
+                    cpu_s[side].append(time.process_time() - cpu_started)
                 raw_s.append(timings["raw"][0])
                 client_s.append(timings["client"][0])
                 same += timings["raw"][1] == timings["client"][1]
     return OverheadResult(
-        mode=mode, pairs=len(raw_s), raw_s=tuple(raw_s), client_s=tuple(client_s), same_tokens=same
+        mode=mode,
+        pairs=len(raw_s),
+        raw_s=tuple(raw_s),
+        client_s=tuple(client_s),
+        same_tokens=same,
+        raw_cpu_s=tuple(cpu_s["raw"]),
+        client_cpu_s=tuple(cpu_s["client"]),
     )
 
 
@@ -369,14 +391,18 @@ class BenchReport:
         """The figures as two Markdown tables."""
         lines = [
             "| mode | pairs | median raw request | median overhead | overhead (total) | "
-            "same token count |",
-            "|---|---|---|---|---|---|",
+            "client CPU overhead | same token count |",
+            "|---|---|---|---|---|---|---|",
         ]
         for o in self.overhead:
+            cpu = o.median_cpu_overhead_ms
+            cpu_text = (
+                "-" if cpu is None else (f"{cpu:+.2f} ms ({cpu / 1000.0 / o.median_raw_s:+.3%})")
+            )
             lines.append(
                 f"| {o.mode} | {o.pairs} | {o.median_raw_s * 1000:.1f} ms | "
                 f"{o.median_overhead_ms:+.2f} ms ({o.median_overhead_ratio:+.2%}) | "
-                f"{o.overhead_ratio:+.2%} | {o.same_tokens}/{o.pairs} |"
+                f"{o.overhead_ratio:+.2%} | {cpu_text} | {o.same_tokens}/{o.pairs} |"
             )
         lines += [
             "",
@@ -439,12 +465,13 @@ def run_client_overhead_bench(
     include_draft: bool = True,
     threads: int | None = None,
     logs: Path | None = None,
-    ngram_draft_max: Sequence[int | None] = (None,),
+    ngram_draft_max: Sequence[int | None] = (SpecConfig().num_speculative_tokens,),
 ) -> BenchReport:
     """Start the servers, measure overhead then speedups, stop the servers.
 
-    ``ngram_draft_max`` lists the ngram-simple servers to compare: None keeps
-    llama-server's default draft length (``--spec-ngram-simple-size-m``, 48 in b11434).
+    ``ngram_draft_max`` lists the ngram-simple servers to compare, by draft length
+    (``--spec-ngram-simple-size-m``); None keeps llama-server's default of 48, which
+    with a 3-token lookup drafts far more than gets accepted.
     """
     requests = bench_requests(per_category=per_category, max_tokens=max_tokens)
     with ExitStack() as stack:
@@ -486,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ngram-draft-max",
         type=int,
         action="append",
-        help="also compare an ngram-simple server with this draft length (repeatable)",
+        help="ngram-simple servers to compare, by draft length (repeatable; default 5)",
     )
     parser.add_argument("--logs", type=Path, help="folder for the servers' logs")
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
@@ -500,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         include_draft=not args.no_draft,
         threads=args.threads,
         logs=args.logs,
-        ngram_draft_max=(None, *(args.ngram_draft_max or ())),
+        ngram_draft_max=tuple(args.ngram_draft_max or (SpecConfig().num_speculative_tokens,)),
     )
     print(report.table())
     for name, command in report.commands.items():
