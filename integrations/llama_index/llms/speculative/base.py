@@ -16,7 +16,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
 from llama_index.core.instrumentation.events.llm import (
     LLMStructuredPredictEndEvent,
@@ -491,6 +491,28 @@ class Speculative(FunctionCallingLLM):
             and self._backend.capabilities.structured_output
         )
 
+    def _start_structured(
+        self,
+        output_cls: type[BaseModel],
+        prompt: BasePromptTemplate,
+        llm_kwargs: dict[str, Any] | None,
+        prompt_args: dict[str, Any],
+    ) -> tuple[list[ChatMessage], dict[str, Any]]:
+        """Announce a structured prediction; its chat messages and keyword arguments."""
+        dispatcher.event(
+            LLMStructuredPredictStartEvent(
+                output_cls=output_cls, template=prompt, template_args=prompt_args
+            )
+        )
+        kwargs = {**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)}
+        return structured_messages(prompt, self, prompt_args), kwargs
+
+    def _finish_structured(self, output_cls: type[Model], response: ChatResponse) -> Model:
+        """Validate the answer and announce the result."""
+        result = parse_structured(output_cls, response)
+        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
+        return result
+
     @dispatcher.span  # type: ignore[misc]
     def structured_predict(
         self,
@@ -516,18 +538,8 @@ class Speculative(FunctionCallingLLM):
                 **prompt_args,
             )
             return result
-        dispatcher.event(
-            LLMStructuredPredictStartEvent(
-                output_cls=output_cls, template=prompt, template_args=prompt_args
-            )
-        )
-        response = self.chat(
-            structured_messages(prompt, self, prompt_args),
-            **{**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)},
-        )
-        result = parse_structured(output_cls, response)
-        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
-        return result
+        messages, kwargs = self._start_structured(output_cls, prompt, llm_kwargs, prompt_args)
+        return self._finish_structured(output_cls, self.chat(messages, **kwargs))
 
     @dispatcher.span  # type: ignore[misc]
     async def astructured_predict(
@@ -546,18 +558,8 @@ class Speculative(FunctionCallingLLM):
                 **prompt_args,
             )
             return awaited
-        dispatcher.event(
-            LLMStructuredPredictStartEvent(
-                output_cls=output_cls, template=prompt, template_args=prompt_args
-            )
-        )
-        response = await self.achat(
-            structured_messages(prompt, self, prompt_args),
-            **{**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)},
-        )
-        result = parse_structured(output_cls, response)
-        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
-        return result
+        messages, kwargs = self._start_structured(output_cls, prompt, llm_kwargs, prompt_args)
+        return self._finish_structured(output_cls, await self.achat(messages, **kwargs))
 
     # ---- tools -------------------------------------------------------------------------
 
