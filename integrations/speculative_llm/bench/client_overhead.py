@@ -55,6 +55,10 @@ __all__ = [
 CHAT_PATH = "/v1/chat/completions"
 
 
+DEFAULT_NGRAM_DRAFT_MAX: tuple[int, ...] = (SpecConfig().num_speculative_tokens,)
+"""Draft lengths of the ngram-simple servers compared (``--spec-ngram-simple-size-m``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OverheadResult:
     """Our client against a raw httpx call, same requests, interleaved.
@@ -465,7 +469,7 @@ def run_client_overhead_bench(
     include_draft: bool = True,
     threads: int | None = None,
     logs: Path | None = None,
-    ngram_draft_max: Sequence[int | None] = (SpecConfig().num_speculative_tokens,),
+    ngram_draft_max: Sequence[int | None] = DEFAULT_NGRAM_DRAFT_MAX,
 ) -> BenchReport:
     """Start the servers, measure overhead then speedups, stop the servers.
 
@@ -527,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         include_draft=not args.no_draft,
         threads=args.threads,
         logs=args.logs,
-        ngram_draft_max=tuple(args.ngram_draft_max or (SpecConfig().num_speculative_tokens,)),
+        ngram_draft_max=tuple(args.ngram_draft_max or DEFAULT_NGRAM_DRAFT_MAX),
     )
     print(report.table())
     for name, command in report.commands.items():

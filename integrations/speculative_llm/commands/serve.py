@@ -25,6 +25,7 @@ from speculative_llm.servers import (
     find_llama_server,
     format_command,
     llama_server_flags,
+    ngram_spec_types,
     normalize_llama_spec_type,
     resolve_gguf,
     sglang_command,
@@ -156,7 +157,7 @@ def _llama_spec_type(args: argparse.Namespace) -> str | None:
 
 
 def _llama_ngram_size(args: argparse.Namespace, spec_type: str | None) -> int | None:
-    if not spec_type or not any(item.startswith("ngram-") for item in spec_type.split(",")):
+    if not ngram_spec_types(spec_type):
         if args.ngram_size is not None:
             raise ConfigError(
                 f"--ngram-size applies to n-gram speculation, not --spec-type {spec_type}; "

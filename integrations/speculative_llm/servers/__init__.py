@@ -26,6 +26,7 @@ from speculative_llm.servers.llama_flags import (
     build_llama_server_command,
     find_llama_server,
     llama_server_flags,
+    ngram_spec_types,
     normalize_llama_spec_type,
     resolve_gguf,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "format_command",
     "free_port",
     "llama_server_flags",
+    "ngram_spec_types",
     "normalize_llama_spec_type",
     "resolve_gguf",
     "sglang_command",

@@ -34,6 +34,7 @@ __all__ = [
     "build_llama_server_command",
     "find_llama_server",
     "llama_server_flags",
+    "ngram_spec_types",
     "normalize_llama_spec_type",
     "resolve_gguf",
 ]
@@ -497,11 +498,16 @@ def _draft_length_args(
     return args
 
 
+def ngram_spec_types(spec_type: str | None) -> list[str]:
+    """The n-gram drafters (``ngram-*``) in a comma-separated llama-server spec type."""
+    return [item for item in (spec_type or "").split(",") if item.startswith("ngram-")]
+
+
 def _ngram_size_args(flags: LlamaServerFlags, spec_type: str, ngram_size: int | None) -> list[str]:
     """Options setting the lookup length of every n-gram type in ``spec_type``."""
     if ngram_size is None:
         return []
-    ngram_types = [item for item in spec_type.split(",") if item.startswith("ngram-")]
+    ngram_types = ngram_spec_types(spec_type)
     if not ngram_types:
         raise ConfigError(
             f"ngram_size sets the lookup length of n-gram speculation, but the spec type is "

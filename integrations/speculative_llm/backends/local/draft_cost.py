@@ -41,7 +41,10 @@ class VerifyCost:
 
     window: int = 9
     samples: dict[int, deque[float]] = field(default_factory=dict)
-    draft_samples: deque[float] = field(default_factory=lambda: deque(maxlen=9))
+    draft_samples: deque[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.draft_samples = deque(maxlen=self.window)
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one pass of ``tokens`` tokens that took ``seconds``."""

@@ -117,9 +117,17 @@ class DraftLength:
             return self.k
         return best_draft_length(self.acceptance.alpha, self.k, self.cost)
 
+    def record(self, step: StepResult) -> None:
+        """Account for one verify step: its outcome, and its timings when ``cost`` is kept."""
+        self.update(step.num_drafted, step.num_accepted)
+        if self.cost is not None:
+            self.cost.observe(step.num_drafted + 1, step.verify_s)
+            self.cost.observe_draft(step.num_drafted, step.draft_s)
+
     def update(self, num_drafted: int, num_accepted: int) -> None:
         """Adapt k (or the acceptance estimate) to the outcome of a step."""
-        self.acceptance.update(num_drafted, num_accepted)
+        if self.cost_aware:
+            self.acceptance.update(num_drafted, num_accepted)
         if not self.adaptive or num_drafted == 0:
             return
         if num_accepted == num_drafted:
@@ -341,9 +349,6 @@ def generate_steps(
         # A step emits at most k + 1 tokens: never draft past the budget.
         k = min(draft_length.next_k(), max_new_tokens - generated - 1)
         step = speculative_step(target, drafter, sequence, k, params, generator, rule)
-        draft_length.update(step.num_drafted, step.num_accepted)
-        if draft_length.cost is not None:
-            draft_length.cost.observe(step.num_drafted + 1, step.verify_s)
-            draft_length.cost.observe_draft(step.num_drafted, step.draft_s)
+        draft_length.record(step)
         step = _cut_at_eos(step, eos_token_ids)
         generated += len(step.tokens)
