@@ -363,3 +363,19 @@ def test_forgotten_server_is_stopped_when_collected(smollm2_gguf: Path, server_l
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists(), "the finalizer did not stop the server"
+
+
+def test_client_overhead_measures_both_sides_on_a_real_server(
+    llama_server_plain: LlamaServer,
+) -> None:
+    from speculative_llm.bench.client_overhead import bench_requests, measure_client_overhead
+
+    requests = bench_requests(per_category=1, max_tokens=8)[:1]
+    result = measure_client_overhead(
+        llama_server_plain.base_url, requests, rounds=2, mode="stream", warmup=0
+    )
+    assert result.pairs == 2 and result.same_tokens == 2
+    # Wall-clock and CPU time of every request on both sides.
+    assert len(result.raw_cpu_s) == len(result.client_cpu_s) == 2
+    assert all(seconds > 0 for seconds in (*result.raw_cpu_s, *result.client_cpu_s))
+    assert result.median_cpu_overhead_ms is not None
