@@ -18,6 +18,7 @@ A missing figure is ``None``: numbers are never invented.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -186,28 +187,74 @@ class SpecStats:
             return None
         return (self.draft_s / self.draft_tokens) / (self.verify_s / self.verify_steps)
 
-    def expected_tokens_per_step(self, k: int | None = None) -> float | None:
-        """Leviathan's (1 - a^(k+1)) / (1 - a) for the measured a (k defaults to the run's)."""
-        alpha, k = self.alpha, k if k is not None else self.num_speculative_tokens
-        if alpha is None or k is None:
+    @property
+    def steps_by_draft_length(self) -> tuple[int, ...] | None:
+        """``[d]`` = verify steps that proposed exactly d draft tokens (d = 0: none).
+
+        Derived from ``drafted_per_position`` (position i is proposed by every step with
+        more than i draft tokens) and ``verify_steps``. None when either is unknown.
+        """
+        drafted, steps = self.drafted_per_position, self.verify_steps
+        if drafted is None or steps is None:
             return None
-        return expected_tokens_per_step(alpha, k)
+        at_least = (steps, *drafted)  # at_least[d] = steps proposing >= d tokens
+        if any(later > earlier for earlier, later in itertools.pairwise(at_least)):
+            return None  # inconsistent counts (e.g. hand-built records): no histogram
+        return tuple(
+            at_least[d] - (at_least[d + 1] if d + 1 < len(at_least) else 0)
+            for d in range(len(at_least))
+        )
+
+    def expected_tokens_per_step(self, k: int | None = None) -> float | None:
+        """Leviathan's (1 - a^(k+1)) / (1 - a) for the measured a.
+
+        With ``k`` given, every step is assumed to propose k tokens (the paper's model).
+        Without it, the formula is averaged over the draft lengths the steps actually
+        proposed when those are known (``steps_by_draft_length``): a prompt-lookup step
+        that found no match proposes nothing and yields one token, whatever k was
+        configured. Otherwise the run's k is used.
+        """
+        alpha = self.alpha
+        if alpha is None:
+            return None
+        histogram = self.steps_by_draft_length if k is None else None
+        if histogram and sum(histogram):
+            total = sum(
+                steps * expected_tokens_per_step(alpha, length)
+                for length, steps in enumerate(histogram)
+            )
+            return total / sum(histogram)
+        k = k if k is not None else self.num_speculative_tokens
+        return None if k is None else expected_tokens_per_step(alpha, k)
 
     def expected_speedup(
         self, cost_ratio: float | None = None, k: int | None = None
     ) -> float | None:
         """Leviathan's wall-time factor (1 - a^(k+1)) / ((1 - a)(k c + 1)) for the measured a.
 
+        Without ``k``, averaged over the draft lengths actually proposed when they are
+        known, as in ``expected_tokens_per_step``: E[tokens/step] / (mean draft length
+        * c + 1), which is the paper's formula when every step proposes k tokens.
+
         Args:
             cost_ratio: c; defaults to the measured ``cost_ratio``, or 0 when the drafter's
                 cost was not measured (prompt lookup costs next to nothing).
-            k: Draft length; defaults to the run's.
+            k: Draft length of every step; defaults to the lengths actually proposed
+                (when known), else the run's k.
         """
-        alpha, k = self.alpha, k if k is not None else self.num_speculative_tokens
-        if alpha is None or k is None:
+        tokens_per_step = self.expected_tokens_per_step(k)
+        if tokens_per_step is None:
             return None
         c = cost_ratio if cost_ratio is not None else (self.cost_ratio or 0.0)
-        return expected_walltime_factor(alpha, k, c)
+        if c < 0:
+            raise ValueError(f"cost_ratio must be >= 0, got {c}")
+        histogram = self.steps_by_draft_length if k is None else None
+        if histogram and sum(histogram):
+            mean_draft_length = sum(d * n for d, n in enumerate(histogram)) / sum(histogram)
+        else:
+            mean_draft_length = float(k if k is not None else self.num_speculative_tokens or 0)
+        # Leviathan et al., theorem 3.8, with the mean draft length in place of a fixed k.
+        return tokens_per_step / (mean_draft_length * c + 1.0)
 
     def speedup_over(self, baseline: SpecStats) -> float | None:
         """Measured speedup: this run's tokens/s divided by the baseline's."""

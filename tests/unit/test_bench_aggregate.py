@@ -214,12 +214,45 @@ def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() 
     assert code.acceptance_rate == pytest.approx(24 / 32)
     assert code.mean_accepted_length == pytest.approx(40 / 16)
     alpha = 24 / (24 + 8)
-    assert code.expected_speedup == pytest.approx(expected_walltime_factor(alpha, 4, 0.0))
+    # Per repeat, drafted_per_position (4, 3, 1, 1) over 8 steps: 4 steps proposed
+    # nothing, 1 one token, 2 two tokens, 1 four tokens; the expectation averages
+    # Leviathan's formula over those lengths (c = 0: no draft time measured).
+    mixed = (
+        4 * 1.0
+        + expected_walltime_factor(alpha, 1, 0.0)
+        + 2 * expected_walltime_factor(alpha, 2, 0.0)
+        + expected_walltime_factor(alpha, 4, 0.0)
+    ) / 8
+    assert code.expected_speedup == pytest.approx(mixed)
     assert code.measured_over_expected == pytest.approx(
         code.decode_speedup / code.expected_speedup  # type: ignore[operator]
     )
     assert code.acceptance_by_position == pytest.approx((6 / 8, 2 / 6, 0.0, 0.0))
     assert summary.cell(BASE, "code_edit").expected_speedup is None  # type: ignore[union-attr]
+
+
+def test_expectation_uses_k_on_every_step_when_the_backend_gives_no_positions() -> None:
+    # Servers report totals, neither per-position counts nor always their k: the
+    # paper's formula for the variant's k on every step.
+    server_stats = _stats("ngram", 20, 16, 12, 8, 4, 1.5, k=None).replace(
+        accepted_per_position=None, drafted_per_position=None
+    )
+    samples = [
+        _sample(
+            BASE,
+            "code",
+            "code_edit",
+            0,
+            20,
+            4.0,
+            3.0,
+            stats=_stats("none", 20, 0, 0, 20, 0, 3.0, 0),
+        ),
+        _sample(NGRAM, "code", "code_edit", 0, 20, 2.5, 1.5, stats=server_stats),
+    ]
+    cell = summarize(samples).cell(NGRAM, "code_edit")
+    assert cell is not None
+    assert cell.expected_speedup == pytest.approx(expected_walltime_factor(12 / 16, 4, 0.0))
 
 
 def test_cells_without_stats_or_decode_times_report_none_not_zero() -> None:

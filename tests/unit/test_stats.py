@@ -56,6 +56,42 @@ def test_derived_figures() -> None:
     )
 
 
+def test_steps_by_draft_length_from_per_position_counts() -> None:
+    # 10 steps: 4 proposed nothing, 1 proposed 1 token, 2 proposed 2, 3 proposed 3.
+    stats = make(verify_steps=10, drafted_per_position=(6, 5, 3))
+    assert stats.steps_by_draft_length == (4, 1, 2, 3)
+    assert make(verify_steps=10).steps_by_draft_length is None
+    # Counts that cannot come from one run (more proposals at a later position) give no
+    # histogram rather than negative step counts.
+    assert make(verify_steps=2, drafted_per_position=(1, 3)).steps_by_draft_length is None
+
+
+def test_expectation_follows_the_draft_lengths_actually_proposed() -> None:
+    alpha = 0.6
+    # Half the steps found nothing to propose (one token each); half proposed k = 4.
+    stats = make(
+        num_speculative_tokens=4,
+        verify_steps=10,
+        accepted_tokens=30,
+        rejected_steps=20,
+        draft_tokens=20,
+        drafted_per_position=(5, 5, 5, 5),
+        draft_s=0.2,
+        verify_s=1.0,
+    )
+    assert stats.alpha == pytest.approx(alpha)
+    mixed = (5 * 1.0 + 5 * expected_tokens_per_step(alpha, 4)) / 10
+    assert stats.expected_tokens_per_step() == pytest.approx(mixed)
+    # c = (0.2 / 20) / (1.0 / 10); the mean draft length is 2, not k = 4.
+    assert stats.expected_speedup() == pytest.approx(mixed / (2 * 0.1 + 1))
+    # An explicit k keeps the paper's model: k tokens proposed on every step.
+    assert stats.expected_tokens_per_step(k=4) == pytest.approx(expected_tokens_per_step(alpha, 4))
+    assert stats.expected_speedup(k=4) == pytest.approx(expected_walltime_factor(alpha, 4, 0.1))
+    # When every step proposes k tokens both agree.
+    full = stats.replace(drafted_per_position=(10, 10, 10, 10), draft_tokens=40)
+    assert full.expected_tokens_per_step() == pytest.approx(full.expected_tokens_per_step(k=4))
+
+
 def test_missing_figures_stay_none() -> None:
     stats = SpecStats.unavailable("tgi", generated_tokens=5, decode_s=0.5)
     assert stats.source == "unavailable"
