@@ -2,7 +2,9 @@
 
 The engine feeds only tokens the cache has not seen, asks for logits of the last few
 positions only, and crops the cache when draft tokens are rejected, so the prefix is
-never recomputed. Written against the transformers 5 cache API (``cache=`` argument,
+never recomputed. Where ``VocabularyHead`` reproduces the model's logits, the decoder
+runs alone and the head projects the kept positions (a faster kernel on CPUs). Written
+against the transformers 5 cache API (``cache=`` argument,
 ``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
 (``past_key_values=``).
 """
@@ -13,6 +15,8 @@ import inspect
 from typing import Any
 
 import torch
+
+from speculative_llm.backends.local.logits import VocabularyHead
 
 __all__ = ["CachedModel"]
 
@@ -29,14 +33,25 @@ class CachedModel:
 
     Args:
         model: A Hugging Face causal LM (``AutoModelForCausalLM``), in eval mode.
+        fast_head: Project hidden states with ``VocabularyHead`` when it reproduces the
+            model's logits (False: always the model's own forward).
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, fast_head: bool = True) -> None:
         self.model = model
         parameters = _forward_parameters(model)
         # transformers 5 renamed past_key_values to cache.
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._keeps_logits = "logits_to_keep" in parameters
+        found = VocabularyHead.for_model(model) if fast_head else None
+        self._decoder: Any = None
+        self.head: VocabularyHead | None = None
+        """The projection used instead of the model's forward, or None."""
+        self._decoder_cache_argument = self._cache_argument
+        if found is not None:
+            self._decoder, self.head = found
+            if "cache" not in _forward_parameters(self._decoder):
+                self._decoder_cache_argument = "past_key_values"
         self.device: torch.device = next(model.parameters()).device
         self.cache: Any = None
         self.length = 0
@@ -81,11 +96,18 @@ class CachedModel:
         if self.cache is None:
             self.reset()
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        kwargs: dict[str, Any] = {self._cache_argument: self.cache, "use_cache": True}
-        if self._keeps_logits:
+        if self._decoder is not None and self.head is not None:
+            hidden = self._decoder(
+                input_ids=input_ids, use_cache=True, **{self._decoder_cache_argument: self.cache}
+            ).last_hidden_state
             # Only the positions we verify: skips the vocab projection of the prompt.
-            kwargs["logits_to_keep"] = num_logits
-        outputs = self.model(input_ids=input_ids, **kwargs)
+            logits = self.head(hidden[0, -num_logits:, :])
+        else:
+            kwargs: dict[str, Any] = {self._cache_argument: self.cache, "use_cache": True}
+            if self._keeps_logits:
+                # Only the positions we verify: skips the vocab projection of the prompt.
+                kwargs["logits_to_keep"] = num_logits
+            logits = self.model(input_ids=input_ids, **kwargs).logits[0, -num_logits:, :]
         self.length += len(tokens)
         if not self._recording and self._has_bounded_layers():
             # Sliding-window layers otherwise drop states that a crop may need back.
@@ -93,7 +115,6 @@ class CachedModel:
             # so a long prompt does not keep every state of every sliding layer.
             self.cache.activate_past_recording()
             self._recording = True
-        logits: torch.Tensor = outputs.logits[0, -num_logits:, :]
         return logits
 
     def _has_bounded_layers(self) -> bool:

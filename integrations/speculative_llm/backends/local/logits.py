@@ -1,0 +1,113 @@
+"""The vocabulary projection of the positions the engine scores, with a faster CPU kernel.
+
+A causal LM's forward is ``decoder -> last hidden states -> lm_head``. The engine runs
+the decoder itself and projects the hidden states it needs with ``VocabularyHead``,
+which on a CPU in float32 calls oneDNN's matrix product instead of PyTorch's default
+(MKL) one. The projection is the largest single matrix of a small model (SmolLM2-135M:
+49152 x 576, a fifth of its weights), and MKL's kernel for a few rows is slow on some
+processors. Measured on the AMD EPYC (AVX2) test machine, SmolLM2's projection:
+
+==========  ======  ======  ======
+rows        1       2       6
+MKL         17 ms   32 ms   35 ms
+oneDNN      10 ms   14 ms   18 ms
+==========  ======  ======  ======
+
+which made a whole 1-token pass 11 % faster and a 6-token verify pass 14 % faster at a
+600-token context. Same weights, same float32 arithmetic, a different summation order:
+logits agree with the model's own to about 1e-5.
+
+The head is used only when it reproduces the model's own logits on a probe input
+(``for_model`` checks): a model whose forward does more than ``lm_head(hidden)``
+(soft-capping, scaling) keeps its own forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["VocabularyHead"]
+
+# Token ids of the probe that checks the head against the model's own forward.
+_PROBE_LENGTH = 8
+# |ours - theirs| allowed, relative to the largest logit: float32 summation order only.
+_RELATIVE_TOLERANCE = 1e-4
+
+
+def _onednn_linear_available() -> bool:
+    mkldnn = getattr(torch.ops, "mkldnn", None)
+    return bool(
+        torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+        and mkldnn is not None
+        and hasattr(mkldnn, "_linear_pointwise")
+    )
+
+
+class VocabularyHead:
+    """Projects hidden states to logits with oneDNN's float32 matrix product.
+
+    Holds a reference to the model's own projection weight (no copy: tied embeddings
+    stay tied and no memory is added).
+
+    Args:
+        weight: The ``(vocab, hidden)`` weight of the model's output embeddings.
+        bias: Its bias, if any.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight = weight
+        self.bias = bias
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of shape ``(rows, vocab)`` for hidden states of shape ``(rows, hidden)``."""
+        logits: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
+            hidden.contiguous(), self.weight, self.bias, "none", [], ""
+        )
+        return logits
+
+    @classmethod
+    def for_model(cls, model: Any) -> tuple[Any, VocabularyHead] | None:
+        """The model's decoder and a head that reproduces its logits, or None.
+
+        None when the model is not float32 on a CPU, PyTorch lacks the oneDNN kernel,
+        the model has no ``get_decoder()`` or linear output embeddings, or the head's
+        logits differ from the model's own forward on a probe input.
+        """
+        if not _onednn_linear_available():
+            return None
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        get_decoder = getattr(model, "get_decoder", None)
+        if not isinstance(head, torch.nn.Linear) or get_decoder is None:
+            return None
+        weight = head.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+            return None
+        try:
+            decoder = get_decoder()
+        except (AttributeError, NotImplementedError):
+            return None
+        if decoder is None or decoder is model:
+            return None
+        candidate = cls(weight.detach(), None if head.bias is None else head.bias.detach())
+        try:
+            agrees = candidate._agrees_with(model, decoder)
+        except (RuntimeError, TypeError, ValueError, AttributeError):
+            # An op this PyTorch build lacks, or a decoder that takes other arguments.
+            return None
+        return (decoder, candidate) if agrees else None
+
+    def _agrees_with(self, model: Any, decoder: Any) -> bool:
+        """Whether decoder + this head give the model's own logits on a probe input."""
+        vocab = int(self.weight.shape[0])
+        probe = (torch.arange(1, _PROBE_LENGTH + 1, device=self.weight.device) * 7919) % vocab
+        probe = probe.unsqueeze(0)
+        with torch.inference_mode():
+            expected = model(input_ids=probe, use_cache=False).logits[0].float()
+            hidden = decoder(input_ids=probe, use_cache=False).last_hidden_state[0]
+            got = self(hidden).float()
+        if got.shape != expected.shape:
+            return False
+        scale = max(1.0, float(expected.abs().max()))
+        return float((got - expected).abs().max()) <= _RELATIVE_TOLERANCE * scale

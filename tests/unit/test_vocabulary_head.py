@@ -1,0 +1,87 @@
+"""The engine's own vocabulary projection: used only where it reproduces the model's logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+
+from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
+
+PROMPT = [1, *range(10, 40)]
+
+
+@pytest.fixture()
+def target(tiny_model_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32
+    ).eval()
+
+
+def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
+    """Prefill, a 4-token verify pass, a crop back by 3, then single steps."""
+    runner.reset()
+    seen = [runner.forward(PROMPT, 1)]
+    seen.append(runner.forward([5, 6, 7, 8], 4))
+    runner.crop(runner.length - 3)
+    for token in (9, 10, 11):
+        seen.append(runner.forward([token], 1))
+    return seen
+
+
+def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) -> None:
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch build has no oneDNN (torch.backends.mkldnn): no fast head")
+    fast, plain = CachedModel(target), CachedModel(target, fast_head=False)
+    assert fast.head is not None and plain.head is None
+    for ours, theirs in zip(
+        _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
+    ):
+        assert ours.shape == theirs.shape
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+        assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+class _ScaledLogits(torch.nn.Module):
+    """A causal LM whose forward does more than lm_head(hidden): it halves the logits."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def get_output_embeddings(self) -> Any:
+        return self.inner.get_output_embeddings()
+
+    def get_decoder(self) -> Any:
+        return self.inner.get_decoder()
+
+    def forward(
+        self, input_ids: Any, cache: Any = None, use_cache: bool = False, logits_to_keep: int = 0
+    ) -> Any:
+        outputs = self.inner(
+            input_ids=input_ids, cache=cache, use_cache=use_cache, logits_to_keep=logits_to_keep
+        )
+        outputs.logits = outputs.logits / 2
+        return outputs
+
+
+def test_a_model_with_its_own_logit_transform_keeps_its_forward(target: Any) -> None:
+    scaled = _ScaledLogits(target).eval()
+    assert VocabularyHead.for_model(scaled) is None
+    runner = CachedModel(scaled)
+    assert runner.head is None
+    runner.reset()
+    logits = runner.forward(PROMPT, 1)
+    with torch.inference_mode():
+        expected = target(input_ids=torch.tensor([PROMPT])).logits[0, -1:] / 2
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_no_head_outside_float32(target: Any) -> None:
+    assert VocabularyHead.for_model(target.to(torch.bfloat16)) is None
