@@ -113,6 +113,33 @@ def test_acceptance_estimate_follows_recent_steps_and_returns_to_its_prior() -> 
     assert estimate.alpha == pytest.approx(0.75, abs=0.01)
 
 
+def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_length() -> None:
+    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+    short, long = Draft([7] * 5, match_length=1), Draft([7] * 5, match_length=3)
+    assert length.next_k() == 5 and length.keep(short) == 5 and length.keep(long) == 5
+    for _ in range(10):
+        length.update(5, 0, match_length=1)  # 1-token matches: rejected at once
+        length.update(5, 5, match_length=3)  # 3-token matches: copied in full
+    assert length.keep(short) == 0
+    assert length.keep(long) == 5
+    # Before a proposal its match is unknown: ask for what the best estimate would verify.
+    assert length.next_k() == 5
+    # A draft without a match length (a draft model) has its own estimate.
+    assert length.keep(Draft([7] * 5)) == 5
+    # Fixed k keeps every proposed token.
+    assert DraftLength(5).keep(short) == 5
+
+
+def test_steps_without_a_verified_draft_let_every_estimate_fade_back() -> None:
+    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+    for _ in range(10):
+        length.update(5, 0, match_length=1)
+    assert length.keep(Draft([7] * 5, match_length=1)) == 0
+    for _ in range(300):
+        length.update(0, 0)
+    assert length.keep(Draft([7] * 5, match_length=1)) == 5
+
+
 def test_cost_aware_and_adaptive_are_exclusive() -> None:
     with pytest.raises(ConfigError, match="set only one") as caught:
         SpecConfig(adaptive=True, cost_aware=True)
@@ -148,6 +175,29 @@ def target(tiny_model_dir: Path) -> Any:
     ).eval()
 
 
+class ShortMatchesMissDrafter:
+    """Prompt-lookup-like: drafts labelled as 3-token matches copy the target's
+    continuation, drafts labelled as 1-token matches are wrong, turn about."""
+
+    name = "oracle"
+
+    def __init__(self, reference: list[int], vocab_size: int) -> None:
+        self.reference = reference
+        self.vocab_size = vocab_size
+        self.prompt_length = 0
+        self.calls = 0
+
+    def reset(self, prompt_tokens: Sequence[int]) -> None:
+        self.prompt_length = len(prompt_tokens)
+
+    def propose(self, sequence: Sequence[int], k: int, params: Any, generator: Any) -> Draft:
+        start = len(sequence) - self.prompt_length
+        self.calls += 1
+        if self.calls % 2:
+            return Draft(self.reference[start : start + k], match_length=3)
+        return Draft([(self.reference[start] + 1) % self.vocab_size] * k, match_length=1)
+
+
 def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: int) -> list[Any]:
     return list(
         generate_steps(
@@ -178,3 +228,23 @@ def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target
     late_fixed = sum(s.num_drafted for s in fixed if s.num_accepted < s.num_drafted)
     late_aware = sum(s.num_drafted for s in aware if s.num_accepted < s.num_drafted)
     assert late_aware < late_fixed / 3
+
+
+def test_cost_aware_loop_stops_verifying_short_matches_only(target: Any) -> None:
+    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    vocab = target.config.vocab_size
+    fixed = _run(target, ShortMatchesMissDrafter(reference, vocab), DraftLength(4), 120)
+    aware = _run(
+        target,
+        ShortMatchesMissDrafter(reference, vocab),
+        DraftLength(4, cost=cpu_like_cost(), cost_aware=True),
+        120,
+    )
+    assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference
+    short = [s for s in aware if s.match_length == 1]
+    long = [s for s in aware if s.match_length == 3]
+    assert short and long
+    # Short matches stop being verified after a few rejections; long ones keep drafting.
+    assert sum(s.num_drafted for s in short[3:]) == 0
+    assert all(s.num_drafted > 0 for s in long)
+    assert sum(s.num_drafted for s in fixed if s.match_length == 1) > 0

@@ -94,6 +94,17 @@ def test_longer_ngrams_are_tried_first() -> None:
     assert drafter.propose(sequence, 1, GREEDY, None).tokens == [4]
 
 
+def test_a_draft_says_how_long_its_match_was() -> None:
+    def match_length(sequence: list[int]) -> int | None:
+        drafter = PromptLookupDrafter(ngram_min=1, ngram_max=3)
+        return drafter.propose(sequence, 2, GREEDY, None).match_length
+
+    assert match_length([1, 2, 3, 4, 0, 3, 8, 1, 2, 3]) == 3
+    # Only the last token "9" occurred before: a 1-gram match.
+    assert match_length([9, 5, 6, 7, 9]) == 1
+    assert match_length([1, 2, 3, 4]) is None
+
+
 def test_the_trailing_ngram_does_not_match_itself() -> None:
     drafter = PromptLookupDrafter(ngram_min=1, ngram_max=3)
     assert drafter.propose([1, 2, 3, 4], 3, GREEDY, None).tokens == []

@@ -32,10 +32,14 @@ class Draft:
         probs: Draft distributions ``q`` of shape ``(len(tokens), vocab)`` the tokens
             were sampled from, or None for a deterministic drafter (one-hot ``q``) or
             greedy decoding.
+        match_length: For prompt lookup, the length n of the n-gram match the tokens
+            were copied after (a longer match predicts a longer accepted run); None for
+            other drafters. Cost-aware drafting keeps one acceptance estimate per n.
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+    match_length: int | None = None
 
 
 @runtime_checkable
@@ -141,6 +145,11 @@ class PromptLookupDrafter:
         Longer n-grams are tried first; see the class docstring for the ranking.
         "Earlier" excludes the trailing n-gram itself.
         """
+        match = self._find_match(sequence)
+        return None if match is None else match[0]
+
+    def _find_match(self, sequence: Sequence[int]) -> tuple[int, int] | None:
+        """``(position after the best occurrence, n)`` of the longest matching n-gram."""
         length = len(sequence)
         # Index n-grams ending before the last position, so the trailing n-gram
         # cannot match itself.
@@ -158,7 +167,7 @@ class PromptLookupDrafter:
                     best, best_agreement = stop, agreement
                     if agreement == self.context:
                         break
-            return best
+            return best, n
         return None
 
     def propose(
@@ -175,15 +184,16 @@ class PromptLookupDrafter:
         """
         if k < 1:
             return Draft([])
-        start = self.find_match(sequence)
-        if start is None:
+        match = self._find_match(sequence)
+        if match is None:
             return Draft([])
+        start, n = match
         length = len(sequence)
         tokens: list[int] = []
         for offset in range(k):
             source = start + offset
             tokens.append(sequence[source] if source < length else tokens[source - length])
-        return Draft(tokens)
+        return Draft(tokens, match_length=n)
 
 
 class DraftModelDrafter:

@@ -17,7 +17,7 @@ One step, with the sequence ``s`` of length L and the target cache holding ``s[:
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,6 +67,7 @@ class StepResult:
         verify_s: Seconds spent in the target forward pass and the acceptance rule.
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
+        match_length: The draft's ``Draft.match_length`` (prompt lookup's n), if any.
     """
 
     tokens: list[int]
@@ -76,6 +77,7 @@ class StepResult:
     verify_s: float
     prefill: bool = False
     finish_reason: EngineFinish | None = None
+    match_length: int | None = None
 
 
 @dataclass(slots=True)
@@ -86,11 +88,14 @@ class DraftLength:
     rejection it shrinks by one; always within ``[min_k, max_k]``. Steps without a
     draft (no n-gram match) leave k alone.
 
-    Cost-aware (``cost_aware`` with a ``cost`` model): k is the longest draft, and
-    before each step the length in ``[0, k]`` with the most expected tokens per second
-    is chosen from the request's running acceptance and the measured verify cost (see
-    ``draft_cost``). The loop feeds ``cost`` with every step's timings whenever it is
-    given, so baseline requests measure the one-token pass too.
+    Cost-aware (``cost_aware`` with a ``cost`` model): k is the longest draft, and the
+    length in ``[0, k]`` with the most expected tokens per second is chosen from the
+    request's running acceptance and the measured verify cost (see ``draft_cost``):
+    before the proposal (``next_k``, which spares a draft model's work), and for prompt
+    lookup again after it (``keep``), with the acceptance measured for matches of the
+    same n-gram length: a 3-token match is worth drafting where a 1-token match is not.
+    The loop feeds ``cost`` with every step's timings whenever it is given, so baseline
+    requests measure the one-token pass too.
     """
 
     k: int
@@ -100,6 +105,7 @@ class DraftLength:
     cost: VerifyCost | None = None
     cost_aware: bool = False
     acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
+    by_match_length: dict[int, AcceptanceEstimate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -111,23 +117,44 @@ class DraftLength:
                 field="num_speculative_tokens",
             )
 
+    def _estimate(self, match_length: int | None) -> AcceptanceEstimate:
+        if match_length is None:
+            return self.acceptance
+        return self.by_match_length.setdefault(match_length, AcceptanceEstimate())
+
     def next_k(self) -> int:
-        """How many tokens to draft in the next step."""
+        """How many tokens to ask the drafter for in the next step."""
         if not self.cost_aware or self.cost is None or self.k == 0:
             return self.k
-        return best_draft_length(self.acceptance.alpha, self.k, self.cost)
+        # Before the proposal its match length is unknown: ask for as much as the most
+        # promising estimate would verify; ``keep`` cuts a prompt-lookup draft after.
+        alpha = max(e.alpha for e in (self.acceptance, *self.by_match_length.values()))
+        return best_draft_length(alpha, self.k, self.cost)
+
+    def keep(self, draft: Draft) -> int:
+        """How many of a proposal's tokens to verify (all, unless cost-aware says fewer)."""
+        proposed = len(draft.tokens)
+        if not self.cost_aware or self.cost is None or draft.match_length is None:
+            return proposed
+        alpha = self._estimate(draft.match_length).alpha
+        return best_draft_length(alpha, proposed, self.cost)
 
     def record(self, step: StepResult) -> None:
         """Account for one verify step: its outcome, and its timings when ``cost`` is kept."""
-        self.update(step.num_drafted, step.num_accepted)
+        self.update(step.num_drafted, step.num_accepted, step.match_length)
         if self.cost is not None:
             self.cost.observe(step.num_drafted + 1, step.verify_s)
             self.cost.observe_draft(step.num_drafted, step.draft_s)
 
-    def update(self, num_drafted: int, num_accepted: int) -> None:
-        """Adapt k (or the acceptance estimate) to the outcome of a step."""
+    def update(self, num_drafted: int, num_accepted: int, match_length: int | None = None) -> None:
+        """Adapt k (or the acceptance estimates) to the outcome of a step."""
         if self.cost_aware:
-            self.acceptance.update(num_drafted, num_accepted)
+            if num_drafted:
+                self._estimate(match_length).update(num_drafted, num_accepted)
+            else:
+                # Nothing verified: every estimate's evidence fades toward its prior.
+                for estimate in (self.acceptance, *self.by_match_length.values()):
+                    estimate.update(0, 0)
         if not self.adaptive or num_drafted == 0:
             return
         if num_accepted == num_drafted:
@@ -220,6 +247,7 @@ def speculative_step(
     params: SamplingParams,
     generator: torch.Generator | None,
     rule: AcceptanceRule = verify_sampled,
+    keep: Callable[[Draft], int] | None = None,
 ) -> StepResult:
     """Draft up to k tokens, verify them in one target forward pass, crop the cache.
 
@@ -231,6 +259,7 @@ def speculative_step(
         params: Sampling parameters (temperature 0 = greedy).
         generator: Random generator for sampling.
         rule: Sampled acceptance rule (the exact ``verify_sampled`` unless testing).
+        keep: How many of the proposed tokens to verify (default: all, up to k).
 
     Returns:
         The step's emitted tokens and counts; the target cache then holds the new
@@ -245,9 +274,12 @@ def speculative_step(
     started = time.perf_counter()
     draft = drafter.propose(sequence, k, params, generator) if drafter and k > 0 else Draft([])
     drafted = time.perf_counter()
-    draft_tokens = draft.tokens[:k]
+    kept = min(k, len(draft.tokens) if keep is None else keep(draft))
+    draft_tokens = draft.tokens[:kept]
+    # A shortened draft is still exact: its q rows are the first ones of the proposal.
+    draft_probs = None if draft.probs is None else draft.probs[:kept]
     logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
-    verdict = verify_draft(draft_tokens, draft.probs, logits, params, generator, rule)
+    verdict = verify_draft(draft_tokens, draft_probs, logits, params, generator, rule)
     # Drop the rejected drafts from the cache; the new last token is not fed yet.
     target.crop(length + verdict.num_accepted)
     finished = time.perf_counter()
@@ -257,6 +289,7 @@ def speculative_step(
         verdict.num_accepted,
         drafted - started,
         finished - drafted,
+        match_length=draft.match_length,
     )
 
 
@@ -272,6 +305,7 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
                 step.verify_s,
                 step.prefill,
                 "stop",
+                step.match_length,
             )
     return step
 
@@ -342,13 +376,16 @@ def generate_steps(
                 step.verify_s,
                 step.prefill,
                 "length",
+                step.match_length,
             )
         yield step
         if step.finish_reason is not None:
             return
         # A step emits at most k + 1 tokens: never draft past the budget.
         k = min(draft_length.next_k(), max_new_tokens - generated - 1)
-        step = speculative_step(target, drafter, sequence, k, params, generator, rule)
+        step = speculative_step(
+            target, drafter, sequence, k, params, generator, rule, keep=draft_length.keep
+        )
         draft_length.record(step)
         step = _cut_at_eos(step, eos_token_ids)
         generated += len(step.tokens)
