@@ -62,6 +62,14 @@ def expected_walltime_factor(alpha: float, k: int, cost_ratio: float) -> float:
     return expected_tokens_per_step(alpha, k) / (k * cost_ratio + 1.0)
 
 
+def _mean_expected_tokens(alpha: float, steps_by_length: dict[int, int]) -> float:
+    """Leviathan's tokens per step averaged over steps of the given draft lengths."""
+    total = sum(
+        steps * expected_tokens_per_step(alpha, length) for length, steps in steps_by_length.items()
+    )
+    return total / sum(steps_by_length.values())
+
+
 def _sum_optional(values: Iterable[int | float | None]) -> Any:
     items = list(values)
     if not items or any(v is None for v in items):
@@ -205,6 +213,19 @@ class SpecStats:
             for d in range(len(at_least))
         )
 
+    def _draft_lengths(self, k: int | None) -> dict[int, int] | None:
+        """Draft length -> steps it is counted for in the expected figures.
+
+        ``{k: 1}`` for a given k; else the lengths actually proposed when known, else
+        the run's k; None when no length is known.
+        """
+        if k is None:
+            histogram = self.steps_by_draft_length
+            if histogram and sum(histogram):
+                return dict(enumerate(histogram))
+            k = self.num_speculative_tokens
+        return None if k is None else {k: 1}
+
     def expected_tokens_per_step(self, k: int | None = None) -> float | None:
         """Leviathan's (1 - a^(k+1)) / (1 - a) for the measured a.
 
@@ -214,18 +235,10 @@ class SpecStats:
         that found no match proposes nothing and yields one token, whatever k was
         configured. Otherwise the run's k is used.
         """
-        alpha = self.alpha
-        if alpha is None:
+        alpha, lengths = self.alpha, self._draft_lengths(k)
+        if alpha is None or lengths is None:
             return None
-        histogram = self.steps_by_draft_length if k is None else None
-        if histogram and sum(histogram):
-            total = sum(
-                steps * expected_tokens_per_step(alpha, length)
-                for length, steps in enumerate(histogram)
-            )
-            return total / sum(histogram)
-        k = k if k is not None else self.num_speculative_tokens
-        return None if k is None else expected_tokens_per_step(alpha, k)
+        return _mean_expected_tokens(alpha, lengths)
 
     def expected_speedup(
         self, cost_ratio: float | None = None, k: int | None = None
@@ -242,19 +255,15 @@ class SpecStats:
             k: Draft length of every step; defaults to the lengths actually proposed
                 (when known), else the run's k.
         """
-        tokens_per_step = self.expected_tokens_per_step(k)
-        if tokens_per_step is None:
+        alpha, lengths = self.alpha, self._draft_lengths(k)
+        if alpha is None or lengths is None:
             return None
         c = cost_ratio if cost_ratio is not None else (self.cost_ratio or 0.0)
         if c < 0:
             raise ValueError(f"cost_ratio must be >= 0, got {c}")
-        histogram = self.steps_by_draft_length if k is None else None
-        if histogram and sum(histogram):
-            mean_draft_length = sum(d * n for d, n in enumerate(histogram)) / sum(histogram)
-        else:
-            mean_draft_length = float(k if k is not None else self.num_speculative_tokens or 0)
+        mean_length = sum(d * n for d, n in lengths.items()) / sum(lengths.values())
         # Leviathan et al., theorem 3.8, with the mean draft length in place of a fixed k.
-        return tokens_per_step / (mean_draft_length * c + 1.0)
+        return _mean_expected_tokens(alpha, lengths) / (mean_length * c + 1.0)
 
     def speedup_over(self, baseline: SpecStats) -> float | None:
         """Measured speedup: this run's tokens/s divided by the baseline's."""

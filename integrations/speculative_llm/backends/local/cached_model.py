@@ -25,6 +25,11 @@ def _forward_parameters(model: Any) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def _cache_keyword(parameters: set[str]) -> str:
+    """The forward argument that takes the KV cache (transformers 5 renamed it)."""
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
 class CachedModel:
     """A causal LM and the KV cache of one sequence.
 
@@ -40,18 +45,15 @@ class CachedModel:
     def __init__(self, model: Any, *, fast_head: bool = True) -> None:
         self.model = model
         parameters = _forward_parameters(model)
-        # transformers 5 renamed past_key_values to cache.
-        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._cache_argument = _cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
         found = VocabularyHead.for_model(model) if fast_head else None
         self._decoder: Any = None
         self.head: VocabularyHead | None = None
         """The projection used instead of the model's forward, or None."""
-        self._decoder_cache_argument = self._cache_argument
         if found is not None:
             self._decoder, self.head = found
-            if "cache" not in _forward_parameters(self._decoder):
-                self._decoder_cache_argument = "past_key_values"
+            self._decoder_cache_argument = _cache_keyword(_forward_parameters(self._decoder))
         self.device: torch.device = next(model.parameters()).device
         self.cache: Any = None
         self.length = 0
