@@ -3,7 +3,9 @@
 The engine feeds only tokens the cache has not seen, asks for logits of the last few
 positions only, and crops the cache when draft tokens are rejected, so the prefix is
 never recomputed. Where ``VocabularyHead`` reproduces the model's logits, the decoder
-runs alone and the head projects the kept positions (a faster kernel on CPUs). Written
+runs alone and the head projects the kept positions (a faster kernel on CPUs); where
+``MultiTokenLinears`` does, passes of several tokens (prefill, verification) run the
+linear layers on oneDNN. Written
 against the transformers 5 cache API (``cache=`` argument,
 ``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
 (``past_key_values=``).
@@ -12,11 +14,13 @@ against the transformers 5 cache API (``cache=`` argument,
 from __future__ import annotations
 
 import inspect
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from speculative_llm.backends.local.logits import VocabularyHead
+from speculative_llm.backends.local.onednn import MultiTokenLinears
 
 __all__ = ["CachedModel"]
 
@@ -40,9 +44,12 @@ class CachedModel:
         model: A Hugging Face causal LM (``AutoModelForCausalLM``), in eval mode.
         fast_head: Project hidden states with ``VocabularyHead`` when it reproduces the
             model's logits (False: always the model's own forward).
+        fast_linears: Run the linear layers on oneDNN during passes of several tokens
+            when that leaves the model's logits unchanged (False: always PyTorch's
+            default kernel).
     """
 
-    def __init__(self, model: Any, *, fast_head: bool = True) -> None:
+    def __init__(self, model: Any, *, fast_head: bool = True, fast_linears: bool = True) -> None:
         self.model = model
         parameters = _forward_parameters(model)
         self._cache_argument = _cache_keyword(parameters)
@@ -54,6 +61,10 @@ class CachedModel:
         if found is not None:
             self._decoder, self.head = found
             self._decoder_cache_argument = _cache_keyword(_forward_parameters(self._decoder))
+        self.linears: MultiTokenLinears | None = (
+            MultiTokenLinears.for_model(model, self.vocab_size) if fast_linears else None
+        )
+        """The layers routed to oneDNN for passes of several tokens, or None."""
         self.device: torch.device = next(model.parameters()).device
         self.cache: Any = None
         self.length = 0
@@ -98,6 +109,25 @@ class CachedModel:
         if self.cache is None:
             self.reset()
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        with self._kernels_for(len(tokens)):
+            logits = self._logits(input_ids, num_logits)
+        self.length += len(tokens)
+        if not self._recording and self._has_bounded_layers():
+            # Sliding-window layers otherwise drop states that a crop may need back.
+            # Activated after the first forward, as transformers' assisted decoding does,
+            # so a long prompt does not keep every state of every sliding layer.
+            self.cache.activate_past_recording()
+            self._recording = True
+        return logits
+
+    def _kernels_for(self, num_tokens: int) -> AbstractContextManager[None]:
+        """The kernels for a pass: oneDNN's linears for several tokens, the default for one."""
+        if self.linears is None or num_tokens < 2:
+            return nullcontext()
+        return self.linears.installed()
+
+    def _logits(self, input_ids: torch.Tensor, num_logits: int) -> torch.Tensor:
+        """Run the model on ``input_ids`` after the cache; logits of the last positions."""
         if self._decoder is not None and self.head is not None:
             hidden = self._decoder(
                 input_ids=input_ids, use_cache=True, **{self._decoder_cache_argument: self.cache}
@@ -110,13 +140,6 @@ class CachedModel:
                 # Only the positions we verify: skips the vocab projection of the prompt.
                 kwargs["logits_to_keep"] = num_logits
             logits = self.model(input_ids=input_ids, **kwargs).logits[0, -num_logits:, :]
-        self.length += len(tokens)
-        if not self._recording and self._has_bounded_layers():
-            # Sliding-window layers otherwise drop states that a crop may need back.
-            # Activated after the first forward, as transformers' assisted decoding does,
-            # so a long prompt does not keep every state of every sliding layer.
-            self.cache.activate_past_recording()
-            self._recording = True
         return logits
 
     def _has_bounded_layers(self) -> bool:

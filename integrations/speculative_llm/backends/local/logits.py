@@ -28,21 +28,14 @@ from typing import Any
 
 import torch
 
+from speculative_llm.backends.local.onednn import (
+    logits_agree,
+    onednn_linear,
+    onednn_linear_available,
+    probe_tokens,
+)
+
 __all__ = ["VocabularyHead"]
-
-# Token ids of the probe that checks the head against the model's own forward.
-_PROBE_LENGTH = 8
-# |ours - theirs| allowed, relative to the largest logit: float32 summation order only.
-_RELATIVE_TOLERANCE = 1e-4
-
-
-def _onednn_linear_available() -> bool:
-    mkldnn = getattr(torch.ops, "mkldnn", None)
-    return bool(
-        torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
-        and mkldnn is not None
-        and hasattr(mkldnn, "_linear_pointwise")
-    )
 
 
 class VocabularyHead:
@@ -62,10 +55,7 @@ class VocabularyHead:
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of shape ``(rows, vocab)`` for hidden states of shape ``(rows, hidden)``."""
-        logits: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
-            hidden.contiguous(), self.weight, self.bias, "none", [], ""
-        )
-        return logits
+        return onednn_linear(hidden, self.weight, self.bias)
 
     @classmethod
     def for_model(cls, model: Any) -> tuple[Any, VocabularyHead] | None:
@@ -75,7 +65,7 @@ class VocabularyHead:
         the model has no ``get_decoder()`` or linear output embeddings, or the head's
         logits differ from the model's own forward on a probe input.
         """
-        if not _onednn_linear_available():
+        if not onednn_linear_available():
             return None
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         get_decoder = getattr(model, "get_decoder", None)
@@ -100,14 +90,9 @@ class VocabularyHead:
 
     def _agrees_with(self, model: Any, decoder: Any) -> bool:
         """Whether decoder + this head give the model's own logits on a probe input."""
-        vocab = int(self.weight.shape[0])
-        probe = (torch.arange(1, _PROBE_LENGTH + 1, device=self.weight.device) * 7919) % vocab
-        probe = probe.unsqueeze(0)
+        probe = probe_tokens(int(self.weight.shape[0]), self.weight.device)
         with torch.inference_mode():
-            expected = model(input_ids=probe, use_cache=False).logits[0].float()
+            expected = model(input_ids=probe, use_cache=False).logits[0]
             hidden = decoder(input_ids=probe, use_cache=False).last_hidden_state[0]
-            got = self(hidden).float()
-        if got.shape != expected.shape:
-            return False
-        scale = max(1.0, float(expected.abs().max()))
-        return float((got - expected).abs().max()) <= _RELATIVE_TOLERANCE * scale
+            got = self(hidden)
+        return logits_agree(got, expected)
