@@ -112,7 +112,8 @@ class SpecStats:
         decode_s: Seconds spent generating after the prompt was processed.
         total_s: Seconds from the request to the last token.
         draft_s: Seconds spent drafting (in-process engine only).
-        verify_s: Seconds spent in target forward passes while decoding.
+        verify_s: Seconds spent in target forward passes while decoding (the prompt's
+            pass excluded: that is time to first token).
         requests: Number of generations aggregated in this record.
         note: Caveat about the figures (for example how derived figures were obtained).
     """
@@ -188,12 +189,21 @@ class SpecStats:
 
     @property
     def cost_ratio(self) -> float | None:
-        """C of Leviathan et al.: time to draft one token / time of one verify step."""
+        """C of Leviathan et al.: time to draft one token / time of one verify step.
+
+        ``verify_s`` leaves out the prompt's pass, which ``verify_steps`` counts once per
+        request, so one step costs ``verify_s / (verify_steps - requests)``.
+        """
         if not (
-            self.draft_s is not None and self.draft_tokens and self.verify_s and self.verify_steps
+            self.draft_s is not None
+            and self.draft_tokens
+            and self.verify_s
+            and self.verify_steps is not None
+            and self.verify_steps > self.requests
         ):
             return None
-        return (self.draft_s / self.draft_tokens) / (self.verify_s / self.verify_steps)
+        decoding_steps = self.verify_steps - self.requests
+        return (self.draft_s / self.draft_tokens) / (self.verify_s / decoding_steps)
 
     @property
     def steps_by_draft_length(self) -> tuple[int, ...] | None:

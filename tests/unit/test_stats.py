@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -47,10 +48,12 @@ def test_derived_figures() -> None:
     assert stats.mean_accepted_length == 3.0
     assert stats.tokens_per_second == 15.0
     assert stats.alpha == pytest.approx(20 / 28)
-    # c = (0.1 / 40) / (1.0 / 10)
-    assert stats.cost_ratio == pytest.approx(0.025)
+    # c = (0.1 / 40) / (1.0 / 9): verify_s covers the 9 passes after the prompt's
+    assert stats.cost_ratio == pytest.approx(0.0225)
+    # Aggregated over two requests: two prompt passes among the 10 steps.
+    assert dataclasses.replace(stats, requests=2).cost_ratio == pytest.approx(0.02)
     assert stats.expected_tokens_per_step() == pytest.approx(expected_tokens_per_step(20 / 28, 4))
-    assert stats.expected_speedup() == pytest.approx(expected_walltime_factor(20 / 28, 4, 0.025))
+    assert stats.expected_speedup() == pytest.approx(expected_walltime_factor(20 / 28, 4, 0.0225))
     assert stats.expected_speedup(cost_ratio=0.0, k=2) == pytest.approx(
         expected_tokens_per_step(20 / 28, 2)
     )
@@ -82,11 +85,11 @@ def test_expectation_follows_the_draft_lengths_actually_proposed() -> None:
     assert stats.alpha == pytest.approx(alpha)
     mixed = (5 * 1.0 + 5 * expected_tokens_per_step(alpha, 4)) / 10
     assert stats.expected_tokens_per_step() == pytest.approx(mixed)
-    # c = (0.2 / 20) / (1.0 / 10); the mean draft length is 2, not k = 4.
-    assert stats.expected_speedup() == pytest.approx(mixed / (2 * 0.1 + 1))
+    # c = (0.2 / 20) / (1.0 / 9); the mean draft length is 2, not k = 4.
+    assert stats.expected_speedup() == pytest.approx(mixed / (2 * 0.09 + 1))
     # An explicit k keeps the paper's model: k tokens proposed on every step.
     assert stats.expected_tokens_per_step(k=4) == pytest.approx(expected_tokens_per_step(alpha, 4))
-    assert stats.expected_speedup(k=4) == pytest.approx(expected_walltime_factor(alpha, 4, 0.1))
+    assert stats.expected_speedup(k=4) == pytest.approx(expected_walltime_factor(alpha, 4, 0.09))
     # When every step proposes k tokens both agree.
     full = stats.replace(drafted_per_position=(10, 10, 10, 10), draft_tokens=40)
     assert full.expected_tokens_per_step() == pytest.approx(full.expected_tokens_per_step(k=4))
