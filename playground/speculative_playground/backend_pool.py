@@ -286,12 +286,9 @@ class BackendPool:
         if draft is not None:
             draft = self.policy.check_model(draft, self.offered_models)
         spec_type = _LLAMA_SPEC_TYPES[settings.method]
+        # For ngram-simple, draft_max becomes --spec-ngram-simple-size-m (the longest
+        # n-gram draft); the lookup length is the command builder's default (3).
         length: dict[str, Any] = {"draft_max": settings.k}
-        if spec_type == "ngram-simple":
-            # Measured with llama-server b11434: its default 12-token lookup drafted nothing
-            # on a 96-token code edit, 3 tokens (the local engine's ngram_max) drafted 49;
-            # draft_max becomes --spec-ngram-simple-size-m, the longest n-gram draft.
-            length["ngram_size"] = SpecConfig().ngram_max
         server = stack.enter_context(
             self._servers.lease(
                 ("llama-server", model, draft, spec_type, settings.k),

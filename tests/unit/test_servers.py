@@ -139,8 +139,31 @@ def test_ngram_command_on_2026_build(new_flags: LlamaServerFlags) -> None:
     assert option_value(command, "--port") == "8123"
     assert option_value(command, "--spec-type") == "ngram-simple"
     assert option_value(command, "--spec-ngram-simple-size-m") == "8"
+    # The lookup length defaults to the local engine's, not llama-server's 12.
+    assert option_value(command, "--spec-ngram-simple-size-n") == str(SpecConfig().ngram_max)
     assert "--spec-draft-n-max" not in command
     assert "--jinja" in command and "--metrics" in command
+
+
+def test_default_lookup_length_only_where_the_build_can_set_it(
+    new_flags: LlamaServerFlags,
+) -> None:
+    draft_only = build_llama_server_command(
+        "llama-server", new_flags, model="t.gguf", port=1, draft_model="d.gguf"
+    )
+    assert not [arg for arg in draft_only if arg.startswith("--spec-ngram")]
+    explicit = build_llama_server_command(
+        "llama-server", new_flags, model="t.gguf", port=1, spec_type="ngram", ngram_size=12
+    )
+    assert option_value(explicit, "--spec-ngram-simple-size-n") == "12"
+    older = LlamaServerFlags.from_help(
+        HELP_2026.replace("--spec-ngram-simple-size-n", "--spec-ngram-simple-size-x")
+    )
+    command = build_llama_server_command(
+        "llama-server", older, model="t.gguf", port=1, spec_type="ngram"
+    )
+    assert option_value(command, "--spec-type") == "ngram-simple"
+    assert "--spec-ngram-simple-size-x" not in command
 
 
 def test_ngram_size_sets_the_lookup_length_of_each_ngram_type(

@@ -444,8 +444,6 @@ def _servers(
                 model,
                 spec_type="ngram-simple",
                 draft_max=draft_max,
-                # The local engine's lookup length: llama-server's 12 rarely matches.
-                ngram_size=SpecConfig().ngram_max,
                 threads=threads,
                 log_path=log(name),
             ),

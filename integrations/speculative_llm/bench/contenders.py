@@ -168,14 +168,11 @@ def _local_backend(options: BenchOptions, draft_model: str | None) -> LocalBacke
 def _managed_llama_contenders(
     options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
 ) -> list[Backend]:
-    from speculative_llm.servers import LlamaServer, find_llama_server, llama_server_flags
+    from speculative_llm.servers import LlamaServer
 
     model = options.model or DEFAULT_BENCH_MODEL
-    # ngram-simple looks up 12-token n-grams by default and rarely drafts on short
-    # answers; match the local engine's lookup (ngram_max tokens) so "ngram k" means the
-    # same on both backends.
-    flags = llama_server_flags(find_llama_server())
-    ngram_size = SpecConfig().ngram_max if flags.ngram_size_option("ngram-simple") else None
+    # LlamaServer gives n-gram types the local engine's lookup length (ngram_max), so
+    # "ngram k" means the same on both backends.
     backends: list[Backend] = []
     for variant in variants:
         if variant.method == "server":
@@ -193,7 +190,6 @@ def _managed_llama_contenders(
                 draft_model=options.draft_model if variant.method == "draft_model" else None,
                 draft_max=variant.k,
                 threads=options.torch_threads,
-                ngram_size=ngram_size if variant.method == "ngram" else None,
             )
         stack.enter_context(server)
         # Every timed request processes its whole prompt, as the in-process engine does

@@ -165,7 +165,8 @@ def _llama_ngram_size(args: argparse.Namespace, spec_type: str | None) -> int | 
                 field="ngram_size",
             )
         return None
-    return args.ngram_size if args.ngram_size is not None else SpecConfig().ngram_max
+    ngram_size: int | None = args.ngram_size
+    return ngram_size  # None: the command builder's default (the engine's ngram_max)
 
 
 def _run_llamacpp(args: argparse.Namespace) -> int:

@@ -80,8 +80,8 @@ class LlamaServer(ManagedServer):
         draft_min: Smallest draft per step.
         ngram_size: Lookup length of n-gram spec types (``--spec-ngram-simple-size-n``...):
             how many trailing tokens must match earlier text before the server drafts.
-            None keeps the server's default (12 for ``ngram-simple``, which rarely
-            matches in short answers; 3 is the local engine's ``ngram_max``).
+            None: 3, the local engine's ``ngram_max`` (llama-server's own default, 12
+            tokens, rarely matches in short answers; pass 12 to keep it).
         port: TCP port; None picks a free one.
         host: Interface to listen on (loopback by default).
         ctx_size: Context size (``--ctx-size``); None keeps the server's default.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from speculative_llm.config import SpecConfig
 from speculative_llm.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -363,7 +364,8 @@ def build_llama_server_command(
     ``spec_type`` takes llama-server's names (``ngram-simple``, ``ngram-mod``,
     ``draft-simple``...) or speculative-llm's (``ngram``, ``draft_model``); with a
     draft model and no ``spec_type``, ``draft-simple`` is used, since in 2026 builds
-    a draft model alone does nothing.
+    a draft model alone does nothing. ``ngram_size`` None gives n-gram types the local
+    engine's lookup length (``DEFAULT_NGRAM_SIZE``, 3) where the build can set it.
 
     Raises:
         ConfigError: Inconsistent options (a draft type without a draft model, an
@@ -503,11 +505,26 @@ def ngram_spec_types(spec_type: str | None) -> list[str]:
     return [item for item in (spec_type or "").split(",") if item.startswith("ngram-")]
 
 
+# The lookup length llama-server gets unless told otherwise: the local engine's, so that
+# "ngram" means the same on both backends. Measured with llama-server b11434: its own
+# default (12 tokens) drafted nothing on a 96-token code edit, 3 tokens drafted 49.
+DEFAULT_NGRAM_SIZE = SpecConfig().ngram_max
+
+
 def _ngram_size_args(flags: LlamaServerFlags, spec_type: str, ngram_size: int | None) -> list[str]:
-    """Options setting the lookup length of every n-gram type in ``spec_type``."""
-    if ngram_size is None:
-        return []
+    """Options setting the lookup length of every n-gram type in ``spec_type``.
+
+    None sets ``DEFAULT_NGRAM_SIZE`` where this build has the option (older builds have
+    no such option and keep their fixed lookup).
+    """
     ngram_types = ngram_spec_types(spec_type)
+    if ngram_size is None:
+        args: list[str] = []
+        for item in ngram_types:
+            option = flags.ngram_size_option(item)
+            if option is not None:
+                args += [option, str(DEFAULT_NGRAM_SIZE)]
+        return args
     if not ngram_types:
         raise ConfigError(
             f"ngram_size sets the lookup length of n-gram speculation, but the spec type is "
@@ -515,7 +532,7 @@ def _ngram_size_args(flags: LlamaServerFlags, spec_type: str, ngram_size: int | 
             "or leave ngram_size unset.",
             field="ngram_size",
         )
-    args: list[str] = []
+    args = []
     for item in ngram_types:
         option = flags.ngram_size_option(item)
         if option is None:
