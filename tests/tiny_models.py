@@ -20,6 +20,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_tiny_llama",
     "build_tiny_tokenizer",
+    "load_float32",
     "perturbed_copy",
     "save_tiny_model",
     "tiny_vocabulary",
@@ -260,3 +261,11 @@ def build_mini_causal_lm(vocab_size: int, *, seed: int = 0, dim: int = 16) -> An
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.8)
     return model.eval()
+
+
+def load_float32(model_dir: Path) -> Any:
+    """The causal LM saved in ``model_dir``, in float32 and eval mode."""
+    import torch
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

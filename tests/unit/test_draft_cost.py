@@ -27,6 +27,7 @@ from speculative_llm.backends.local.draft_cost import (  # noqa: E402
 from speculative_llm.backends.local.drafters import Draft  # noqa: E402
 from speculative_llm.backends.local.engine import DraftLength, generate_steps  # noqa: E402
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]
 
@@ -170,9 +171,7 @@ class CopyOrMissDrafter:
 
 @pytest.fixture(scope="module")
 def target(tiny_model_dir: Path) -> Any:
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir, dtype=torch.float32
-    ).eval()
+    return load_float32(tiny_model_dir)
 
 
 class ShortMatchesMissDrafter:

@@ -24,13 +24,12 @@ from speculative_llm.backends.local.engine import (  # noqa: E402
     generate_steps,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from tiny_models import load_float32  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def target(tiny_model_dir: Path) -> Any:
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir, dtype=torch.float32
-    ).eval()
+    return load_float32(tiny_model_dir)
 
 
 PROMPT = [1, *range(10, 40)]

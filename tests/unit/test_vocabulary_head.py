@@ -12,15 +12,14 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
+from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]
 
 
 @pytest.fixture()
 def target(tiny_model_dir: Path) -> Any:
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        tiny_model_dir, dtype=torch.float32
-    ).eval()
+    return load_float32(tiny_model_dir)
 
 
 def _logits_along_a_decode(runner: CachedModel) -> list[Any]:

@@ -98,7 +98,9 @@ class MultiTokenLinears:
     ``installed()`` sets each layer's ``forward`` to oneDNN's kernel (an instance
     attribute, so the layer's hooks still run) and removes it afterwards, also when the
     pass raises. Layers shared by concurrent runners are counted: the kernel comes off a
-    layer when the last pass using it ends. Outside ``installed()`` the model is untouched.
+    layer when the last pass using it ends. Outside ``installed()`` the model is untouched;
+    code running the same model in another thread during such a pass runs it on oneDNN
+    too (the same products, summed in another order).
 
     Args:
         linears: The layers to route (plain float32 CPU ``nn.Linear`` modules).
