@@ -47,6 +47,32 @@ class Capabilities:
     tool_calling: bool = False
     structured_output: bool = False
 
+    @classmethod
+    def of_server(
+        cls,
+        *,
+        per_request_stats: bool,
+        live_stats: bool = False,
+        token_provenance: bool = False,
+        methods: frozenset[str] = frozenset({"server"}),
+        per_request_toggle: bool = False,
+    ) -> Capabilities:
+        """An HTTP server's capabilities: tools and structured output pass through.
+
+        The defaults describe a server that speculates as it was started (method
+        ``server``), reports nothing while streaming and cannot turn speculation off
+        for one request.
+        """
+        return cls(
+            methods=methods,
+            per_request_stats=per_request_stats,
+            live_stats=live_stats,
+            token_provenance=token_provenance,
+            per_request_toggle=per_request_toggle,
+            tool_calling=True,
+            structured_output=True,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:

@@ -496,14 +496,8 @@ class LlamaCppBackend(OpenAICompatibleBackend):
     @property
     def capabilities(self) -> Capabilities:
         """Exact per-request stats, live stats and provenance; no per-request toggle."""
-        return Capabilities(
-            methods=frozenset({"server"}),
-            per_request_stats=True,
-            live_stats=self.live_stats,
-            token_provenance=self.live_stats,
-            per_request_toggle=False,
-            tool_calling=True,
-            structured_output=True,
+        return Capabilities.of_server(
+            per_request_stats=True, live_stats=self.live_stats, token_provenance=self.live_stats
         )
 
     @property

@@ -197,14 +197,10 @@ class LMStudioBackend(OpenAICompatibleBackend):
     @property
     def capabilities(self) -> Capabilities:
         """Per-request draft model (and baseline) with exact counts; no live stats."""
-        return Capabilities(
-            methods=frozenset({"none", "draft_model", "server"}),
+        return Capabilities.of_server(
             per_request_stats=True,
-            live_stats=False,
-            token_provenance=False,
+            methods=frozenset({"none", "draft_model", "server"}),
             per_request_toggle=True,
-            tool_calling=True,
-            structured_output=True,
         )
 
     def draft_model_for(self, request: GenerationRequest) -> str | None:

@@ -811,15 +811,7 @@ class OpenAICompatibleBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         """OpenAI-compatible servers report no acceptance figures and no provenance."""
-        return Capabilities(
-            methods=frozenset({"server"}),
-            per_request_stats=False,
-            live_stats=False,
-            token_provenance=False,
-            per_request_toggle=False,
-            tool_calling=True,
-            structured_output=True,
-        )
+        return Capabilities.of_server(per_request_stats=False)
 
     @property
     def model_name(self) -> str:

@@ -294,15 +294,7 @@ class SGLangBackend(OpenAICompatibleBackend):
     @property
     def capabilities(self) -> Capabilities:
         """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
-        return Capabilities(
-            methods=frozenset({"server"}),
-            per_request_stats=True,
-            live_stats=False,
-            token_provenance=False,
-            per_request_toggle=False,
-            tool_calling=True,
-            structured_output=True,
-        )
+        return Capabilities.of_server(per_request_stats=True)
 
     def _is_native(self, request: GenerationRequest) -> bool:
         return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)

@@ -205,15 +205,7 @@ class TGIBackend(OpenAICompatibleBackend):
     @property
     def capabilities(self) -> Capabilities:
         """No acceptance figures, no provenance, no per-request toggle."""
-        return Capabilities(
-            methods=frozenset({"server"}),
-            per_request_stats=False,
-            live_stats=False,
-            token_provenance=False,
-            per_request_toggle=False,
-            tool_calling=True,
-            structured_output=True,
-        )
+        return Capabilities.of_server(per_request_stats=False)
 
     def _is_native(self, request: GenerationRequest) -> bool:
         return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)

@@ -332,15 +332,7 @@ class VLLMBackend(OpenAICompatibleBackend):
         per_request = self.stats_mode == "per_request" or (
             self.stats_mode == "auto" and self._per_request_seen
         )
-        return Capabilities(
-            methods=frozenset({"server"}),
-            per_request_stats=per_request,
-            live_stats=False,
-            token_provenance=False,
-            per_request_toggle=False,
-            tool_calling=True,
-            structured_output=True,
-        )
+        return Capabilities.of_server(per_request_stats=per_request)
 
     def _wants_counters(self) -> bool:
         if self.stats_mode == "counters":
