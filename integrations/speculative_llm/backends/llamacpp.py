@@ -666,16 +666,13 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         prompt = _count(data.get("tokens_evaluated"))
         generated = _count(data.get("tokens_predicted"))
         usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
-        summary = ResponseSummary(
+        summary = ResponseSummary.of_whole_answer(
+            context,
+            response.headers,
             text=content,
             usage=usage if prompt is not None or generated is not None else None,
             extras={k: v for k, v in data.items() if k != "content"},
             finish_reason=map_finish_reason(data.get("stop_type")),
-            started=context.started,
-            first_token_at=None,
-            ended=context.ended if context.ended is not None else context.started,
-            streamed=False,
-            headers=response.headers,
         )
         model = data.get("model")
         return Completion(

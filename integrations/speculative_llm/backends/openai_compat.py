@@ -437,6 +437,30 @@ class ResponseSummary:
     streamed: bool
     headers: Mapping[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of_whole_answer(
+        cls,
+        context: RequestContext,
+        headers: Mapping[str, str],
+        *,
+        text: str,
+        usage: Usage | None,
+        extras: Mapping[str, Any],
+        finish_reason: FinishReason | None,
+    ) -> ResponseSummary:
+        """A non-streamed answer: no first-token time; it ended when its body arrived."""
+        return cls(
+            text=text,
+            usage=usage,
+            extras=extras,
+            finish_reason=finish_reason,
+            started=context.started,
+            first_token_at=None,
+            ended=context.ended if context.ended is not None else time.perf_counter(),
+            streamed=False,
+            headers=headers,
+        )
+
     @property
     def client_ttft_s(self) -> float | None:
         """Seconds from sending the request to the first text, measured here."""
@@ -939,17 +963,13 @@ class OpenAICompatibleBackend(Backend):
         parsed = parse(response.data, url=context.url, hints=self.hints)
         if parsed.model:
             self._seen_model = parsed.model
-        ended = context.ended if context.ended is not None else time.perf_counter()
-        summary = ResponseSummary(
+        summary = ResponseSummary.of_whole_answer(
+            context,
+            response.headers,
             text=parsed.text,
             usage=parsed.usage,
             extras=parsed.extras,
             finish_reason=parsed.finish_reason,
-            started=context.started,
-            first_token_at=None,
-            ended=ended,
-            streamed=False,
-            headers=response.headers,
         )
         reason = parsed.finish_reason
         if parsed.tool_calls and reason in (None, "stop"):

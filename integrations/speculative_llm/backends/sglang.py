@@ -429,16 +429,13 @@ class SGLangBackend(OpenAICompatibleBackend):
                 url=context.url,
             )
         usage = _usage_of(meta)
-        summary = ResponseSummary(
+        summary = ResponseSummary.of_whole_answer(
+            context,
+            response.headers,
             text=text,
             usage=usage,
             extras={"meta_info": meta},
             finish_reason=map_finish_reason(meta.get("finish_reason")),
-            started=context.started,
-            first_token_at=None,
-            ended=context.ended if context.ended is not None else context.started,
-            streamed=False,
-            headers=response.headers,
         )
         return Completion(
             text=text,

@@ -302,16 +302,13 @@ class TGIBackend(OpenAICompatibleBackend):
             if generated is not None or prompt is not None
             else None
         )
-        summary = ResponseSummary(
+        summary = ResponseSummary.of_whole_answer(
+            context,
+            response.headers,
             text=text,
             usage=usage,
             extras={"details": details},
             finish_reason=map_finish_reason(details.get("finish_reason")),
-            started=context.started,
-            first_token_at=None,
-            ended=context.ended if context.ended is not None else context.started,
-            streamed=False,
-            headers=response.headers,
         )
         return Completion(
             text=text,
