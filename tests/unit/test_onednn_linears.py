@@ -1,4 +1,4 @@
-"""oneDNN's linears for passes of several tokens: same logits, model untouched afterwards."""
+"""oneDNN's linears, packed or not: same logits, model untouched afterwards."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
+from speculative_llm.backends.local import onednn  # noqa: E402
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
-from speculative_llm.backends.local.onednn import MultiTokenLinears  # noqa: E402
+from speculative_llm.backends.local.onednn import OneDnnLinears  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]
@@ -20,6 +21,10 @@ PROMPT = [1, *range(10, 40)]
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(),
     reason="this PyTorch build has no oneDNN (torch.backends.mkldnn): no oneDNN linears",
+)
+needs_packing = pytest.mark.skipif(
+    not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"),
+    reason="this PyTorch build cannot pack weights for oneDNN (mkldnn._reorder_linear_weight)",
 )
 
 
@@ -45,9 +50,18 @@ def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
     return seen
 
 
+def _runner(target: Any, *, pack: bool) -> CachedModel:
+    runner = CachedModel(target, fast_head=False, fast_linears=False)
+    runner.linears = OneDnnLinears.for_model(target, target.config.vocab_size, pack=pack)
+    assert runner.linears is not None and runner.linears.packed is pack
+    return runner
+
+
 @needs_onednn
-def test_multi_token_passes_give_the_models_own_logits(target: Any) -> None:
-    fast = CachedModel(target, fast_head=False)
+@needs_packing
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "own-weights"])
+def test_passes_give_the_models_own_logits(target: Any, pack: bool) -> None:
+    fast = _runner(target, pack=pack)
     plain = CachedModel(target, fast_head=False, fast_linears=False)
     assert fast.linears is not None and plain.linears is None
     # Every plain linear layer of the model, the output projection included.
@@ -64,8 +78,15 @@ def test_multi_token_passes_give_the_models_own_logits(target: Any) -> None:
 
 
 @needs_onednn
-def test_layers_run_on_onednn_only_during_passes_of_several_tokens(target: Any) -> None:
-    runner = CachedModel(target, fast_head=False)
+@needs_packing
+@pytest.mark.parametrize(
+    ("pack", "expected"),
+    [(True, [True, True, True]), (False, [True, False, True])],
+    ids=["packed", "own-weights"],
+)
+def test_which_passes_run_on_onednn(target: Any, pack: bool, expected: list[bool]) -> None:
+    # Packed weights serve every pass; the layers' own weights only passes of 2+ tokens.
+    runner = _runner(target, pack=pack)
     assert runner.linears is not None
     layer = runner.linears.linears[0]
     routed: list[bool] = []
@@ -76,8 +97,57 @@ def test_layers_run_on_onednn_only_during_passes_of_several_tokens(target: Any) 
     runner.forward(PROMPT, 1)
     runner.forward([5], 1)
     runner.forward([6, 7, 8], 3)
-    assert routed == [True, False, True]
+    assert routed == expected
     assert _instance_forwards(target) == []
+
+
+@needs_onednn
+@needs_packing
+def test_a_weight_changed_after_packing_is_packed_again(target: Any) -> None:
+    fast = _runner(target, pack=True)
+    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    _logits_along_a_decode(fast)
+    mlp = target.model.layers[0].mlp
+    with torch.no_grad():
+        mlp.up_proj.weight.mul_(1.5)  # in place: the version counter moves
+    mlp.down_proj.weight = torch.nn.Parameter(mlp.down_proj.weight.detach() * 0.5)
+    for ours, theirs in zip(
+        _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
+    ):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+@needs_packing
+def test_runners_of_one_model_share_its_packed_weights(target: Any) -> None:
+    first, second = _runner(target, pack=True), _runner(target, pack=True)
+    assert first.linears is not None and second.linears is not None
+    layer = first.linears.linears[0]
+    packed = onednn._packed_weights[layer].weight
+    _logits_along_a_decode(first)
+    _logits_along_a_decode(second)
+    assert onednn._packed_weights[layer].weight is packed
+
+
+@needs_onednn
+@needs_packing
+def test_weights_are_packed_only_when_the_copies_fit_in_memory(
+    target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    weights = sum(
+        module.weight.numel() * module.weight.element_size()
+        for module in target.modules()
+        if type(module) is torch.nn.Linear
+    )
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: weights)
+    tight = OneDnnLinears.for_model(target, target.config.vocab_size)
+    assert tight is not None and not tight.packed
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: 4 * weights)
+    roomy = OneDnnLinears.for_model(target, target.config.vocab_size)
+    assert roomy is not None and roomy.packed
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: None)
+    unknown = OneDnnLinears.for_model(target, target.config.vocab_size)
+    assert unknown is not None and unknown.packed
 
 
 @needs_onednn
@@ -99,8 +169,8 @@ def test_the_layers_are_restored_when_a_pass_raises(target: Any) -> None:
 @needs_onednn
 def test_shared_layers_stay_routed_until_the_last_pass_ends(target: Any) -> None:
     # Two runners on one model (a model drafting for itself), passes overlapping.
-    first = MultiTokenLinears.for_model(target, target.config.vocab_size)
-    second = MultiTokenLinears.for_model(target, target.config.vocab_size)
+    first = OneDnnLinears.for_model(target, target.config.vocab_size)
+    second = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert first is not None and second is not None
     with first.installed():
         with second.installed():
@@ -151,7 +221,7 @@ def test_replaced_forwards_and_linear_subclasses_are_left_alone(target: Any) -> 
     halved.weight = layer.weight
     target.model.layers[0].mlp.up_proj = halved
 
-    linears = MultiTokenLinears.for_model(target, target.config.vocab_size)
+    linears = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert linears is not None
     assert all(module is not hooked and module is not halved for module in linears.linears)
     with linears.installed():
@@ -161,7 +231,7 @@ def test_replaced_forwards_and_linear_subclasses_are_left_alone(target: Any) -> 
 
 
 def test_no_onednn_linears_outside_float32(target: Any) -> None:
-    assert MultiTokenLinears.for_model(target.to(torch.bfloat16), target.config.vocab_size) is None
+    assert OneDnnLinears.for_model(target.to(torch.bfloat16), target.config.vocab_size) is None
 
 
 @needs_onednn
@@ -176,6 +246,6 @@ def test_a_kernel_that_changes_the_logits_is_not_used(
         return exact(inputs, weight, bias) * 1.01
 
     monkeypatch.setattr(onednn, "onednn_linear", off_by_a_little)
-    assert MultiTokenLinears.for_model(target, target.config.vocab_size) is None
+    assert OneDnnLinears.for_model(target, target.config.vocab_size) is None
     assert CachedModel(target).linears is None
     assert _instance_forwards(target) == []

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
+from speculative_llm.backends.local import onednn  # noqa: E402
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
@@ -36,7 +37,8 @@ def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
 def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) -> None:
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN (torch.backends.mkldnn): no fast head")
-    fast, plain = CachedModel(target), CachedModel(target, fast_head=False)
+    fast = CachedModel(target)
+    plain = CachedModel(target, fast_head=False, fast_linears=False)
     assert fast.head is not None and plain.head is None
     for ours, theirs in zip(
         _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
@@ -84,3 +86,31 @@ def test_a_model_with_its_own_logit_transform_keeps_its_forward(target: Any) -> 
 
 def test_no_head_outside_float32(target: Any) -> None:
     assert VocabularyHead.for_model(target.to(torch.bfloat16)) is None
+
+
+def test_the_head_projects_with_the_packed_output_weight_and_follows_changes(
+    target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        pytest.skip("this PyTorch build cannot pack weights for oneDNN: no packed head")
+    from speculative_llm.backends.local import logits
+
+    packed_for: list[Any] = []
+
+    def spy(module: Any) -> Any:
+        packed_for.append(module)
+        return onednn.packed_weight(module)
+
+    monkeypatch.setattr(logits, "packed_weight", spy)
+    fast = CachedModel(target)
+    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    assert fast.linears is not None and fast.linears.packed
+    assert fast.head is not None and fast.head.packed_from is target.get_output_embeddings()
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(0.5)
+    packed_for.clear()  # the probes at load
+    decoded = _logits_along_a_decode(fast)
+    for ours, theirs in zip(decoded, _logits_along_a_decode(plain), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    # Every projection of the decode went through the packed weight.
+    assert packed_for == [target.get_output_embeddings()] * len(decoded)

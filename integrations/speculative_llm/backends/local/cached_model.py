@@ -4,8 +4,8 @@ The engine feeds only tokens the cache has not seen, asks for logits of the last
 positions only, and crops the cache when draft tokens are rejected, so the prefix is
 never recomputed. Where ``VocabularyHead`` reproduces the model's logits, the decoder
 runs alone and the head projects the kept positions (a faster kernel on CPUs); where
-``MultiTokenLinears`` does, passes of several tokens (prefill, verification) run the
-linear layers on oneDNN. Written
+``OneDnnLinears`` does, the linear layers run on oneDNN (with packed weights, a verify
+pass costs little more than a one-token pass). Written
 against the transformers 5 cache API (``cache=`` argument,
 ``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
 (``past_key_values=``).
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from speculative_llm.backends.local.logits import VocabularyHead
-from speculative_llm.backends.local.onednn import MultiTokenLinears
+from speculative_llm.backends.local.onednn import OneDnnLinears
 
 __all__ = ["CachedModel"]
 
@@ -44,9 +44,9 @@ class CachedModel:
         model: A Hugging Face causal LM (``AutoModelForCausalLM``), in eval mode.
         fast_head: Project hidden states with ``VocabularyHead`` when it reproduces the
             model's logits (False: always the model's own forward).
-        fast_linears: Run the linear layers on oneDNN during passes of several tokens
-            when that leaves the model's logits unchanged (False: always PyTorch's
-            default kernel).
+        fast_linears: Run the linear layers on oneDNN (packed weights where memory
+            allows) when that leaves the model's logits unchanged (False: always
+            PyTorch's default kernel).
     """
 
     def __init__(self, model: Any, *, fast_head: bool = True, fast_linears: bool = True) -> None:
@@ -61,10 +61,18 @@ class CachedModel:
         if found is not None:
             self._decoder, self.head = found
             self._decoder_cache_argument = _cache_keyword(_forward_parameters(self._decoder))
-        self.linears: MultiTokenLinears | None = (
-            MultiTokenLinears.for_model(model, self.vocab_size) if fast_linears else None
+        self.linears: OneDnnLinears | None = (
+            OneDnnLinears.for_model(model, self.vocab_size) if fast_linears else None
         )
-        """The layers routed to oneDNN for passes of several tokens, or None."""
+        """The layers routed to oneDNN during passes, or None."""
+        if self.head is not None and self.linears is not None and self.linears.packed:
+            output_layer = model.get_output_embeddings()
+            if any(layer is output_layer for layer in self.linears.linears):
+                # Its packed copy exists anyway (and passed the linears' probe, which
+                # ran the whole model): project with it.
+                self.head = VocabularyHead(
+                    self.head.weight, self.head.bias, packed_from=output_layer
+                )
         self.device: torch.device = next(model.parameters()).device
         self.cache: Any = None
         self.length = 0
@@ -121,8 +129,8 @@ class CachedModel:
         return logits
 
     def _kernels_for(self, num_tokens: int) -> AbstractContextManager[None]:
-        """The kernels for a pass: oneDNN's linears for several tokens, the default for one."""
-        if self.linears is None or num_tokens < 2:
+        """The kernels for a pass: oneDNN's linears where they are worth it, else the default."""
+        if self.linears is None or num_tokens < self.linears.min_tokens:
             return nullcontext()
         return self.linears.installed()
 

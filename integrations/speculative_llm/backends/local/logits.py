@@ -32,6 +32,7 @@ from speculative_llm.backends.local.onednn import (
     logits_agree,
     onednn_linear,
     onednn_linear_available,
+    packed_weight,
     probe_tokens,
 )
 
@@ -42,20 +43,31 @@ class VocabularyHead:
     """Projects hidden states to logits with oneDNN's float32 matrix product.
 
     Holds a reference to the model's own projection weight (no copy: tied embeddings
-    stay tied and no memory is added).
+    stay tied and no memory is added), or, once ``packed_from`` names the output layer
+    whose weight ``OneDnnLinears`` packs, projects with that packed copy (a few rows
+    then cost about what one does).
 
     Args:
         weight: The ``(vocab, hidden)`` weight of the model's output embeddings.
         bias: Its bias, if any.
+        packed_from: The output layer to take a packed weight from (None: ``weight``).
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        *,
+        packed_from: torch.nn.Linear | None = None,
+    ) -> None:
         self.weight = weight
         self.bias = bias
+        self.packed_from = packed_from
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of shape ``(rows, vocab)`` for hidden states of shape ``(rows, hidden)``."""
-        return onednn_linear(hidden, self.weight, self.bias)
+        weight = self.weight if self.packed_from is None else packed_weight(self.packed_from)
+        return onednn_linear(hidden, weight, self.bias)
 
     @classmethod
     def for_model(cls, model: Any) -> tuple[Any, VocabularyHead] | None:
