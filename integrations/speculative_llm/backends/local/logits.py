@@ -7,17 +7,20 @@ which on a CPU in float32 calls oneDNN's matrix product instead of PyTorch's def
 49152 x 576, a fifth of its weights), and MKL's kernel for a few rows is slow on some
 processors. Measured on the AMD EPYC (AVX2) test machine, SmolLM2's projection:
 
-==========  ======  ======  ======
-rows        1       2       6
-MKL         17 ms   32 ms   35 ms
-oneDNN      10 ms   14 ms   18 ms
-==========  ======  ======  ======
+==============  ======  ======  ======
+rows            1       2       6
+MKL             17 ms   32 ms   35 ms
+oneDNN          10 ms   14 ms   18 ms
+oneDNN packed   9 ms    10 ms   13 ms
+==============  ======  ======  ======
 
 which made a whole 1-token pass 11 % faster and a 6-token verify pass 14 % faster at a
 600-token context. Same weights, same float32 arithmetic, a different summation order:
 logits agree with the model's own to about 1e-5.
 
-The head is used only when it reproduces the model's own logits on a probe input
+(The packed row: the weight copied once into oneDNN's blocked layout, which the engine
+does when ``OneDnnLinears`` packs the model's layers; see ``onednn``.) The head is used
+only when it reproduces the model's own logits on a probe input
 (``for_model`` checks): a model whose forward does more than ``lm_head(hidden)``
 (soft-capping, scaling) keeps its own forward.
 """
