@@ -249,3 +249,24 @@ def test_a_kernel_that_changes_the_logits_is_not_used(
     assert OneDnnLinears.for_model(target, target.config.vocab_size) is None
     assert CachedModel(target).linears is None
     assert _instance_forwards(target) == []
+
+
+@needs_onednn
+@needs_packing
+def test_a_packing_failure_leaves_the_model_as_it_was(
+    target: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = onednn._packed_weight
+    packed_so_far: list[Any] = []
+
+    def fails_on_the_third(module: Any) -> Any:
+        if len(packed_so_far) == 2:
+            raise RuntimeError("out of memory while packing")
+        packed_so_far.append(module)
+        return real(module)
+
+    monkeypatch.setattr(onednn, "_packed_weight", fails_on_the_third)
+    # The probe at load hits the failure: no oneDNN linears, nothing left installed.
+    assert OneDnnLinears.for_model(target, target.config.vocab_size, pack=True) is None
+    assert _instance_forwards(target) == []
+    assert not onednn._installed_depth

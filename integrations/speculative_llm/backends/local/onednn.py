@@ -248,21 +248,36 @@ class OneDnnLinears:
     def installed(self) -> Iterator[None]:
         """Route the layers to oneDNN for the duration of the block."""
         with _installed_lock:
-            for module in self.linears:
-                depth = _installed_depth.get(id(module), 0)
-                if depth == 0:
-                    weight = _packed_weight(module) if self.packed else module.weight
-                    module.forward = partial(  # type: ignore[method-assign]
-                        onednn_linear, weight=weight, bias=module.bias
-                    )
-                _installed_depth[id(module)] = depth + 1
+            routed: list[torch.nn.Linear] = []
+            try:
+                for module in self.linears:
+                    depth = _installed_depth.get(id(module), 0)
+                    if depth == 0:
+                        weight = _packed_weight(module) if self.packed else module.weight
+                        module.forward = partial(  # type: ignore[method-assign]
+                            onednn_linear, weight=weight, bias=module.bias
+                        )
+                    _installed_depth[id(module)] = depth + 1
+                    routed.append(module)
+            except BaseException:
+                # Packing failed part way (out of memory): leave the model as it was.
+                _remove(routed)
+                raise
         try:
             yield
         finally:
             with _installed_lock:
-                for module in self.linears:
-                    depth = _installed_depth.pop(id(module)) - 1
-                    if depth:
-                        _installed_depth[id(module)] = depth
-                    else:
-                        del module.forward
+                _remove(self.linears)
+
+
+def _remove(linears: list[torch.nn.Linear]) -> None:
+    """End one installation on each layer; the last one restores its own forward.
+
+    The caller holds ``_installed_lock``.
+    """
+    for module in linears:
+        depth = _installed_depth.pop(id(module)) - 1
+        if depth:
+            _installed_depth[id(module)] = depth
+        else:
+            del module.forward
