@@ -14,11 +14,13 @@ against the transformers 5 cache API (``cache=`` argument,
 from __future__ import annotations
 
 import inspect
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
+from speculative_llm.backends.local.attention import GroupedAttention
 from speculative_llm.backends.local.logits import VocabularyHead
 from speculative_llm.backends.local.onednn import OneDnnLinears
 
@@ -47,9 +49,19 @@ class CachedModel:
         fast_linears: Run the linear layers on oneDNN (packed weights where memory
             allows) when that leaves the model's logits unchanged (False: always
             PyTorch's default kernel).
+        fast_attention: Give multi-token passes' grouped-query attention the key/value
+            heads as they are (``GroupedAttention``) when that leaves the model's logits
+            unchanged (False: transformers' SDPA attention as configured).
     """
 
-    def __init__(self, model: Any, *, fast_head: bool = True, fast_linears: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        fast_head: bool = True,
+        fast_linears: bool = True,
+        fast_attention: bool = True,
+    ) -> None:
         self.model = model
         parameters = _forward_parameters(model)
         self._cache_argument = _cache_keyword(parameters)
@@ -65,6 +77,10 @@ class CachedModel:
             OneDnnLinears.for_model(model, self.vocab_size) if fast_linears else None
         )
         """The layers routed to oneDNN during passes, or None."""
+        self.attention: GroupedAttention | None = (
+            GroupedAttention.for_model(model, self.vocab_size) if fast_attention else None
+        )
+        """The attention switch used for passes of several tokens, or None."""
         if self.head is not None and self.linears is not None and self.linears.packed:
             output_layer = model.get_output_embeddings()
             if any(layer is output_layer for layer in self.linears.linears):
@@ -128,11 +144,16 @@ class CachedModel:
             self._recording = True
         return logits
 
-    def _kernels_for(self, num_tokens: int) -> AbstractContextManager[None]:
-        """The kernels for a pass: oneDNN's linears where they are worth it, else the default."""
-        if self.linears is None or num_tokens < self.linears.min_tokens:
-            return nullcontext()
-        return self.linears.installed()
+    @contextmanager
+    def _kernels_for(self, num_tokens: int) -> Iterator[None]:
+        """The kernels for a pass: oneDNN's linears and grouped attention where they help."""
+        with ExitStack() as kernels:
+            if self.linears is not None and num_tokens >= self.linears.min_tokens:
+                kernels.enter_context(self.linears.installed())
+            if self.attention is not None and num_tokens > 1:
+                # One token: transformers already gives SDPA the grouped heads as they are.
+                kernels.enter_context(self.attention.installed())
+            yield
 
     def _logits(self, input_ids: torch.Tensor, num_logits: int) -> torch.Tensor:
         """Run the model on ``input_ids`` after the cache; logits of the last positions."""
