@@ -116,7 +116,9 @@ def test_other_cases_are_transformers_own(
 
 def test_passes_give_the_models_own_logits(target: Any) -> None:
     for ours, theirs in zip(
-        _logits_along_a_decode(_grouped(target)), _logits_along_a_decode(_plain(target)), strict=True
+        _logits_along_a_decode(_grouped(target)),
+        _logits_along_a_decode(_plain(target)),
+        strict=True,
     ):
         assert torch.equal(ours, theirs)
     assert target.config._attn_implementation == "sdpa"

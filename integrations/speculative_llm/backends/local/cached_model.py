@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from speculative_llm.backends.local.attention import GroupedAttention
+from speculative_llm.backends.local.kv_cache import new_cache
 from speculative_llm.backends.local.logits import VocabularyHead
 from speculative_llm.backends.local.onednn import OneDnnLinears
 
@@ -110,13 +111,7 @@ class CachedModel:
                 if hasattr(layer, "record_past"):
                     layer.record_past = False
         else:
-            from transformers import DynamicCache
-
-            try:
-                # With the config, sliding-window layers get their own smaller layers.
-                self.cache = DynamicCache(config=self.model.config)
-            except TypeError:  # transformers < 4.56 takes no config
-                self.cache = DynamicCache()
+            self.cache = new_cache(self.model.config)
         self.length = 0
         self._recording = False
 

@@ -1,0 +1,150 @@
+"""The growing KV cache: the same keys, values and logits as transformers' DynamicCache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
+cache_utils = pytest.importorskip(
+    "transformers.cache_utils", reason="the local engine needs transformers' cache module"
+)
+if not hasattr(cache_utils, "DynamicLayer"):
+    pytest.skip(
+        "transformers < 4.56 has no cache layers: the engine uses its plain DynamicCache",
+        allow_module_level=True,
+    )
+
+from speculative_llm.backends.local import kv_cache  # noqa: E402
+from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.kv_cache import growing_layer_class, new_cache  # noqa: E402
+from tiny_models import load_float32  # noqa: E402
+
+PROMPT = [1, *range(10, 40)]
+
+
+@pytest.fixture()
+def target(tiny_model_dir: Path) -> Any:
+    return load_float32(tiny_model_dir)
+
+
+def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
+    """Prefill, verify passes around crops (one back to an empty cache), single steps."""
+    runner.reset()
+    seen = [runner.forward(PROMPT, 1)]
+    seen.append(runner.forward([5, 6, 7, 8], 4))
+    runner.crop(runner.length - 3)
+    seen.append(runner.forward([9, 10], 2))
+    for token in range(11, 20):
+        seen.append(runner.forward([token], 1))
+    runner.crop(0)
+    seen.append(runner.forward(PROMPT[:5], 5))
+    return seen
+
+
+def _states(seed: int, length: int) -> tuple[Any, Any]:
+    generator = torch.Generator().manual_seed(seed)
+    shape = (1, 2, length, 4)
+    return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+
+
+def test_the_engine_cache_grows_its_full_attention_layers_in_place(target: Any) -> None:
+    runner = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
+    runner.reset()
+    assert [type(layer) for layer in runner.cache.layers] == [growing_layer_class()] * len(
+        target.model.layers
+    )
+
+
+@pytest.mark.parametrize("min_capacity", [256, 4], ids=["room-to-spare", "regrowing"])
+def test_passes_give_the_same_logits_as_a_dynamic_cache(
+    target: Any, min_capacity: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kv_cache, "_MIN_CAPACITY", min_capacity)
+    growing = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
+    plain = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
+    plain.cache = transformers.DynamicCache(config=target.config)
+    for ours, theirs in zip(
+        _logits_along_a_decode(growing), _logits_along_a_decode(plain), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_layer_holds_what_a_dynamic_layer_holds_through_crops() -> None:
+    ours, theirs = growing_layer_class()(), cache_utils.DynamicLayer()
+    steps = [("update", 3), ("update", 1), ("crop", -2), ("update", 4), ("crop", -5)]
+    steps += [("update", 300), ("update", 2)]
+    for seed, (operation, count) in enumerate(steps):
+        for layer in (ours, theirs):
+            if operation == "update":
+                keys, values = layer.update(*_states(seed, count))
+            else:
+                layer.crop(count)
+        assert torch.equal(ours.keys, theirs.keys)
+        assert torch.equal(ours.values, theirs.values)
+        if operation == "update":
+            assert torch.equal(keys, theirs.keys) and torch.equal(values, theirs.values)
+        assert ours.get_seq_length() == theirs.get_seq_length()
+
+
+def test_the_buffer_is_reused_while_it_has_room_and_doubles_when_full() -> None:
+    layer = growing_layer_class()()
+    layer.update(*_states(0, 10))
+    buffer = layer.keys.data_ptr()
+    layer.update(*_states(1, 1))
+    layer.crop(-5)
+    layer.update(*_states(2, 3))
+    # Appends wrote into the same memory: no copy of the cached rows.
+    assert layer.keys.data_ptr() == buffer
+    layer.update(*_states(3, kv_cache._MIN_CAPACITY))
+    assert layer.keys.data_ptr() != buffer
+    assert layer.get_seq_length() == 9 + kv_cache._MIN_CAPACITY
+    # Growing doubles the room, so token-by-token appends do not copy again for long.
+    grown = layer.keys.data_ptr()
+    for seed in range(kv_cache._MIN_CAPACITY // 2):
+        layer.update(*_states(seed, 1))
+    assert layer.keys.data_ptr() == grown
+
+
+def test_keys_replaced_by_other_code_are_not_overwritten() -> None:
+    ours, theirs = growing_layer_class()(), cache_utils.DynamicLayer()
+    for layer in (ours, theirs):
+        layer.update(*_states(0, 6))
+        # Beam search style reordering puts new tensors in the layer.
+        layer.batch_select_indices(torch.tensor([0]))
+        layer.keys = layer.keys * 2
+        layer.update(*_states(1, 2))
+    assert torch.equal(ours.keys, theirs.keys)
+    assert torch.equal(ours.values, theirs.values)
+
+
+def test_reset_frees_the_buffers() -> None:
+    layer = growing_layer_class()()
+    layer.update(*_states(0, 10))
+    layer.reset()
+    assert layer.get_seq_length() == 0
+    assert layer._key_buffer is None and layer._value_buffer is None
+    keys, _ = layer.update(*_states(1, 2))
+    assert torch.equal(keys, _states(1, 2)[0])
+
+
+def test_sliding_window_layers_stay_transformers_own() -> None:
+    config = transformers.Gemma3TextConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    cache = new_cache(config)
+    assert [type(layer) for layer in cache.layers] == [
+        cache_utils.DynamicSlidingWindowLayer,
+        growing_layer_class(),
+    ]
