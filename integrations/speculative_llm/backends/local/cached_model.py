@@ -5,7 +5,9 @@ positions only, and crops the cache when draft tokens are rejected, so the prefi
 never recomputed. Where ``VocabularyHead`` reproduces the model's logits, the decoder
 runs alone and the head projects the kept positions (a faster kernel on CPUs); where
 ``OneDnnLinears`` does, the linear layers run on oneDNN (with packed weights, a verify
-pass costs little more than a one-token pass). Written
+pass costs little more than a one-token pass); where ``GroupedAttention`` does, passes of
+several tokens give attention the grouped key/value heads without copying them. The
+cache's full-attention layers append in place (``kv_cache.new_cache``). Written
 against the transformers 5 cache API (``cache=`` argument,
 ``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
 (``past_key_values=``).
