@@ -269,3 +269,63 @@ def load_float32(model_dir: Path) -> Any:
     import transformers
 
     return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+DECODE_PROMPT = [1, *range(10, 40)]
+"""Token ids of the prompt ``logits_along_a_decode`` starts from."""
+
+
+def logits_along_a_decode(runner: Any) -> list[Any]:
+    """Logits a ``CachedModel`` returns along a decode that takes every cache path.
+
+    Prefill, verify passes around crops (one back to an empty cache), single steps: two
+    runners that agree here agree through the engine's use of the cache.
+    """
+    runner.reset()
+    seen = [runner.forward(DECODE_PROMPT, 1)]
+    seen.append(runner.forward([5, 6, 7, 8], 4))
+    runner.crop(runner.length - 3)
+    seen.append(runner.forward([9, 10], 2))
+    for token in range(11, 20):
+        seen.append(runner.forward([token], 1))
+    runner.crop(0)
+    seen.append(runner.forward(DECODE_PROMPT[:5], 5))
+    return seen
+
+
+def decode_concurrently(
+    runners: list[Any], *, repeats: int = 5, expected: list[Any] | None = None
+) -> list[BaseException]:
+    """Run ``logits_along_a_decode`` on each runner in a thread of its own, at once.
+
+    Args:
+        runners: ``CachedModel``s (typically sharing one model).
+        repeats: Decodes per runner.
+        expected: Logits every decode must return exactly, or None to check nothing.
+
+    Returns:
+        What the threads raised (a mismatch with ``expected`` included); empty if none.
+    """
+    import threading
+
+    import torch
+
+    errors: list[BaseException] = []
+
+    def decode(runner: Any) -> None:
+        try:
+            for _ in range(repeats):
+                seen = logits_along_a_decode(runner)
+                if expected is not None:
+                    for got, wanted in zip(seen, expected, strict=True):
+                        if not torch.equal(got, wanted):
+                            raise AssertionError("a concurrent decode returned other logits")
+        except BaseException as error:  # returned to the test, which asserts on it
+            errors.append(error)
+
+    threads = [threading.Thread(target=decode, args=(runner,)) for runner in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors

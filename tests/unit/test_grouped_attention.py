@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,13 @@ from speculative_llm.backends.local.attention import (  # noqa: E402
     grouped_sdpa_attention,
 )
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
-from tiny_models import build_tiny_llama, load_float32  # noqa: E402
-
-PROMPT = [1, *range(10, 40)]
+from tiny_models import (  # noqa: E402
+    DECODE_PROMPT,
+    build_tiny_llama,
+    decode_concurrently,
+    load_float32,
+    logits_along_a_decode,
+)
 
 
 @pytest.fixture()
@@ -39,18 +42,6 @@ def _grouped(model: Any) -> CachedModel:
     runner = CachedModel(model, fast_head=False, fast_linears=False)
     assert runner.attention is not None
     return runner
-
-
-def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
-    """Prefill, two verify passes around a crop, then single steps."""
-    runner.reset()
-    seen = [runner.forward(PROMPT, 1)]
-    seen.append(runner.forward([5, 6, 7, 8], 4))
-    runner.crop(runner.length - 3)
-    seen.append(runner.forward([9, 10], 2))
-    for token in (11, 12):
-        seen.append(runner.forward([token], 1))
-    return seen
 
 
 def _implementations_seen(model: Any) -> list[str]:
@@ -116,8 +107,8 @@ def test_other_cases_are_transformers_own(
 
 def test_passes_give_the_models_own_logits(target: Any) -> None:
     for ours, theirs in zip(
-        _logits_along_a_decode(_grouped(target)),
-        _logits_along_a_decode(_plain(target)),
+        logits_along_a_decode(_grouped(target)),
+        logits_along_a_decode(_plain(target)),
         strict=True,
     ):
         assert torch.equal(ours, theirs)
@@ -128,7 +119,7 @@ def test_only_passes_of_several_tokens_switch(target: Any) -> None:
     runner = _grouped(target)
     seen = _implementations_seen(target)
     runner.reset()
-    runner.forward(PROMPT, 1)
+    runner.forward(DECODE_PROMPT, 1)
     runner.forward([5], 1)
     runner.forward([6, 7, 8], 3)
     assert seen == [ATTENTION_NAME, "sdpa", ATTENTION_NAME]
@@ -144,7 +135,7 @@ def test_the_implementation_is_restored_when_a_pass_raises(target: Any) -> None:
     handle = target.model.layers[-1].register_forward_pre_hook(fail)
     runner.reset()
     with pytest.raises(RuntimeError, match="interrupted mid-pass"):
-        runner.forward(PROMPT, 1)
+        runner.forward(DECODE_PROMPT, 1)
     handle.remove()
     assert target.config._attn_implementation == "sdpa"
 
@@ -163,23 +154,8 @@ def test_shared_configs_stay_switched_until_the_last_pass_ends(target: Any) -> N
 
 def test_concurrent_passes_leave_the_model_untouched(target: Any) -> None:
     runners = [_grouped(target) for _ in range(3)]
-    expected = _logits_along_a_decode(_plain(target))
-    errors: list[BaseException] = []
-
-    def decode(runner: CachedModel) -> None:
-        try:
-            for _ in range(5):
-                for ours, theirs in zip(_logits_along_a_decode(runner), expected, strict=True):
-                    assert torch.equal(ours, theirs)
-        except BaseException as error:  # reported by the assertion below
-            errors.append(error)
-
-    threads = [threading.Thread(target=decode, args=(runner,)) for runner in runners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    expected = logits_along_a_decode(_plain(target))
+    assert decode_concurrently(runners, expected=expected) == []
     assert target.config._attn_implementation == "sdpa"
 
 
@@ -188,7 +164,7 @@ def test_a_model_switched_to_another_implementation_is_left_alone(target: Any) -
     target.set_attn_implementation("eager")
     seen = _implementations_seen(target)
     runner.reset()
-    runner.forward(PROMPT, 1)
+    runner.forward(DECODE_PROMPT, 1)
     runner.forward([6, 7, 8], 3)
     assert seen == ["eager", "eager"]
     assert target.config._attn_implementation == "eager"

@@ -21,28 +21,12 @@ if not hasattr(cache_utils, "DynamicLayer"):
 from speculative_llm.backends.local import kv_cache  # noqa: E402
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.kv_cache import growing_layer_class, new_cache  # noqa: E402
-from tiny_models import load_float32  # noqa: E402
-
-PROMPT = [1, *range(10, 40)]
+from tiny_models import load_float32, logits_along_a_decode  # noqa: E402
 
 
 @pytest.fixture()
 def target(tiny_model_dir: Path) -> Any:
     return load_float32(tiny_model_dir)
-
-
-def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
-    """Prefill, verify passes around crops (one back to an empty cache), single steps."""
-    runner.reset()
-    seen = [runner.forward(PROMPT, 1)]
-    seen.append(runner.forward([5, 6, 7, 8], 4))
-    runner.crop(runner.length - 3)
-    seen.append(runner.forward([9, 10], 2))
-    for token in range(11, 20):
-        seen.append(runner.forward([token], 1))
-    runner.crop(0)
-    seen.append(runner.forward(PROMPT[:5], 5))
-    return seen
 
 
 def _states(seed: int, length: int) -> tuple[Any, Any]:
@@ -68,7 +52,7 @@ def test_passes_give_the_same_logits_as_a_dynamic_cache(
     plain = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
     plain.cache = transformers.DynamicCache(config=target.config)
     for ours, theirs in zip(
-        _logits_along_a_decode(growing), _logits_along_a_decode(plain), strict=True
+        logits_along_a_decode(growing), logits_along_a_decode(plain), strict=True
     ):
         assert torch.equal(ours, theirs)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,7 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 from speculative_llm.backends.local import onednn  # noqa: E402
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.onednn import OneDnnLinears  # noqa: E402
-from tiny_models import load_float32  # noqa: E402
-
-PROMPT = [1, *range(10, 40)]
+from tiny_models import DECODE_PROMPT, decode_concurrently, load_float32, logits_along_a_decode  # noqa: E402
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(),
@@ -38,18 +35,6 @@ def _instance_forwards(model: Any) -> list[str]:
     return [name for name, module in model.named_modules() if "forward" in module.__dict__]
 
 
-def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
-    """Prefill, two verify passes around a crop, then single steps."""
-    runner.reset()
-    seen = [runner.forward(PROMPT, 1)]
-    seen.append(runner.forward([5, 6, 7, 8], 4))
-    runner.crop(runner.length - 3)
-    seen.append(runner.forward([9, 10], 2))
-    for token in (11, 12):
-        seen.append(runner.forward([token], 1))
-    return seen
-
-
 def _runner(target: Any, *, pack: bool) -> CachedModel:
     runner = CachedModel(target, fast_head=False, fast_linears=False)
     runner.linears = OneDnnLinears.for_model(target, target.config.vocab_size, pack=pack)
@@ -68,9 +53,7 @@ def test_passes_give_the_models_own_logits(target: Any, pack: bool) -> None:
     assert len(fast.linears.linears) == sum(
         type(module) is torch.nn.Linear for module in target.modules()
     )
-    for ours, theirs in zip(
-        _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
-    ):
+    for ours, theirs in zip(logits_along_a_decode(fast), logits_along_a_decode(plain), strict=True):
         assert ours.shape == theirs.shape
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
         assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
@@ -94,7 +77,7 @@ def test_which_passes_run_on_onednn(target: Any, pack: bool, expected: list[bool
         lambda module, args: routed.append("forward" in module.__dict__)
     )
     runner.reset()
-    runner.forward(PROMPT, 1)
+    runner.forward(DECODE_PROMPT, 1)
     runner.forward([5], 1)
     runner.forward([6, 7, 8], 3)
     assert routed == expected
@@ -106,14 +89,12 @@ def test_which_passes_run_on_onednn(target: Any, pack: bool, expected: list[bool
 def test_a_weight_changed_after_packing_is_packed_again(target: Any) -> None:
     fast = _runner(target, pack=True)
     plain = CachedModel(target, fast_head=False, fast_linears=False)
-    _logits_along_a_decode(fast)
+    logits_along_a_decode(fast)
     mlp = target.model.layers[0].mlp
     with torch.no_grad():
         mlp.up_proj.weight.mul_(1.5)  # in place: the version counter moves
     mlp.down_proj.weight = torch.nn.Parameter(mlp.down_proj.weight.detach() * 0.5)
-    for ours, theirs in zip(
-        _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
-    ):
+    for ours, theirs in zip(logits_along_a_decode(fast), logits_along_a_decode(plain), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
 
 
@@ -124,8 +105,8 @@ def test_runners_of_one_model_share_its_packed_weights(target: Any) -> None:
     assert first.linears is not None and second.linears is not None
     layer = first.linears.linears[0]
     packed = onednn._packed_weights[layer].weight
-    _logits_along_a_decode(first)
-    _logits_along_a_decode(second)
+    logits_along_a_decode(first)
+    logits_along_a_decode(second)
     assert onednn._packed_weights[layer].weight is packed
 
 
@@ -161,7 +142,7 @@ def test_the_layers_are_restored_when_a_pass_raises(target: Any) -> None:
     handle = runner.linears.linears[-1].register_forward_pre_hook(fail)
     runner.reset()
     with pytest.raises(RuntimeError, match="interrupted mid-pass"):
-        runner.forward(PROMPT, 1)
+        runner.forward(DECODE_PROMPT, 1)
     handle.remove()
     assert _instance_forwards(target) == []
 
@@ -182,21 +163,7 @@ def test_shared_layers_stay_routed_until_the_last_pass_ends(target: Any) -> None
 @needs_onednn
 def test_concurrent_passes_leave_the_model_untouched(target: Any) -> None:
     runners = [CachedModel(target, fast_head=False) for _ in range(3)]
-    errors: list[BaseException] = []
-
-    def decode(runner: CachedModel) -> None:
-        try:
-            for _ in range(5):
-                _logits_along_a_decode(runner)
-        except BaseException as error:  # reported by the assertion below
-            errors.append(error)
-
-    threads = [threading.Thread(target=decode, args=(runner,)) for runner in runners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert decode_concurrently(runners) == []
     assert _instance_forwards(target) == []
 
 

@@ -13,25 +13,12 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 from speculative_llm.backends.local import onednn  # noqa: E402
 from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
-from tiny_models import load_float32  # noqa: E402
-
-PROMPT = [1, *range(10, 40)]
+from tiny_models import DECODE_PROMPT, load_float32, logits_along_a_decode  # noqa: E402
 
 
 @pytest.fixture()
 def target(tiny_model_dir: Path) -> Any:
     return load_float32(tiny_model_dir)
-
-
-def _logits_along_a_decode(runner: CachedModel) -> list[Any]:
-    """Prefill, a 4-token verify pass, a crop back by 3, then single steps."""
-    runner.reset()
-    seen = [runner.forward(PROMPT, 1)]
-    seen.append(runner.forward([5, 6, 7, 8], 4))
-    runner.crop(runner.length - 3)
-    for token in (9, 10, 11):
-        seen.append(runner.forward([token], 1))
-    return seen
 
 
 def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) -> None:
@@ -40,9 +27,7 @@ def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) 
     fast = CachedModel(target)
     plain = CachedModel(target, fast_head=False, fast_linears=False)
     assert fast.head is not None and plain.head is None
-    for ours, theirs in zip(
-        _logits_along_a_decode(fast), _logits_along_a_decode(plain), strict=True
-    ):
+    for ours, theirs in zip(logits_along_a_decode(fast), logits_along_a_decode(plain), strict=True):
         assert ours.shape == theirs.shape
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
         assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
@@ -78,9 +63,9 @@ def test_a_model_with_its_own_logit_transform_keeps_its_forward(target: Any) -> 
     runner = CachedModel(scaled)
     assert runner.head is None
     runner.reset()
-    logits = runner.forward(PROMPT, 1)
+    logits = runner.forward(DECODE_PROMPT, 1)
     with torch.inference_mode():
-        expected = target(input_ids=torch.tensor([PROMPT])).logits[0, -1:] / 2
+        expected = target(input_ids=torch.tensor([DECODE_PROMPT])).logits[0, -1:] / 2
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -109,8 +94,8 @@ def test_the_head_projects_with_the_packed_output_weight_and_follows_changes(
     with torch.no_grad():
         target.get_output_embeddings().weight.mul_(0.5)
     packed_for.clear()  # the probes at load
-    decoded = _logits_along_a_decode(fast)
-    for ours, theirs in zip(decoded, _logits_along_a_decode(plain), strict=True):
+    decoded = logits_along_a_decode(fast)
+    for ours, theirs in zip(decoded, logits_along_a_decode(plain), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     # Every projection of the decode went through the packed weight.
     assert packed_for == [target.get_output_embeddings()] * len(decoded)
