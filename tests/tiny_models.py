@@ -294,38 +294,47 @@ def logits_along_a_decode(runner: Any) -> list[Any]:
 
 
 def decode_concurrently(
-    runners: list[Any], *, repeats: int = 5, expected: list[Any] | None = None
+    runners: list[Any], *, repeats: int = 5, reference: Any | None = None
 ) -> list[BaseException]:
     """Run ``logits_along_a_decode`` on each runner in a thread of its own, at once.
 
     Args:
         runners: ``CachedModel``s (typically sharing one model).
         repeats: Decodes per runner.
-        expected: Logits every decode must return exactly, or None to check nothing.
+        reference: A runner whose decode every decode must equal exactly, or None to
+            check nothing. It decodes first, alone, in a thread too: torch's intra-op
+            thread count is per thread (a test may have changed the main thread's), and
+            it changes how float sums are split.
 
     Returns:
-        What the threads raised (a mismatch with ``expected`` included); empty if none.
+        What the threads raised (a mismatch with the reference included); empty if none.
     """
     import threading
 
     import torch
 
+    def in_threads(work: Any, arguments: list[Any]) -> None:
+        threads = [threading.Thread(target=work, args=(argument,)) for argument in arguments]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    expected: list[Any] = []
+    if reference is not None:
+        in_threads(lambda runner: expected.extend(logits_along_a_decode(runner)), [reference])
     errors: list[BaseException] = []
 
     def decode(runner: Any) -> None:
         try:
             for _ in range(repeats):
                 seen = logits_along_a_decode(runner)
-                if expected is not None:
+                if reference is not None:
                     for got, wanted in zip(seen, expected, strict=True):
                         if not torch.equal(got, wanted):
                             raise AssertionError("a concurrent decode returned other logits")
         except BaseException as error:  # returned to the test, which asserts on it
             errors.append(error)
 
-    threads = [threading.Thread(target=decode, args=(runner,)) for runner in runners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(decode, runners)
     return errors
