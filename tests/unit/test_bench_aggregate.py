@@ -16,6 +16,7 @@ from speculative_llm.bench.aggregate import (
     median,
     outputs_equal,
     ratio,
+    seconds_per_step,
     summarize,
     summarize_prompt,
     throughput,
@@ -229,6 +230,42 @@ def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() 
     )
     assert code.acceptance_by_position == pytest.approx((6 / 8, 2 / 6, 0.0, 0.0))
     assert summary.cell(BASE, "code_edit").expected_speedup is None  # type: ignore[union-attr]
+
+
+def test_step_cost_compares_seconds_per_decoding_step_with_the_baseline() -> None:
+    summary = summarize(_run())
+    code, base_code = summary.cell(NGRAM, "code_edit"), summary.cell(BASE, "code_edit")
+    assert code is not None and base_code is not None
+    # One run of the code prompt: the baseline's 20 steps less the prompt's pass take
+    # the median 3.1 s of decode; ngram's 8 steps less the prompt's take 1.1 s.
+    assert base_code.seconds_per_step == pytest.approx(3.1 / 19)
+    assert code.seconds_per_step == pytest.approx(1.1 / 7)
+    assert base_code.step_cost == 1.0
+    assert code.step_cost == pytest.approx((1.1 / 7) / (3.1 / 19))
+    # Same tokens on both sides: the decode speedup is the ratio of step counts over
+    # the step cost, which is what lets step_cost explain measured / expected.
+    assert code.decode_speedup == pytest.approx((19 / 7) / code.step_cost)
+    # Pooled: one run of both prompts, code and qa (20 ngram steps, 1.6 s).
+    pooled, base_pooled = summary.cell(NGRAM), summary.cell(BASE)
+    assert pooled is not None and base_pooled is not None
+    assert pooled.step_cost == pytest.approx(((1.1 + 1.6) / (7 + 19)) / ((3.1 + 1.6) / 38))
+    assert code.to_dict()["step_cost"] == code.step_cost
+
+
+def test_step_cost_needs_exact_statistics_with_decoding_steps() -> None:
+    server = _stats("ngram", 20, 16, 12, 8, 4, 1.5).replace(source="derived")
+    one_step = _stats("none", 1, 0, 0, 1, 0, 0.0, 0)
+    assert seconds_per_step(1.5, 1, server) is None
+    assert seconds_per_step(0.5, 1, one_step) is None  # only the prompt's pass
+    assert seconds_per_step(None, 1, _stats("none", 20, 0, 0, 20, 0, 3.0, 0)) is None
+    assert seconds_per_step(3.0, 1, _stats("none", 20, 0, 0, 20, 0, 3.0, 0)) == 3.0 / 19
+    samples = [
+        _sample(BASE, "p", "qa", 0, 20, 4.0, 3.0, stats=_stats("none", 20, 0, 0, 20, 0, 3.0, 0)),
+        _sample(NGRAM, "p", "qa", 0, 20, 2.5, 1.5, stats=server),
+    ]
+    cell = summarize(samples).cell(NGRAM, "qa")
+    assert cell is not None and cell.decode_speedup == 2.0
+    assert cell.step_cost is None
 
 
 def test_expectation_uses_k_on_every_step_when_the_backend_gives_no_positions() -> None:

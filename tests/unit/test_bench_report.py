@@ -166,6 +166,13 @@ def test_markdown_table_lists_one_category() -> None:
     assert lines[0].startswith("| variant |")
     assert len(lines) == 2 + len(VARIANTS)
     assert any(line.startswith("| ngram k=3 |") for line in lines)
+    assert {line.count("|") for line in lines} == {lines[0].count("|")}  # no ragged row
+    header = [name.strip() for name in lines[0].strip("|").split("|")]
+    ngram_row = next(line for line in lines if line.startswith("| ngram k=3 |"))
+    ngram_cells = [value.strip() for value in ngram_row.strip("|").split("|")]
+    cell = next(c for c in summary.cells if c.category == "qa" and c.variant.label == "ngram k=3")
+    assert cell.step_cost is not None
+    assert ngram_cells[header.index("step cost")] == format_ratio(cell.step_cost)
 
 
 def test_plots_of_a_run_without_speculative_variants_still_render(tmp_path: Path) -> None:

@@ -14,6 +14,13 @@ Definitions:
   engine with ``method="none"`` in the same category and run (Spec-Bench's measure;
   includes prompt processing). ``decode_speedup`` uses decode time only, which is
   what the Leviathan ``expected_speedup`` predicts.
+* ``step_cost`` = decode seconds per decoding step over the baseline's (our engine's
+  exact statistics only, which count the prompt's pass as one step per request).
+  Leviathan's model prices a verify step at one plain step plus drafting, so
+  ``measured_over_expected`` = (tokens per step / expected tokens per step) *
+  (1 + mean draft length * c) / ``step_cost``: where a verify pass of k + 1 tokens
+  costs more than a one-token pass (compute-bound kernels on a CPU), ``step_cost``
+  shows it.
 * ``equal_outputs``: prompts whose greedy output is identical to the baseline's (token
   ids when both sides have them, else text), as Spec-Bench's equality check.
 """
@@ -41,6 +48,7 @@ __all__ = [
     "median",
     "outputs_equal",
     "ratio",
+    "seconds_per_step",
     "summarize",
     "summarize_prompt",
     "throughput",
@@ -311,6 +319,8 @@ class CellSummary:
         decode_speedup: Decode throughput over the baseline's.
         stats: Statistics of every sample pooled (None when some lack them).
         expected_speedup: Leviathan's wall-time factor for the measured acceptance.
+        step_cost: Decode seconds per decoding step over the baseline's (1.0 for the
+            baseline; None unless both have our engine's exact statistics).
         equal_outputs: Prompts whose output equals the baseline's.
         compared_outputs: Prompts compared with the baseline (0 for the baseline).
     """
@@ -327,6 +337,7 @@ class CellSummary:
     decode_speedup: float | None
     stats: SpecStats | None
     expected_speedup: float | None
+    step_cost: float | None
     equal_outputs: int
     compared_outputs: int
 
@@ -344,6 +355,11 @@ class CellSummary:
     def acceptance_by_position(self) -> tuple[float, ...] | None:
         """``[i]`` = accepted / drafted at draft position i."""
         return None if self.stats is None else self.stats.acceptance_by_position
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """Decode seconds per decoding step of one run (see ``seconds_per_step``)."""
+        return seconds_per_step(self.decode_s, self.prompts, self.stats)
 
     @property
     def measured_over_expected(self) -> float | None:
@@ -369,6 +385,7 @@ class CellSummary:
             "decode_speedup": self.decode_speedup,
             "expected_speedup": self.expected_speedup,
             "measured_over_expected": self.measured_over_expected,
+            "step_cost": self.step_cost,
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "alpha": None if self.stats is None else self.stats.alpha,
@@ -409,6 +426,11 @@ def _pool(
         decode_speedup = ratio(
             decode_tokens_per_second, baseline.decode_tokens_per_second if baseline else None
         )
+    step_s = seconds_per_step(decode_s, len(results), stats)
+    if variant.is_baseline:
+        step_cost: float | None = 1.0 if step_s else None
+    else:
+        step_cost = ratio(step_s, baseline.seconds_per_step if baseline else None)
     compared = [r for r in results if r.matches_baseline is not None]
     return CellSummary(
         variant=variant,
@@ -425,9 +447,31 @@ def _pool(
         expected_speedup=(
             None if stats is None or variant.is_baseline else _expected_speedup(stats, variant.k)
         ),
+        step_cost=step_cost,
         equal_outputs=sum(1 for r in compared if r.matches_baseline),
         compared_outputs=len(compared),
     )
+
+
+def seconds_per_step(decode_s: float | None, prompts: int, stats: SpecStats | None) -> float | None:
+    """Decode seconds per decoding step of one run over a cell's prompts.
+
+    ``decode_s`` sums one (median) run per prompt; ``stats`` pools every repeat, so the
+    steps of one run are ``(verify_steps - requests) * prompts / requests`` (each request
+    spends one of its steps on the prompt, before decode time starts). Only for our
+    engine's exact statistics: servers count their steps differently, or not at all.
+    """
+    if (
+        decode_s is None
+        or prompts <= 0
+        or stats is None
+        or stats.source != "exact"
+        or stats.verify_steps is None
+        or stats.verify_steps <= stats.requests
+    ):
+        return None
+    decoding_steps_per_run = (stats.verify_steps - stats.requests) * prompts / stats.requests
+    return decode_s / decoding_steps_per_run
 
 
 def _expected_speedup(stats: SpecStats, k: int | None) -> float | None:

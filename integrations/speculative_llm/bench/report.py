@@ -70,6 +70,7 @@ CSV_FIELDS: tuple[str, ...] = (
     "decode_speedup",
     "expected_speedup",
     "measured_over_expected",
+    "step_cost",
     "acceptance_rate",
     "mean_accepted_length",
     "alpha",
@@ -117,6 +118,7 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
         "speedup",
         "decode speedup",
         "expected",
+        "step cost",
         "accept",
         "mean acc. len",
         "equal",
@@ -137,6 +139,7 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
             format_ratio(cell.speedup),
             format_ratio(cell.decode_speedup),
             format_ratio(cell.expected_speedup),
+            format_ratio(cell.step_cost),
             _percent(cell.acceptance_rate),
             _number(cell.mean_accepted_length, 2),
             _equal(cell),
@@ -148,9 +151,9 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
 def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> str:
     """One category's rows as a Markdown table (for documentation)."""
     lines = [
-        "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | accept "
-        "| mean acc. len | equal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | step cost "
+        "| accept | mean acc. len | equal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cell in summary.cells:
         if cell.category != category:
@@ -159,8 +162,8 @@ def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> 
             f"| {cell.variant.label} | {_number(cell.tokens_per_second)} | "
             f"{_number(cell.decode_tokens_per_second)} | {format_ratio(cell.speedup)} | "
             f"{format_ratio(cell.decode_speedup)} | {format_ratio(cell.expected_speedup)} | "
-            f"{_percent(cell.acceptance_rate)} | {_number(cell.mean_accepted_length, 2)} | "
-            f"{_equal(cell)} |"
+            f"{format_ratio(cell.step_cost)} | {_percent(cell.acceptance_rate)} | "
+            f"{_number(cell.mean_accepted_length, 2)} | {_equal(cell)} |"
         )
     return "\n".join(lines)
 
