@@ -15,7 +15,6 @@ logits unchanged.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 
 from speculative_llm.backends.local.onednn import logits_agree, probe_tokens
+from speculative_llm.backends.local.patches import CountedPatches, Undo
 
 __all__ = ["ATTENTION_NAME", "GroupedAttention", "grouped_sdpa_attention"]
 
@@ -33,10 +33,20 @@ ATTENTION_NAME = "speculative_llm_sdpa"
 # left alone.
 _REPLACED = "sdpa"
 
-_installed_lock = threading.Lock()
-# Installations in progress per config, and the implementation each one had before.
-_installed_depth: dict[int, int] = {}
-_original_implementation: dict[int, str] = {}
+# Configs may be shared by runners in several threads (a model drafting for itself).
+_switched_configs: CountedPatches[Any] = CountedPatches()
+
+
+def _switch_implementation(config: Any) -> Undo:
+    """Point a config's SDPA at ``grouped_sdpa_attention``; return how to switch back."""
+    original = config._attn_implementation
+    if original == _REPLACED:
+        config._attn_implementation = ATTENTION_NAME
+
+    def restore() -> None:
+        config._attn_implementation = original
+
+    return restore
 
 
 def grouped_sdpa_attention(
@@ -179,21 +189,5 @@ class GroupedAttention:
     @contextmanager
     def installed(self) -> Iterator[None]:
         """Use ``grouped_sdpa_attention`` for the duration of the block."""
-        with _installed_lock:
-            for config in self.configs:
-                depth = _installed_depth.get(id(config), 0)
-                if depth == 0:
-                    _original_implementation[id(config)] = config._attn_implementation
-                    if config._attn_implementation == _REPLACED:
-                        config._attn_implementation = ATTENTION_NAME
-                _installed_depth[id(config)] = depth + 1
-        try:
+        with _switched_configs.applied(self.configs, _switch_implementation):
             yield
-        finally:
-            with _installed_lock:
-                for config in self.configs:
-                    depth = _installed_depth.pop(id(config)) - 1
-                    if depth:
-                        _installed_depth[id(config)] = depth
-                    else:
-                        config._attn_implementation = _original_implementation.pop(id(config))

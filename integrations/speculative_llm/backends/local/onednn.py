@@ -22,7 +22,6 @@ probe shows the model's logits unchanged.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +30,8 @@ from functools import partial
 from typing import Any
 
 import torch
+
+from speculative_llm.backends.local.patches import CountedPatches, Undo
 
 __all__ = [
     "OneDnnLinears",
@@ -82,10 +83,10 @@ def logits_agree(got: torch.Tensor, expected: torch.Tensor) -> bool:
     return float((got.float() - expected.float()).abs().max()) <= RELATIVE_TOLERANCE * scale
 
 
-# Installations in progress per linear layer, shared by every OneDnnLinears: two
-# runners may hold the same model (a model drafting for itself), one per thread.
-_installed_lock = threading.Lock()
-_installed_depth: dict[int, int] = {}
+# Layers routed to oneDNN, shared by every OneDnnLinears: two runners may hold the same
+# model (a model drafting for itself), one per thread. Its lock also guards the packed
+# weights.
+_routed_layers: CountedPatches[torch.nn.Linear] = CountedPatches()
 
 # oneDNN lays a packed weight out for this many rows. Measured on SmolLM2-135M's 210
 # decoder layers (AMD EPYC, AVX2): packed for 8 rows, 6 rows cost 1.2x one row (plain
@@ -123,12 +124,12 @@ def _packing_available() -> bool:
 
 def packed_weight(module: torch.nn.Linear) -> torch.Tensor:
     """The layer's weight packed for oneDNN, packed again if the weight changed since."""
-    with _installed_lock:
+    with _routed_layers.lock:
         return _packed_weight(module)
 
 
 def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
-    """``packed_weight`` for a caller that holds ``_installed_lock``."""
+    """``packed_weight`` for a caller that holds ``_routed_layers.lock``."""
     weight = module.weight
     known = _packed_weights.get(module)
     if known is not None and known.source is weight and known.version == _version(weight):
@@ -247,37 +248,17 @@ class OneDnnLinears:
     @contextmanager
     def installed(self) -> Iterator[None]:
         """Route the layers to oneDNN for the duration of the block."""
-        with _installed_lock:
-            routed: list[torch.nn.Linear] = []
-            try:
-                for module in self.linears:
-                    depth = _installed_depth.get(id(module), 0)
-                    if depth == 0:
-                        weight = _packed_weight(module) if self.packed else module.weight
-                        module.forward = partial(  # type: ignore[method-assign]
-                            onednn_linear, weight=weight, bias=module.bias
-                        )
-                    _installed_depth[id(module)] = depth + 1
-                    routed.append(module)
-            except BaseException:
-                # Packing failed part way (out of memory): leave the model as it was.
-                _remove(routed)
-                raise
-        try:
+        with _routed_layers.applied(self.linears, self._route):
             yield
-        finally:
-            with _installed_lock:
-                _remove(self.linears)
 
+    def _route(self, module: torch.nn.Linear) -> Undo:
+        """Set a layer's forward to oneDNN's kernel (``_routed_layers.lock`` held)."""
+        weight = _packed_weight(module) if self.packed else module.weight
+        module.forward = partial(  # type: ignore[method-assign]
+            onednn_linear, weight=weight, bias=module.bias
+        )
 
-def _remove(linears: list[torch.nn.Linear]) -> None:
-    """End one installation on each layer; the last one restores its own forward.
+        def restore() -> None:
+            del module.forward  # the class's forward again
 
-    The caller holds ``_installed_lock``.
-    """
-    for module in linears:
-        depth = _installed_depth.pop(id(module)) - 1
-        if depth:
-            _installed_depth[id(module)] = depth
-        else:
-            del module.forward
+        return restore
