@@ -106,22 +106,24 @@ class TestChatSpeculativeLlamaServer(ChatModelIntegrationTests):
     )
 
 
+@pytest.fixture(scope="class")
+def smollm2_standard_backend(smollm2_gguf: Path) -> Iterator[Backend]:
+    """One engine on SmolLM2 for the whole standard suite (loading it takes seconds)."""
+    from speculative_llm.backends.local import LocalBackend
+
+    backend = LocalBackend(model=str(smollm2_gguf), speculative={"method": "ngram", "k": 5})
+    yield backend
+    backend.close()
+
+
 class TestChatSpeculativeLocalSmolLM2(ChatModelIntegrationTests):
     """The in-process engine on SmolLM2-135M-Instruct (prompt lookup, k=5)."""
 
     local: ClassVar[Backend | None] = None
 
-    @pytest.fixture(scope="class")
-    def _smollm2_backend(self, smollm2_gguf: Path) -> Iterator[Backend]:
-        from speculative_llm.backends.local import LocalBackend
-
-        backend = LocalBackend(model=str(smollm2_gguf), speculative={"method": "ngram", "k": 5})
-        yield backend
-        backend.close()
-
     @pytest.fixture(autouse=True)
-    def _share(self, _smollm2_backend: Backend) -> None:
-        type(self).local = _smollm2_backend
+    def _share(self, smollm2_standard_backend: Backend) -> None:
+        type(self).local = smollm2_standard_backend
 
     @property
     def chat_model_class(self) -> type[ChatSpeculative]:
