@@ -188,21 +188,29 @@ class SpecStats:
         return self.acceptance_rate
 
     @property
+    def decoding_steps(self) -> int | None:
+        """``verify_steps - requests``: the steps after each request's prompt pass.
+
+        ``verify_steps`` counts the prompt's pass once per request, while ``decode_s`` and
+        ``verify_s`` leave it out. None when ``verify_steps`` is unknown or counts no step
+        beyond the prompts'.
+        """
+        if self.verify_steps is None or self.verify_steps <= self.requests:
+            return None
+        return self.verify_steps - self.requests
+
+    @property
     def cost_ratio(self) -> float | None:
         """C of Leviathan et al.: time to draft one token / time of one verify step.
 
-        ``verify_s`` leaves out the prompt's pass, which ``verify_steps`` counts once per
-        request, so one step costs ``verify_s / (verify_steps - requests)``.
+        One step costs ``verify_s / decoding_steps`` (``verify_s`` leaves out the
+        prompt's pass).
         """
+        decoding_steps = self.decoding_steps
         if not (
-            self.draft_s is not None
-            and self.draft_tokens
-            and self.verify_s
-            and self.verify_steps is not None
-            and self.verify_steps > self.requests
+            self.draft_s is not None and self.draft_tokens and self.verify_s and decoding_steps
         ):
             return None
-        decoding_steps = self.verify_steps - self.requests
         return (self.draft_s / self.draft_tokens) / (self.verify_s / decoding_steps)
 
     @property

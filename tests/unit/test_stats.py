@@ -48,6 +48,9 @@ def test_derived_figures() -> None:
     assert stats.mean_accepted_length == 3.0
     assert stats.tokens_per_second == 15.0
     assert stats.alpha == pytest.approx(20 / 28)
+    assert stats.decoding_steps == 9
+    assert dataclasses.replace(stats, verify_steps=1).decoding_steps is None  # prompt only
+    assert dataclasses.replace(stats, verify_steps=None).decoding_steps is None
     # c = (0.1 / 40) / (1.0 / 9): verify_s covers the 9 passes after the prompt's
     assert stats.cost_ratio == pytest.approx(0.0225)
     # Aggregated over two requests: two prompt passes among the 10 steps.

@@ -457,21 +457,16 @@ def seconds_per_step(decode_s: float | None, prompts: int, stats: SpecStats | No
     """Decode seconds per decoding step of one run over a cell's prompts.
 
     ``decode_s`` sums one (median) run per prompt; ``stats`` pools every repeat, so the
-    steps of one run are ``(verify_steps - requests) * prompts / requests`` (each request
+    steps of one run are ``stats.decoding_steps * prompts / requests`` (each request
     spends one of its steps on the prompt, before decode time starts). Only for our
     engine's exact statistics: servers count their steps differently, or not at all.
     """
-    if (
-        decode_s is None
-        or prompts <= 0
-        or stats is None
-        or stats.source != "exact"
-        or stats.verify_steps is None
-        or stats.verify_steps <= stats.requests
-    ):
+    if decode_s is None or prompts <= 0 or stats is None or stats.source != "exact":
         return None
-    decoding_steps_per_run = (stats.verify_steps - stats.requests) * prompts / stats.requests
-    return decode_s / decoding_steps_per_run
+    decoding_steps = stats.decoding_steps
+    if decoding_steps is None:
+        return None
+    return decode_s / (decoding_steps * prompts / stats.requests)
 
 
 def _expected_speedup(stats: SpecStats, k: int | None) -> float | None:
