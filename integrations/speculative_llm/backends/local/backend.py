@@ -71,8 +71,9 @@ class LocalBackend(Backend):
             name); requests may override it with ``request.spec``. Default: prompt
             lookup (``ngram``) with k=5.
         device: Torch device (``cpu``, ``cuda``...).
-        dtype: Weight dtype: ``auto`` (bfloat16 where the hardware computes it natively,
-            else float32), ``float32``, ``bfloat16`` or ``float16``.
+        dtype: Weight dtype: ``auto`` (float32 on a CPU, which keeps greedy output
+            identical to the baseline; bfloat16 on CUDA), ``float32``, ``bfloat16`` or
+            ``float16``.
         torch_threads: Threads torch may use (``torch.set_num_threads``; process-wide).
         progress: Show download progress when a packaged model is fetched.
 

@@ -346,11 +346,15 @@ _DTYPES: dict[str, torch.dtype] = {
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
-    """The weight dtype: ``auto`` is bfloat16 where the hardware computes it natively.
+    """The weight dtype: ``auto`` is float32 on a CPU, bfloat16 on CUDA.
 
-    ``auto`` on a CPU is bfloat16 with AVX512-BF16/AMX (decoding is memory-bound, so
-    halving the bytes nearly doubles tokens/s) and float32 otherwise (emulated bfloat16
-    is slower than float32); on CUDA it is bfloat16 (float16 on GPUs without bf16).
+    ``auto`` keeps greedy speculative output identical to greedy decoding: in float32 a
+    verify pass rounds as one-token passes do closely enough that argmaxes agree, while
+    in bfloat16 (on CPUs that compute it natively, AVX512-BF16/AMX) batched verification
+    rounds differently and greedy outputs diverge on some prompts. ``bfloat16`` stays
+    available for users who trade that for speed (decoding is memory-bound, so half
+    the bytes per weight is faster where the CPU computes bfloat16 natively); on CUDA
+    ``auto`` is bfloat16 (float16 on GPUs without bf16).
     """
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -358,8 +362,6 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch
         kind = torch.device(device).type
         if kind == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if kind == "cpu":
-            return torch.bfloat16 if cpu_supports_bf16() else torch.float32
         return torch.float32
     resolved = _DTYPES.get(dtype)
     if resolved is None:
