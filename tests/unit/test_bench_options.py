@@ -121,7 +121,7 @@ def test_cli_always_adds_the_baseline_and_parses_lists() -> None:
     assert options.categories == "rag,code_edit"
     assert options.prompts_file == Path("p.jsonl")
     assert options.warmup is False
-    assert options.torch_threads == 2
+    assert options.threads == 2
 
 
 def test_to_dict_is_json_ready() -> None:

@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, SpecConfig  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.draft_cost import (  # noqa: E402
     AcceptanceEstimate,
     VerifyCost,
@@ -25,8 +24,9 @@ from speculative_llm.backends.local.draft_cost import (  # noqa: E402
     expected_tokens,
 )
 from speculative_llm.backends.local.drafters import Draft  # noqa: E402
-from speculative_llm.backends.local.engine import DraftLength, generate_steps  # noqa: E402
+from speculative_llm.backends.local.engine import DraftLengthPolicy, generate_steps  # noqa: E402
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]
@@ -115,7 +115,7 @@ def test_acceptance_estimate_follows_recent_steps_and_returns_to_its_prior() -> 
 
 
 def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_length() -> None:
-    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+    length = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True)
     short, long = Draft([7] * 5, match_length=1), Draft([7] * 5, match_length=3)
     assert length.next_k() == 5 and length.keep(short) == 5 and length.keep(long) == 5
     for _ in range(10):
@@ -128,11 +128,11 @@ def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_length()
     # A draft without a match length (a draft model) has its own estimate.
     assert length.keep(Draft([7] * 5)) == 5
     # Fixed k keeps every proposed token.
-    assert DraftLength(5).keep(short) == 5
+    assert DraftLengthPolicy(5).keep(short) == 5
 
 
 def test_steps_without_a_verified_draft_let_every_estimate_fade_back() -> None:
-    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+    length = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True)
     for _ in range(10):
         length.update(5, 0, match_length=1)
     assert length.keep(Draft([7] * 5, match_length=1)) == 0
@@ -197,10 +197,12 @@ class ShortMatchesMissDrafter:
         return Draft([(self.reference[start] + 1) % self.vocab_size] * k, match_length=1)
 
 
-def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: int) -> list[Any]:
+def _run(
+    target: Any, drafter: Any, draft_length: DraftLengthPolicy, max_new_tokens: int
+) -> list[Any]:
     return list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             drafter,
             PROMPT,
             max_new_tokens=max_new_tokens,
@@ -211,10 +213,10 @@ def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: i
 
 
 def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target: Any) -> None:
-    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    reference = [t for step in _run(target, None, DraftLengthPolicy(0), 120) for t in step.tokens]
     drafter = CopyOrMissDrafter(reference, switch_at=60, vocab_size=target.config.vocab_size)
-    fixed = _run(target, drafter, DraftLength(4), 120)
-    aware = _run(target, drafter, DraftLength(4, cost=cpu_like_cost(), cost_aware=True), 120)
+    fixed = _run(target, drafter, DraftLengthPolicy(4), 120)
+    aware = _run(target, drafter, DraftLengthPolicy(4, cost=cpu_like_cost(), cost_aware=True), 120)
 
     # Same tokens either way: the draft length never changes the output.
     assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference
@@ -230,13 +232,13 @@ def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target
 
 
 def test_cost_aware_loop_stops_verifying_short_matches_only(target: Any) -> None:
-    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    reference = [t for step in _run(target, None, DraftLengthPolicy(0), 120) for t in step.tokens]
     vocab = target.config.vocab_size
-    fixed = _run(target, ShortMatchesMissDrafter(reference, vocab), DraftLength(4), 120)
+    fixed = _run(target, ShortMatchesMissDrafter(reference, vocab), DraftLengthPolicy(4), 120)
     aware = _run(
         target,
         ShortMatchesMissDrafter(reference, vocab),
-        DraftLength(4, cost=cpu_like_cost(), cost_aware=True),
+        DraftLengthPolicy(4, cost=cpu_like_cost(), cost_aware=True),
         120,
     )
     assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference

@@ -160,7 +160,7 @@ def _local_backend(options: BenchOptions, draft_model: str | None) -> LocalBacke
         speculative=SpecConfig.baseline(),
         device=options.device,
         dtype=options.dtype,
-        torch_threads=options.torch_threads,
+        threads=options.threads,
         progress=options.progress,
     )
 
@@ -182,14 +182,14 @@ def _managed_llama_contenders(
                 field="methods",
             )
         if variant.method == "none":
-            server = LlamaServer(model, threads=options.torch_threads)
+            server = LlamaServer(model, threads=options.threads)
         else:
             server = LlamaServer(
                 model,
                 spec_type=variant.method,
                 draft_model=options.draft_model if variant.method == "draft_model" else None,
                 draft_max=variant.k,
-                threads=options.torch_threads,
+                threads=options.threads,
             )
         stack.enter_context(server)
         # Every timed request processes its whole prompt, as the in-process engine does

@@ -96,7 +96,7 @@ class BenchOptions:
             the longest draft and the local engine drafts only what pays for itself.
         dtype: Weight dtype of in-process models (``auto``, ``float32``, ``bfloat16``).
         device: Torch device of in-process models.
-        torch_threads: Threads of in-process models (torch) and of managed llama-servers
+        threads: Threads of in-process models (torch) and of managed llama-servers
             (None: their defaults).
         progress: Show a progress bar on stderr.
 
@@ -121,7 +121,7 @@ class BenchOptions:
     cost_aware: bool = False
     dtype: str = "auto"
     device: str = "cpu"
-    torch_threads: int | None = None
+    threads: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:

@@ -143,7 +143,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         cost_aware=args.cost_aware,
         dtype=args.dtype,
         device=args.device,
-        torch_threads=args.threads,
+        threads=args.threads,
         progress=not args.no_progress,
     )
 

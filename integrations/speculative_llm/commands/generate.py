@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         speculative=spec,
         device=args.device,
         dtype=args.dtype,
-        torch_threads=args.threads,
+        threads=args.threads,
     ) as backend:
         if show:
             print(f"--- {backend.model_name}, {spec.method} ---", file=sys.stderr)

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
-from speculative_llm.backends.local.cached_model import CachedModel
 from speculative_llm.backends.local.draft_cost import VerifyCost
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.engine import DraftLength, StepCounters, generate_steps
-from speculative_llm.backends.local.models import LoadedModel, check_vocabulary, load_model
+from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
+from speculative_llm.backends.local.models import (
+    LoadedModel,
+    check_draft_vocabulary,
+    load_model,
+    resolve_model,
+)
+from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,
-    PendingToken,
     StopStringFilter,
     make_pending,
 )
@@ -29,7 +34,12 @@ from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Message, Usage
 
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.tokenizers import Tokenizer
+
 __all__ = ["DEFAULT_MODEL", "LocalBackend"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 """The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
@@ -49,7 +59,11 @@ class _Job:
 
 
 class LocalBackend(Backend):
-    """Speculative decoding in this process, on Hugging Face transformers models.
+    """Speculative decoding in this process, on llama.cpp's kernels or transformers.
+
+    GGUF files and the packaged aliases run on the llama.cpp runner (llama.cpp's C API
+    under our own decoding loop) when its binding is installed; Hugging Face ids and
+    checkpoint directories run on the transformers runner (any torch device).
 
     Exact: greedy output equals the target's greedy output, and sampled output follows
     the target's distribution (speculative sampling with the min(1, p/q) rule). Every
@@ -70,11 +84,17 @@ class LocalBackend(Backend):
         speculative: Default speculative configuration (``SpecConfig``, dict or method
             name); requests may override it with ``request.spec``. Default: prompt
             lookup (``ngram``) with k=5.
-        device: Torch device (``cpu``, ``cuda``...).
-        dtype: Weight dtype: ``auto`` (float32 on a CPU, which keeps greedy output
-            identical to the baseline; bfloat16 on CUDA), ``float32``, ``bfloat16`` or
-            ``float16``.
-        torch_threads: Threads torch may use (``torch.set_num_threads``; process-wide).
+        runner: ``auto`` (the default: llama.cpp for GGUF files and packaged aliases,
+            transformers otherwise), ``llamacpp`` or ``transformers``.
+        device: Torch device of the transformers runner (``cpu``, ``cuda``...).
+        dtype: Transformers runner's weight dtype: ``auto`` (float32 on a CPU, which
+            keeps greedy output identical to the baseline; bfloat16 on CUDA),
+            ``float32``, ``bfloat16`` or ``float16``.
+        threads: CPU threads: llama.cpp's per runner, or torch's (process-wide).
+        context_window: llama.cpp runner: tokens its KV cache holds (default: the
+            model's training context, at most 8192).
+        weight_layout: llama.cpp runner: ``auto`` (probe which layout keeps verify
+            passes exact), ``repacked`` or ``plain``.
         progress: Show download progress when a packaged model is fetched.
 
     Raises:
@@ -91,34 +111,43 @@ class LocalBackend(Backend):
         *,
         draft_model: str | None = None,
         speculative: SpecConfig | Mapping[str, Any] | str | None = None,
+        runner: str = "auto",
         device: str = "cpu",
         dtype: str | torch.dtype = "auto",
-        torch_threads: int | None = None,
+        threads: int | None = None,
+        context_window: int | None = None,
+        weight_layout: str = "auto",
         progress: bool = True,
     ) -> None:
-        if torch_threads is not None:
-            if torch_threads < 1:
-                raise ConfigError(
-                    f"torch_threads must be >= 1, got {torch_threads}.", field="torch_threads"
-                )
-            torch.set_num_threads(torch_threads)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+            raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
+        if threads is not None and threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}.", field="threads")
         self._default_spec = self._default_config(speculative, draft_model)
-        self._device = device
-        self._dtype = dtype
-        self._progress = progress
+        self._options: dict[str, Any] = {
+            "device": device,
+            "dtype": dtype,
+            "threads": threads,
+            "progress": progress,
+        }
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._closed = False
         self._target: LoadedModel | None = load_model(
-            model, device=device, dtype=dtype, progress=progress
+            model,
+            runner=runner,
+            context_window=context_window,
+            weight_layout=weight_layout,
+            **self._options,
         )
         self._model_name = model
-        self._runner = CachedModel(self._target.model)
+        self._runner: Runner = self._target.new_runner()
+        logger.info("local engine: %s", self._target.description)
         # Verify-pass timings of this model on this machine, shared by every request:
         # cost-aware requests choose their draft lengths from it.
         self._verify_cost = VerifyCost()
-        self._eos_token_ids = self._find_eos_ids(self._target)
-        self._draft_drafters: dict[str, DraftModelDrafter] = {}
+        self._eos_token_ids = self._target.tokenizer.eos_token_ids
+        self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self._draft_drafter(self._default_spec)
@@ -151,17 +180,6 @@ class LocalBackend(Backend):
             )
         return config
 
-    @staticmethod
-    def _find_eos_ids(loaded: LoadedModel) -> frozenset[int]:
-        ids: set[int] = set()
-        for source in (loaded.model.generation_config, loaded.model.config, loaded.tokenizer):
-            value = getattr(source, "eos_token_id", None)
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, list | tuple):
-                ids.update(int(v) for v in value)
-        return frozenset(ids)
-
     @property
     def default_spec(self) -> SpecConfig:
         """The speculative configuration used when a request has none."""
@@ -184,14 +202,24 @@ class LocalBackend(Backend):
         return self._model_name
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The target's tokenizer."""
         return self._loaded().tokenizer
 
     @property
     def model(self) -> Any:
-        """The target's transformers model."""
+        """The target model: a transformers model, or a ``LlamaCppModel``."""
         return self._loaded().model
+
+    @property
+    def runner_name(self) -> str:
+        """The runner in use: ``llamacpp`` or ``transformers``."""
+        return self._loaded().runner_name
+
+    @property
+    def runner_description(self) -> str:
+        """One line saying how the target runs (runner, weights, exactness limit...)."""
+        return self._loaded().description
 
     def model_info(self) -> ModelInfo:
         """Name and context window of the target."""
@@ -213,21 +241,25 @@ class LocalBackend(Backend):
                 field="draft_model",
             )
         with self._load_lock:
-            drafter = self._draft_drafters.get(name)
-            if drafter is None:
+            known = self._drafts.get(name)
+            if known is None:
                 target = self._loaded()
-                draft = load_model(
-                    name, device=self._device, dtype=self._dtype, progress=self._progress
+                # Refused from the files' vocabularies before any weight loads.
+                check_draft_vocabulary(target, name, progress=bool(self._options["progress"]))
+                source = resolve_model(name, progress=False)
+                same_files = (source.location, source.gguf_file) == (
+                    target.source.location,
+                    target.source.gguf_file,
                 )
-                check_vocabulary(
-                    target.tokenizer,
-                    draft.tokenizer,
-                    target_name=self._model_name,
-                    draft_name=name,
+                # A model drafting for itself shares its weights (a cache of its own).
+                draft = (
+                    target
+                    if same_files
+                    else load_model(name, runner=target.runner_name, **self._options)
                 )
-                drafter = DraftModelDrafter(draft.model, self._runner.vocab_size)
-                self._draft_drafters[name] = drafter
-            return drafter
+                known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
+                self._drafts[name] = known
+            return known[1]
 
     def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
         if spec.method == "none":
@@ -243,24 +275,21 @@ class LocalBackend(Backend):
 
         Models without a chat template (base models such as gemma3-270m) get a plain
         transcript: ``User: ...`` lines followed by ``Assistant:``.
+
+        Raises:
+            ConfigError: Text that cannot be encoded (a lone surrogate), or a chat
+                template that refuses the messages.
         """
         tokenizer = self._loaded().tokenizer
         if request.messages is None:
             assert request.prompt is not None
-            ids: list[int] = tokenizer(request.prompt).input_ids
-            return ids
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template(
-                [self._template_message(m) for m in request.messages],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
+            return tokenizer.encode(request.prompt)
+        if tokenizer.chat_template:
+            text = tokenizer.render_chat([self._template_message(m) for m in request.messages])
             # The template already holds the special tokens (BOS included).
-            ids = tokenizer(text, add_special_tokens=False).input_ids
-            return ids
+            return tokenizer.encode(text, add_special_tokens=False)
         transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in request.messages)
-        ids = tokenizer(transcript + "Assistant:").input_ids
-        return ids
+        return tokenizer.encode(transcript + "Assistant:")
 
     @staticmethod
     def _template_message(message: Message) -> dict[str, Any]:
@@ -304,7 +333,7 @@ class LocalBackend(Backend):
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
-        draft_length = DraftLength(
+        draft_length = DraftLengthPolicy(
             k,
             adaptive=spec.adaptive and spec.speculative,
             min_k=spec.min_speculative_tokens,
@@ -364,7 +393,7 @@ class LocalBackend(Backend):
                 )
                 finish: FinishReason | None = None
                 if stop_filter.stopped:
-                    self._forget(counters, dropped)
+                    counters.keep_first(counters.generated_tokens - len(dropped))
                     finish = "stop"
                 elif step.finish_reason is not None:
                     tail = detokenizer.flush()
@@ -393,17 +422,6 @@ class LocalBackend(Backend):
         finally:
             steps.close()
 
-    @staticmethod
-    def _forget(counters: StepCounters, dropped: list[PendingToken]) -> None:
-        """Take tokens cut by a stop string out of the counts (they are not returned)."""
-        for item in dropped:
-            counters.generated_tokens -= 1
-            if item.draft_position is None:
-                counters.target_tokens -= 1
-            else:
-                counters.accepted_tokens -= 1
-                counters.accepted_per_position[item.draft_position] -= 1
-
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.
 
@@ -418,8 +436,13 @@ class LocalBackend(Backend):
                 self._lock.release()
 
     def _release_models(self) -> None:
-        self._target = None
-        self._draft_drafters.clear()
-        # The runner references the model and its cache: let both be collected.
-        self._runner.model = None
-        self._runner.cache = None
+        target, self._target = self._target, None
+        drafts = list(self._drafts.values())
+        self._drafts.clear()
+        self._runner.close()
+        for draft, drafter in drafts:
+            drafter.runner.close()
+            if draft is not target:
+                draft.close()
+        if target is not None:
+            target.close()

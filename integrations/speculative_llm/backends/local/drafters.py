@@ -5,18 +5,19 @@
   ``ngram_min``) and proposes what followed it. Deterministic: its ``q`` is one-hot.
   An incremental dict index keeps a lookup at a few microseconds.
 * ``DraftModelDrafter``: a smaller model with the target's vocabulary and its own
-  KV cache, cropped to the accepted prefix before each proposal.
+  KV cache (a runner of either kind), cropped to the accepted prefix before each
+  proposal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import SamplingParams, logits_to_probs, sample_from
 from speculative_llm.errors import ConfigError
 
@@ -204,15 +205,16 @@ class DraftModelDrafter:
     fed, so the prompt is processed once.
 
     Args:
-        model: The draft causal LM (same vocabulary as the target).
+        runner: A runner of the draft model (same vocabulary as the target), used by
+            this drafter alone.
         target_vocab_size: Width of the target's logits; draft distributions are padded
             or cut to it (embedding matrices are often padded to different sizes).
     """
 
     name = "draft_model"
 
-    def __init__(self, model: Any, target_vocab_size: int) -> None:
-        self.runner = CachedModel(model)
+    def __init__(self, runner: Runner, target_vocab_size: int) -> None:
+        self.runner = runner
         self.target_vocab_size = target_vocab_size
         self._cached_tokens: list[int] = []
         self._confirmed = 0

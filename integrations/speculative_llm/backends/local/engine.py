@@ -1,7 +1,7 @@
 """The speculative decoding loop: prefill, draft, verify, crop; no I/O.
 
 The loop is a generator of ``StepResult`` (one per target forward pass) driven by
-plain arguments: a target ``CachedModel``, a drafter (or none), the prompt tokens, the
+plain arguments: a target ``Runner`` (see ``runner``), a drafter (or none), the prompt tokens, the
 sampling parameters and a random generator. The baseline is the same loop with no
 drafter (k = 0), so a comparison measures speculation and nothing else.
 
@@ -23,13 +23,13 @@ from typing import Literal
 
 import torch
 
-from speculative_llm.backends.local.cached_model import CachedModel
 from speculative_llm.backends.local.draft_cost import (
     AcceptanceEstimate,
     VerifyCost,
     best_draft_length,
 )
 from speculative_llm.backends.local.drafters import Draft, Drafter
+from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import (
     AcceptanceRule,
     SamplingParams,
@@ -41,7 +41,7 @@ from speculative_llm.backends.local.sampling import (
 from speculative_llm.errors import ConfigError
 
 __all__ = [
-    "DraftLength",
+    "DraftLengthPolicy",
     "EngineFinish",
     "StepCounters",
     "StepResult",
@@ -81,7 +81,7 @@ class StepResult:
 
 
 @dataclass(slots=True)
-class DraftLength:
+class DraftLengthPolicy:
     """The draft length k: fixed, adaptive or cost-aware.
 
     Adaptive: after a step whose draft was accepted in full, k grows by one; after a
@@ -163,15 +163,30 @@ class DraftLength:
             self.k = max(self.k - 1, self.min_k)
 
 
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    """What one step added to the counters (after any cut)."""
+
+    emitted: int
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    prefill: bool
+
+
 @dataclass(slots=True)
 class StepCounters:
     """Running totals of a generation, from which ``SpecStats`` is built.
 
-    ``record`` takes how many of a step's tokens were kept (a stop string may cut the
-    last step), so ``generated == accepted + target`` always holds for the tokens
-    actually returned. The prefill counts as a verify step (it emits the first token,
-    so plain decoding has exactly one token per step) but its time is not decoding
-    time and stays out of ``verify_s``.
+    Every count describes the tokens returned: when a stop string cuts the output,
+    ``keep_first`` takes back what the cut tokens had added, as if the step that emitted
+    the stop string had ended there (its draft positions after the cut count neither as
+    drafted nor as rejected; the verify pass and its time still count, it happened). So
+    ``generated == accepted + target`` and ``sum(accepted_per_position) == accepted``
+    always hold. The prefill counts as a verify step (it emits the first token, so plain
+    decoding has exactly one token per step) but its time is not decoding time and
+    stays out of ``verify_s``.
     """
 
     generated_tokens: int = 0
@@ -185,33 +200,74 @@ class StepCounters:
     verify_s: float = 0.0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
+    _steps: list[_Counted] = field(default_factory=list, repr=False)
 
-    def record(self, step: StepResult, kept: int | None = None) -> None:
-        """Add one step, of which the first ``kept`` tokens were returned (default all)."""
-        kept = len(step.tokens) if kept is None else kept
-        accepted = min(step.num_accepted, kept)
-        self.generated_tokens += kept
-        self.accepted_tokens += accepted
-        self.target_tokens += kept - accepted
-        self.verify_steps += 1
-        self.draft_s += step.draft_s
-        if not step.prefill:
+    def record(self, step: StepResult) -> None:
+        """Add one step."""
+        counted = _Counted(
+            len(step.tokens),
+            step.num_drafted,
+            step.num_accepted,
+            step.draft_s,
+            step.verify_s,
+            step.prefill,
+        )
+        self._steps.append(counted)
+        self._apply(counted, 1)
+
+    def keep_first(self, tokens: int) -> None:
+        """Count only the first ``tokens`` generated tokens (a stop string cut the rest)."""
+        before = self.generated_tokens
+        for index in range(len(self._steps) - 1, -1, -1):
+            counted = self._steps[index]
+            if counted.emitted == 0:
+                continue  # already cut away entirely
+            before -= counted.emitted
+            keep = max(tokens - before, 0)
+            if keep >= counted.emitted:
+                return
+            # A cut inside the accepted drafts: the positions after it were not shown,
+            # so the step drafted (and accepted) only what it kept.
+            drafted = counted.drafted if keep > counted.accepted else keep
+            truncated = _Counted(
+                keep,
+                drafted,
+                min(counted.accepted, keep),
+                counted.draft_s,
+                counted.verify_s,
+                counted.prefill,
+            )
+            self._apply(counted, -1)
+            self._apply(truncated, 1)
+            self._steps[index] = truncated
+
+    def _apply(self, counted: _Counted, sign: int) -> None:
+        """Add (sign 1) or take back (sign -1) one step's contribution."""
+        self.generated_tokens += sign * counted.emitted
+        self.accepted_tokens += sign * counted.accepted
+        self.target_tokens += sign * (counted.emitted - counted.accepted)
+        self.verify_steps += sign
+        self.draft_s += sign * counted.draft_s
+        if not counted.prefill:
             # The prompt's pass is time to first token, not decoding: kept out of
             # verify_s so that verify_s / verify_steps estimates one decoding pass.
-            self.verify_s += step.verify_s
-        if step.num_drafted:
-            self.draft_steps += 1
-            self.draft_tokens += step.num_drafted
-            if step.num_accepted < step.num_drafted:
-                self.rejected_steps += 1
-            width = step.num_drafted
+            self.verify_s += sign * counted.verify_s
+        if counted.drafted:
+            self.draft_steps += sign
+            self.draft_tokens += sign * counted.drafted
+            if counted.accepted < counted.drafted:
+                self.rejected_steps += sign
             for row in (self.accepted_per_position, self.drafted_per_position):
-                if len(row) < width:
-                    row.extend([0] * (width - len(row)))
-            for position in range(width):
-                self.drafted_per_position[position] += 1
-            for position in range(accepted):
-                self.accepted_per_position[position] += 1
+                if len(row) < counted.drafted:
+                    row.extend([0] * (counted.drafted - len(row)))
+            for position in range(counted.drafted):
+                self.drafted_per_position[position] += sign
+            for position in range(counted.accepted):
+                self.accepted_per_position[position] += sign
+            while sign < 0 and self.drafted_per_position and not self.drafted_per_position[-1]:
+                # A cut step was the only one to draft that far: the position is gone.
+                self.drafted_per_position.pop()
+                self.accepted_per_position.pop()
 
 
 def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
@@ -222,7 +278,7 @@ def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Gener
 
 @torch.inference_mode()
 def prefill(
-    target: CachedModel,
+    target: Runner,
     prompt_tokens: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None,
@@ -240,7 +296,7 @@ def prefill(
 
 @torch.inference_mode()
 def speculative_step(
-    target: CachedModel,
+    target: Runner,
     drafter: Drafter | None,
     sequence: Sequence[int],
     k: int,
@@ -311,13 +367,13 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
 
 
 def generate_steps(
-    target: CachedModel,
+    target: Runner,
     drafter: Drafter | None,
     prompt_tokens: Sequence[int],
     *,
     max_new_tokens: int,
     params: SamplingParams,
-    draft_length: DraftLength,
+    draft_length: DraftLengthPolicy,
     eos_token_ids: frozenset[int] = frozenset(),
     generator: torch.Generator | None = None,
     max_length: int | None = None,
@@ -361,6 +417,7 @@ def generate_steps(
             )
         max_new_tokens = min(max_new_tokens, room)
     sequence = list(prompt_tokens)
+    verify_limit = target.max_verify_tokens or max_new_tokens + 1
     if drafter is not None:
         drafter.reset(sequence)
     step = _cut_at_eos(prefill(target, sequence, params, generator), eos_token_ids)
@@ -381,8 +438,9 @@ def generate_steps(
         yield step
         if step.finish_reason is not None:
             return
-        # A step emits at most k + 1 tokens: never draft past the budget.
-        k = min(draft_length.next_k(), max_new_tokens - generated - 1)
+        # A step emits at most k + 1 tokens: never draft past the budget, nor verify more
+        # tokens in one pass than the runner scores exactly as one-token passes would.
+        k = min(draft_length.next_k(), max_new_tokens - generated - 1, verify_limit - 1)
         step = speculative_step(
             target, drafter, sequence, k, params, generator, rule, keep=draft_length.keep
         )
