@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
-from local_runners import plain_greedy, require_llama_cpp  # noqa: E402
-from speculative_llm import GenerationRequest, Message, SpecConfig  # noqa: E402
-from speculative_llm.backends.local import LocalBackend  # noqa: E402
+from local_runners import plain_greedy, require_llama_cpp
+from speculative_llm import GenerationRequest, Message, SpecConfig
+from speculative_llm.backends.local import LocalBackend
 
 pytestmark = pytest.mark.integration
 

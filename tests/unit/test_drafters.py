@@ -103,6 +103,8 @@ def test_a_draft_says_how_long_its_match_was() -> None:
     # Only the last token "9" occurred before: a 1-gram match.
     assert match_length([9, 5, 6, 7, 9]) == 1
     assert match_length([1, 2, 3, 4]) is None
+    # The 3-gram "7 8 9" and the two tokens before it, "5 6", all match the source.
+    assert match_length([5, 6, 7, 8, 9, 1, 0, 5, 6, 7, 8, 9]) == 5
 
 
 def test_the_trailing_ngram_does_not_match_itself() -> None:

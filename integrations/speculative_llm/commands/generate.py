@@ -83,11 +83,22 @@ def add_parser(subparsers: Any) -> None:
         help="also run without speculation and print the measured speedup",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument(
-        "--dtype", default="auto", help="auto (default), float32, bfloat16 or float16"
+        "--runner",
+        choices=("auto", "llamacpp", "transformers"),
+        default="auto",
+        help="auto (default: llama.cpp for .gguf files and packaged models, transformers for "
+        "Hugging Face ids and directories), llamacpp or transformers",
     )
-    parser.add_argument("--threads", type=int, help="torch threads")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device of the transformers runner (default cpu)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="transformers runner: auto (default; float32 on a CPU), float32, bfloat16 or float16",
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads (llama.cpp's or torch's)")
     parser.set_defaults(func=run)
 
 
@@ -202,12 +213,13 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         draft_model=args.draft,
         speculative=spec,
+        runner=args.runner,
         device=args.device,
         dtype=args.dtype,
         threads=args.threads,
     ) as backend:
         if show:
-            print(f"--- {backend.model_name}, {spec.method} ---", file=sys.stderr)
+            print(f"--- {backend.runner_description}; {spec.method} ---", file=sys.stderr)
         completion = _stream_to(backend, request, sys.stdout if show else None)
         baseline: Completion | None = None
         if args.compare and spec.speculative:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
-from speculative_llm.backends.local.draft_cost import VerifyCost
+from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
 from speculative_llm.backends.local.models import (
@@ -143,9 +143,11 @@ class LocalBackend(Backend):
         self._model_name = model
         self._runner: Runner = self._target.new_runner()
         logger.info("local engine: %s", self._target.description)
-        # Verify-pass timings of this model on this machine, shared by every request:
-        # cost-aware requests choose their draft lengths from it.
+        # Verify-pass timings of this model on this machine, and the acceptance learned
+        # per method, shared by every request: cost-aware requests choose their draft
+        # lengths from them.
         self._verify_cost = VerifyCost()
+        self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
         self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
         if self._default_spec.method == "draft_model":
@@ -215,6 +217,20 @@ class LocalBackend(Backend):
     def runner_name(self) -> str:
         """The runner in use: ``llamacpp`` or ``transformers``."""
         return self._loaded().runner_name
+
+    @property
+    def kernel_seconds(self) -> float | None:
+        """Seconds the runners spent in llama.cpp's decode while decoding, all requests.
+
+        Each sequence's first pass (the prompt) is left out. The rest of a request's
+        decode time is the engine's own work (drafting, acceptance, text assembly,
+        statistics): the benchmark reports it per step. None on the transformers runner.
+        """
+        runners = [self._runner, *(drafter.runner for _, drafter in self._drafts.values())]
+        seconds: list[float | None] = [getattr(r, "kernel_seconds", None) for r in runners]
+        if seconds[0] is None:
+            return None
+        return float(sum(value for value in seconds if value is not None))
 
     @property
     def runner_description(self) -> str:
@@ -333,6 +349,9 @@ class LocalBackend(Backend):
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
+        acceptance = self._acceptance.setdefault(
+            (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
+        )
         draft_length = DraftLengthPolicy(
             k,
             adaptive=spec.adaptive and spec.speculative,
@@ -340,6 +359,7 @@ class LocalBackend(Backend):
             max_k=spec.max_speculative_tokens,
             cost=self._verify_cost,
             cost_aware=spec.cost_aware and spec.speculative,
+            acceptance=acceptance,
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)

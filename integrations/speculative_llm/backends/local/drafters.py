@@ -18,7 +18,12 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from speculative_llm.backends.local.runner import Runner
-from speculative_llm.backends.local.sampling import SamplingParams, logits_to_probs, sample_from
+from speculative_llm.backends.local.sampling import (
+    SamplingParams,
+    argmax_rows,
+    logits_to_probs,
+    sample_from,
+)
 from speculative_llm.errors import ConfigError
 
 __all__ = ["Draft", "DraftModelDrafter", "Drafter", "PromptLookupDrafter"]
@@ -33,9 +38,11 @@ class Draft:
         probs: Draft distributions ``q`` of shape ``(len(tokens), vocab)`` the tokens
             were sampled from, or None for a deterministic drafter (one-hot ``q``) or
             greedy decoding.
-        match_length: For prompt lookup, the length n of the n-gram match the tokens
-            were copied after (a longer match predicts a longer accepted run); None for
-            other drafters. Cost-aware drafting keeps one acceptance estimate per n.
+        match_length: For prompt lookup, how many tokens before the draft equal those
+            before its source: the n-gram plus the earlier tokens that agree (at most
+            ``ngram_max + context``). A longer match predicts a longer accepted run;
+            cost-aware drafting learns acceptance per match quality. None for other
+            drafters.
     """
 
     tokens: list[int]
@@ -150,7 +157,11 @@ class PromptLookupDrafter:
         return None if match is None else match[0]
 
     def _find_match(self, sequence: Sequence[int]) -> tuple[int, int] | None:
-        """``(position after the best occurrence, n)`` of the longest matching n-gram."""
+        """``(position after the best occurrence, matched tokens)``, the n-gram included.
+
+        The occurrence is the best one of the longest matching n-gram; matched tokens
+        are n plus its agreement with the tokens before the trailing n-gram.
+        """
         length = len(sequence)
         # Index n-grams ending before the last position, so the trailing n-gram
         # cannot match itself.
@@ -168,7 +179,7 @@ class PromptLookupDrafter:
                     best, best_agreement = stop, agreement
                     if agreement == self.context:
                         break
-            return best, n
+            return best, n + best_agreement
         return None
 
     def propose(
@@ -188,13 +199,13 @@ class PromptLookupDrafter:
         match = self._find_match(sequence)
         if match is None:
             return Draft([])
-        start, n = match
+        start, matched = match
         length = len(sequence)
         tokens: list[int] = []
         for offset in range(k):
             source = start + offset
             tokens.append(sequence[source] if source < length else tokens[source - length])
-        return Draft(tokens, match_length=n)
+        return Draft(tokens, match_length=matched)
 
 
 class DraftModelDrafter:
@@ -271,7 +282,7 @@ class DraftModelDrafter:
         for position in range(k):
             logits = self.runner.forward(pending, 1)[0]
             if params.greedy:
-                token = int(logits.argmax())
+                token = argmax_rows(logits[None])[0]
             else:
                 probs = self._fit_vocab(logits_to_probs(logits, params))
                 token = sample_from(probs, generator)

@@ -24,15 +24,17 @@ from typing import Literal
 import torch
 
 from speculative_llm.backends.local.draft_cost import (
-    AcceptanceEstimate,
+    PositionAcceptance,
     VerifyCost,
     best_draft_length,
+    match_quality_bucket,
 )
 from speculative_llm.backends.local.drafters import Draft, Drafter
 from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import (
     AcceptanceRule,
     SamplingParams,
+    argmax_rows,
     logits_to_probs,
     sample_from,
     verify_draft,
@@ -67,7 +69,7 @@ class StepResult:
         verify_s: Seconds spent in the target forward pass and the acceptance rule.
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
-        match_length: The draft's ``Draft.match_length`` (prompt lookup's n), if any.
+        match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.
     """
 
     tokens: list[int]
@@ -90,10 +92,11 @@ class DraftLengthPolicy:
 
     Cost-aware (``cost_aware`` with a ``cost`` model): k is the longest draft, and the
     length in ``[0, k]`` with the most expected tokens per second is chosen from the
-    request's running acceptance and the measured verify cost (see ``draft_cost``):
-    before the proposal (``next_k``, which spares a draft model's work), and for prompt
-    lookup again after it (``keep``), with the acceptance measured for matches of the
-    same n-gram length: a 3-token match is worth drafting where a 1-token match is not.
+    acceptance learned per draft position and the measured verify cost (see
+    ``draft_cost``): before the proposal (``next_k``, which spares a draft model's
+    work), and for prompt lookup again after it (``keep``), from the acceptance of
+    drafts with the same match quality: a long match is worth drafting far where a
+    1-token match is not. ``acceptance`` may be shared by the requests of a backend.
     The loop feeds ``cost`` with every step's timings whenever it is given, so baseline
     requests measure the one-token pass too.
     """
@@ -104,8 +107,7 @@ class DraftLengthPolicy:
     max_k: int = 16
     cost: VerifyCost | None = None
     cost_aware: bool = False
-    acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
-    by_match_length: dict[int, AcceptanceEstimate] = field(default_factory=dict)
+    acceptance: PositionAcceptance = field(default_factory=PositionAcceptance)
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -117,27 +119,24 @@ class DraftLengthPolicy:
                 field="num_speculative_tokens",
             )
 
-    def _estimate(self, match_length: int | None) -> AcceptanceEstimate:
-        if match_length is None:
-            return self.acceptance
-        return self.by_match_length.setdefault(match_length, AcceptanceEstimate())
+    def _best(self, bucket: int | None, longest: int) -> int:
+        assert self.cost is not None
+        return best_draft_length(self.acceptance.survival(bucket, longest), self.cost)
 
     def next_k(self) -> int:
         """How many tokens to ask the drafter for in the next step."""
         if not self.cost_aware or self.cost is None or self.k == 0:
             return self.k
-        # Before the proposal its match length is unknown: ask for as much as the most
-        # promising estimate would verify; ``keep`` cuts a prompt-lookup draft after.
-        alpha = max(e.alpha for e in (self.acceptance, *self.by_match_length.values()))
-        return best_draft_length(alpha, self.k, self.cost)
+        # Before the proposal its match quality is unknown: ask for as much as the most
+        # promising kind of draft would verify; ``keep`` cuts a prompt-lookup draft after.
+        return max(self._best(bucket, self.k) for bucket in (None, *self.acceptance.buckets()))
 
     def keep(self, draft: Draft) -> int:
         """How many of a proposal's tokens to verify (all, unless cost-aware says fewer)."""
         proposed = len(draft.tokens)
         if not self.cost_aware or self.cost is None or draft.match_length is None:
             return proposed
-        alpha = self._estimate(draft.match_length).alpha
-        return best_draft_length(alpha, proposed, self.cost)
+        return self._best(match_quality_bucket(draft.match_length), proposed)
 
     def record(self, step: StepResult) -> None:
         """Account for one verify step: its outcome, and its timings when ``cost`` is kept."""
@@ -147,14 +146,9 @@ class DraftLengthPolicy:
             self.cost.observe_draft(step.num_drafted, step.draft_s)
 
     def update(self, num_drafted: int, num_accepted: int, match_length: int | None = None) -> None:
-        """Adapt k (or the acceptance estimates) to the outcome of a step."""
+        """Adapt k (or the learned acceptance) to the outcome of a step."""
         if self.cost_aware:
-            if num_drafted:
-                self._estimate(match_length).update(num_drafted, num_accepted)
-            else:
-                # Nothing verified: every estimate's evidence fades toward its prior.
-                for estimate in (self.acceptance, *self.by_match_length.values()):
-                    estimate.update(0, 0)
+            self.acceptance.record(match_quality_bucket(match_length), num_drafted, num_accepted)
         if not self.adaptive or num_drafted == 0:
             return
         if num_accepted == num_drafted:
@@ -272,7 +266,7 @@ class StepCounters:
 
 def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     if params.greedy:
-        return int(logits.argmax())
+        return argmax_rows(logits[None])[0]
     return sample_from(logits_to_probs(logits, params), generator)
 
 

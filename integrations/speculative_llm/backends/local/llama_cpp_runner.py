@@ -15,6 +15,7 @@ decide it, so ``LlamaCppModel`` probes it per model and layout.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,10 @@ class LlamaCppRunner:
             self._batch.seq_id[index][0] = 0
         self._vocab_size = model.vocab_size
         self._length = 0
+        self.kernel_seconds = 0.0
+        """Seconds inside ``llama_decode`` after each sequence's first pass, added up
+        (the prompt's pass is time to first token, not decoding)."""
+        self._prompt_pass = True
         self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
 
     @property
@@ -114,6 +119,7 @@ class LlamaCppRunner:
         self._check_open()
         self._api.llama_memory_clear(self._memory, True)
         self._length = 0
+        self._prompt_pass = True
 
     def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
         """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions.
@@ -147,11 +153,15 @@ class LlamaCppRunner:
             self._batch.n_tokens = size
             self._decode()
             self._length += size
+        self._prompt_pass = False
         rows = self._api.llama_get_logits(self._context)
         return torch.from_numpy(np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size)))
 
     def _decode(self) -> None:
+        started = time.perf_counter()
         status = self._api.llama_decode(self._context, self._batch)
+        if not self._prompt_pass:
+            self.kernel_seconds += time.perf_counter() - started
         if status == 0:
             return
         if status == 1:
