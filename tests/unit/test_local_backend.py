@@ -266,6 +266,15 @@ def test_capabilities_and_registry(model_path: Path, runner_name: str) -> None:
 # ---- bad input ---------------------------------------------------------------------------
 
 
+def test_the_default_is_cost_aware_prompt_lookup(model_path: Path, runner_name: str) -> None:
+    from speculative_llm.backends.local import DEFAULT_SPEC
+
+    with _open(model_path, runner_name) as local:
+        assert local.default_spec == DEFAULT_SPEC
+        assert DEFAULT_SPEC.method == "ngram" and DEFAULT_SPEC.cost_aware
+        assert local.generate(_request()).stats.method == "ngram"
+
+
 def test_unknown_method(tiny_model_dir: Path) -> None:
     with pytest.raises(ConfigError, match="Unknown speculative method"):
         LocalBackend(str(tiny_model_dir), speculative={"method": "ngarm"})

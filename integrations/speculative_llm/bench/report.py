@@ -259,7 +259,7 @@ def llama_server_comparison(summary: BenchSummary) -> list[dict[str, Any]]:
     servers = [v for v in summary.variants if v.engine == LLAMA_SERVER_ENGINE]
     if not servers:
         return rows
-    for category in summary.categories:
+    for category in (*summary.categories, ALL_CATEGORIES):
         for variant in summary.variants:
             if variant.engine != OURS or variant.method not in ("none", "ngram"):
                 continue

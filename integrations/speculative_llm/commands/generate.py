@@ -54,15 +54,18 @@ def add_parser(subparsers: Any) -> None:
         "-k",
         "--num-speculative-tokens",
         type=int,
-        default=5,
+        default=12,
         dest="k",
-        help="draft tokens per verify step (default 5)",
+        help="draft tokens per verify step; with --cost-aware (the default) the longest "
+        "draft (default 12)",
     )
     parser.add_argument("--adaptive", action="store_true", help="adapt k while generating")
     parser.add_argument(
         "--cost-aware",
-        action="store_true",
-        help="k is the longest draft; draft only what pays for its verification",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="k is the longest draft; draft only what pays for its verification (default "
+        "on; --no-cost-aware drafts k tokens whenever it can)",
     )
     parser.add_argument("--ngram-max", type=int, default=3, help="longest n-gram to match")
     parser.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
@@ -117,9 +120,10 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         )
     if method == "none":
         return SpecConfig.baseline()
-    bounds: dict[str, Any] = {}
+    bounds: dict[str, Any] = {"cost_aware": args.cost_aware}
     if args.adaptive:
         bounds = {
+            "cost_aware": False,  # adaptive is the other way of choosing k
             "adaptive": True,
             "min_speculative_tokens": 1,
             "max_speculative_tokens": max(16, args.k),
@@ -129,7 +133,6 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,
-        cost_aware=args.cost_aware,
         **bounds,
     )
 

@@ -17,7 +17,7 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
         _error.name or "torch", "local", "The local speculative engine"
     ) from _error
 
-from speculative_llm.backends.local.backend import DEFAULT_MODEL, LocalBackend
+from speculative_llm.backends.local.backend import DEFAULT_MODEL, DEFAULT_SPEC, LocalBackend
 from speculative_llm.backends.local.drafters import (
     Draft,
     Drafter,
@@ -51,6 +51,7 @@ from speculative_llm.backends.local.transformers_runner import TransformersRunne
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_SPEC",
     "PACKAGED_MODELS",
     "RUNNER_CHOICES",
     "Draft",

@@ -37,12 +37,18 @@ from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Messag
 if TYPE_CHECKING:
     from speculative_llm.backends.local.tokenizers import Tokenizer
 
-__all__ = ["DEFAULT_MODEL", "LocalBackend"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 """The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
+
+DEFAULT_SPEC = SpecConfig(method="ngram", num_speculative_tokens=12, cost_aware=True)
+"""Cost-aware prompt lookup: drafts of up to 12 tokens, only as long as they pay for
+their verification on this model and machine (on a CPU an extra verified row costs a
+good part of a one-token pass), so free text decodes at the baseline's speed and copied
+text faster."""
 
 _FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
@@ -82,8 +88,9 @@ class LocalBackend(Backend):
         draft_model: Draft model for ``method="draft_model"`` (same vocabulary). When
             given without ``speculative``, the default method is ``draft_model``.
         speculative: Default speculative configuration (``SpecConfig``, dict or method
-            name); requests may override it with ``request.spec``. Default: prompt
-            lookup (``ngram``) with k=5.
+            name); requests may override it with ``request.spec``. Default:
+            ``DEFAULT_SPEC``, cost-aware prompt lookup (``ngram``) with drafts of up to
+            12 tokens.
         runner: ``auto`` (the default: llama.cpp for GGUF files and packaged aliases,
             transformers otherwise), ``llamacpp`` or ``transformers``.
         device: Torch device of the transformers runner (``cpu``, ``cuda``...).
@@ -162,8 +169,8 @@ class LocalBackend(Backend):
     ) -> SpecConfig:
         if speculative is None:
             if draft_model:
-                return SpecConfig(method="draft_model", draft_model=draft_model)
-            return SpecConfig(method="ngram", num_speculative_tokens=5)
+                return DEFAULT_SPEC.replace(method="draft_model", draft_model=draft_model)
+            return DEFAULT_SPEC
         if isinstance(speculative, str) and speculative == "draft_model" and draft_model:
             return SpecConfig(method="draft_model", draft_model=draft_model)
         if (
