@@ -415,3 +415,62 @@ async def test_concurrent_async_requests(backend: LocalBackend, greedy_text: str
         backend.agenerate(_request(spec=SpecConfig.baseline())),
     )
     assert [c.text for c in completions] == [greedy_text, greedy_text]
+
+
+# ---- structured output -------------------------------------------------------------------
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def _json_request(response_format: dict[str, Any], **changes: Any) -> GenerationRequest:
+    return _request(**{"response_format": response_format, "max_tokens": 60, **changes})
+
+
+@pytest.mark.parametrize("spec_name", ["none", "ngram"])
+def test_a_json_schema_constrains_the_output(backend: LocalBackend, spec_name: str) -> None:
+    import json
+
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    request = _json_request(
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        spec=SPECS[spec_name],
+    )
+    completion = backend.generate(request)
+    if completion.finish_reason == "stop":
+        value = json.loads(completion.text)
+        assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+    else:  # the budget ran out first: a prefix of such a JSON object
+        assert completion.finish_reason == "length"
+        assert completion.text.startswith('{"name": "')
+    # Greedy constrained speculation gives the constrained baseline's text.
+    baseline = backend.generate(request.replace(spec=SpecConfig.baseline()))
+    assert completion.text == baseline.text
+
+
+def test_json_object_gives_json_and_text_is_free(backend: LocalBackend) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    constrained = backend.generate(_json_request({"type": "json_object"}, max_tokens=8))
+    assert constrained.text[:1] in '{["-0123456789tfn'  # a JSON value starts
+    free = backend.generate(_json_request({"type": "text"}))
+    assert free.text == backend.generate(_request(max_tokens=60)).text
+
+
+@pytest.mark.parametrize(
+    ("response_format", "message"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "under 'schema'"),
+        ({"type": "json_schema", "json_schema": {"schema": "{broken"}}, "not valid JSON"),
+        ({"type": "yaml"}, "Unknown response_format type 'yaml'"),
+    ],
+)
+def test_bad_response_formats_are_config_errors(
+    backend: LocalBackend, response_format: dict[str, Any], message: str
+) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    with pytest.raises(ConfigError, match=message) as caught:
+        backend.generate(_json_request(response_format))
+    assert caught.value.field == "response_format"

@@ -16,6 +16,11 @@ from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iter
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
+from speculative_llm.backends.local.grammar import (
+    Constraint,
+    GrammarVocabulary,
+    response_format_grammar,
+)
 from speculative_llm.backends.local.models import (
     LoadedModel,
     check_draft_vocabulary,
@@ -62,6 +67,8 @@ class _Job:
     prompt_tokens: list[int]
     drafter: Drafter | None
     params: SamplingParams
+    grammar: Any = None
+    """The compiled grammar the output must follow, or None."""
 
 
 class LocalBackend(Backend):
@@ -157,6 +164,9 @@ class LocalBackend(Backend):
         self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
         self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
+        self._grammar: GrammarVocabulary | None = None
+        self.grammar_seconds = 0.0
+        """Seconds spent on grammars (cutting drafts, masking rows), all requests."""
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self._draft_drafter(self._default_spec)
@@ -196,13 +206,14 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Methods none/draft_model/ngram, exact per-request stats, token provenance."""
+        """Methods none/draft_model/ngram, exact stats, token provenance, structured output."""
         return Capabilities(
             methods=frozenset(LOCAL_METHODS),
             per_request_stats=True,
             live_stats=True,
             token_provenance=True,
             per_request_toggle=True,
+            structured_output=True,
         )
 
     @property
@@ -328,7 +339,21 @@ class LocalBackend(Backend):
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
-        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params)
+        grammar = (
+            response_format_grammar(request.response_format, self._grammar_vocabulary())
+            if request.response_format
+            else None
+        )
+        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params, grammar)
+
+    def _grammar_vocabulary(self) -> GrammarVocabulary:
+        """The target's vocabulary for grammars, built on the first constrained request."""
+        with self._load_lock:
+            if self._grammar is None:
+                self._grammar = GrammarVocabulary.for_tokenizer(
+                    self._loaded().tokenizer, self._runner.vocab_size
+                )
+            return self._grammar
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Generate, yielding one chunk per target forward pass; the last is final.
@@ -375,6 +400,11 @@ class LocalBackend(Backend):
         counters = StepCounters()
         started = time.perf_counter()
         first_token_at: float | None = None
+        constraint = (
+            None
+            if job.grammar is None
+            else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
+        )
         steps = generate_steps(
             self._runner,
             job.drafter,
@@ -385,6 +415,7 @@ class LocalBackend(Backend):
             eos_token_ids=self._eos_token_ids,
             generator=generator,
             max_length=target.context_window,
+            constraint=constraint,
         )
 
         def snapshot(now: float) -> SpecStats:
@@ -415,6 +446,7 @@ class LocalBackend(Backend):
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 counters.record(step)
+                self.grammar_seconds += step.grammar_s
                 released, dropped = stop_filter.add(
                     make_pending(step.tokens, step.num_accepted, detokenizer)
                 )

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from speculative_llm.backends.local.runner import Runner
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.grammar import Constraint
 from speculative_llm.backends.local.sampling import (
     SamplingParams,
     argmax_rows,
@@ -66,8 +69,15 @@ class Drafter(Protocol):
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
-        """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far)."""
+        """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far).
+
+        ``constraint`` (only passed when the request has a grammar) lets a drafter that
+        samples draft from the allowed tokens; the engine cuts every proposal at its
+        first forbidden token either way.
+        """
 
 
 class PromptLookupDrafter:
@@ -188,6 +198,8 @@ class PromptLookupDrafter:
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
         """Propose the ``k`` tokens that followed the best earlier match.
 
@@ -263,8 +275,14 @@ class DraftModelDrafter:
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
-        """Run the draft model k times, sampling (or taking the argmax of) each token."""
+        """Run the draft model k times, sampling (or taking the argmax of) each token.
+
+        With a ``constraint`` each position's logits are masked first, so the draft
+        distribution q puts no mass on tokens the grammar forbids.
+        """
         if k < 1:
             return Draft([])
         shared = self._shared_prefix(sequence)
@@ -279,8 +297,27 @@ class DraftModelDrafter:
         self._confirmed = len(sequence)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        try:
+            self._draft(pending, k, params, generator, constraint, tokens, rows)
+        finally:
+            if constraint is not None:
+                constraint.rewind()
+        return Draft(tokens, torch.stack(rows) if rows else None)
+
+    def _draft(
+        self,
+        pending: list[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        constraint: Constraint | None,
+        tokens: list[int],
+        rows: list[torch.Tensor],
+    ) -> None:
         for position in range(k):
             logits = self.runner.forward(pending, 1)[0]
+            if constraint is not None:
+                constraint.mask_next(logits)
             if params.greedy:
                 token = argmax_rows(logits[None])[0]
             else:
@@ -288,7 +325,11 @@ class DraftModelDrafter:
                 token = sample_from(probs, generator)
                 rows.append(probs)
             tokens.append(token)
-            if position < k - 1:
-                self._cached_tokens.append(token)
-                pending = [token]
-        return Draft(tokens, torch.stack(rows) if rows else None)
+            if position == k - 1:
+                break
+            if constraint is not None:
+                if constraint.stops(token):
+                    break  # the grammar ends here: the target decides whether it does
+                constraint.advance(token)
+            self._cached_tokens.append(token)
+            pending = [token]

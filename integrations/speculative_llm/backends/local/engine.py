@@ -16,10 +16,11 @@ One step, with the sequence ``s`` of length L and the target cache holding ``s[:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -31,6 +32,9 @@ from speculative_llm.backends.local.draft_cost import (
 )
 from speculative_llm.backends.local.drafters import Draft, Drafter
 from speculative_llm.backends.local.runner import Runner
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.grammar import Constraint
 from speculative_llm.backends.local.sampling import (
     AcceptanceRule,
     SamplingParams,
@@ -70,6 +74,8 @@ class StepResult:
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
         match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.
+        grammar_s: Seconds of ``verify_s`` spent on the grammar (cutting the draft,
+            masking the rows, following the emitted tokens).
     """
 
     tokens: list[int]
@@ -80,6 +86,7 @@ class StepResult:
     prefill: bool = False
     finish_reason: EngineFinish | None = None
     match_length: int | None = None
+    grammar_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -167,6 +174,7 @@ class _Counted:
     draft_s: float
     verify_s: float
     prefill: bool
+    grammar_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -192,6 +200,7 @@ class StepCounters:
     rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    grammar_s: float = 0.0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     _steps: list[_Counted] = field(default_factory=list, repr=False)
@@ -205,6 +214,7 @@ class StepCounters:
             step.draft_s,
             step.verify_s,
             step.prefill,
+            step.grammar_s,
         )
         self._steps.append(counted)
         self._apply(counted, 1)
@@ -223,13 +233,8 @@ class StepCounters:
             # A cut inside the accepted drafts: the positions after it were not shown,
             # so the step drafted (and accepted) only what it kept.
             drafted = counted.drafted if keep > counted.accepted else keep
-            truncated = _Counted(
-                keep,
-                drafted,
-                min(counted.accepted, keep),
-                counted.draft_s,
-                counted.verify_s,
-                counted.prefill,
+            truncated = dataclasses.replace(
+                counted, emitted=keep, drafted=drafted, accepted=min(counted.accepted, keep)
             )
             self._apply(counted, -1)
             self._apply(truncated, 1)
@@ -242,6 +247,7 @@ class StepCounters:
         self.target_tokens += sign * (counted.emitted - counted.accepted)
         self.verify_steps += sign
         self.draft_s += sign * counted.draft_s
+        self.grammar_s += sign * counted.grammar_s
         if not counted.prefill:
             # The prompt's pass is time to first token, not decoding: kept out of
             # verify_s so that verify_s / verify_steps estimates one decoding pass.
@@ -276,16 +282,28 @@ def prefill(
     prompt_tokens: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None,
+    constraint: Constraint | None = None,
 ) -> StepResult:
     """Process the prompt with the target and choose the first token.
 
-    The target cache is reset and then holds the whole prompt.
+    The target cache is reset and then holds the whole prompt. With a ``constraint``,
+    the first token is chosen from the masked distribution.
     """
     started = time.perf_counter()
     target.reset()
-    logits = target.forward(list(prompt_tokens), 1)[0]
-    token = _choose(logits, params, generator)
-    return StepResult([token], 0, 0, 0.0, time.perf_counter() - started, prefill=True)
+    logits = target.forward(list(prompt_tokens), 1)
+    grammar_s = 0.0
+    if constraint is not None:
+        masking = time.perf_counter()
+        constraint.cut([])
+        constraint.mask(logits)
+        grammar_s = time.perf_counter() - masking
+    token = _choose(logits[0], params, generator)
+    if constraint is not None:
+        constraint.commit(0, token)
+    return StepResult(
+        [token], 0, 0, 0.0, time.perf_counter() - started, prefill=True, grammar_s=grammar_s
+    )
 
 
 @torch.inference_mode()
@@ -298,8 +316,13 @@ def speculative_step(
     generator: torch.Generator | None,
     rule: AcceptanceRule = verify_sampled,
     keep: Callable[[Draft], int] | None = None,
+    constraint: Constraint | None = None,
 ) -> StepResult:
     """Draft up to k tokens, verify them in one target forward pass, crop the cache.
+
+    With a ``constraint`` the proposal is cut at its first token the grammar forbids,
+    the target's rows are masked before the acceptance rule, and the grammar follows
+    the emitted tokens (see ``grammar``).
 
     Args:
         target: The target model; its cache must hold ``sequence[:-1]``.
@@ -310,6 +333,7 @@ def speculative_step(
         generator: Random generator for sampling.
         rule: Sampled acceptance rule (the exact ``verify_sampled`` unless testing).
         keep: How many of the proposed tokens to verify (default: all, up to k).
+        constraint: The request's grammar, or None.
 
     Returns:
         The step's emitted tokens and counts; the target cache then holds the new
@@ -322,16 +346,33 @@ def speculative_step(
             "the engine state is corrupt"
         )
     started = time.perf_counter()
-    draft = drafter.propose(sequence, k, params, generator) if drafter and k > 0 else Draft([])
+    if drafter is None or k <= 0:
+        draft = Draft([])
+    elif constraint is None:
+        draft = drafter.propose(sequence, k, params, generator)
+    else:
+        draft = drafter.propose(sequence, k, params, generator, constraint=constraint)
     drafted = time.perf_counter()
     kept = min(k, len(draft.tokens) if keep is None else keep(draft))
+    grammar_s = 0.0
+    if constraint is not None:
+        kept = constraint.cut(draft.tokens[:kept])
+        grammar_s = time.perf_counter() - drafted
     draft_tokens = draft.tokens[:kept]
     # A shortened draft is still exact: its q rows are the first ones of the proposal.
     draft_probs = None if draft.probs is None else draft.probs[:kept]
     logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
+    if constraint is not None:
+        masking = time.perf_counter()
+        constraint.mask(logits)
+        grammar_s += time.perf_counter() - masking
     verdict = verify_draft(draft_tokens, draft_probs, logits, params, generator, rule)
     # Drop the rejected drafts from the cache; the new last token is not fed yet.
     target.crop(length + verdict.num_accepted)
+    if constraint is not None:
+        committing = time.perf_counter()
+        constraint.commit(verdict.num_accepted, verdict.tokens[-1])
+        grammar_s += time.perf_counter() - committing
     finished = time.perf_counter()
     return StepResult(
         verdict.tokens,
@@ -340,6 +381,7 @@ def speculative_step(
         drafted - started,
         finished - drafted,
         match_length=draft.match_length,
+        grammar_s=grammar_s,
     )
 
 
@@ -347,15 +389,11 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
     for position, token in enumerate(step.tokens):
         if token in eos_token_ids:
             kept = step.tokens[: position + 1]
-            return StepResult(
-                kept,
-                step.num_drafted,
-                min(step.num_accepted, len(kept)),
-                step.draft_s,
-                step.verify_s,
-                step.prefill,
-                "stop",
-                step.match_length,
+            return dataclasses.replace(
+                step,
+                tokens=kept,
+                num_accepted=min(step.num_accepted, len(kept)),
+                finish_reason="stop",
             )
     return step
 
@@ -372,6 +410,7 @@ def generate_steps(
     generator: torch.Generator | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
+    constraint: Constraint | None = None,
 ) -> Generator[StepResult, None, None]:
     """Generate speculatively, yielding one ``StepResult`` per target forward pass.
 
@@ -392,6 +431,9 @@ def generate_steps(
         max_length: Context window of the target: prompt + generated tokens never
             exceed it.
         rule: Sampled acceptance rule (the exact one unless testing).
+        constraint: A grammar the output must follow (see ``grammar``), or None. The
+            generation stops once the grammar accepts a stop token; when
+            ``max_new_tokens`` comes first the output is a prefix of a sentence of it.
 
     Raises:
         ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
@@ -414,21 +456,15 @@ def generate_steps(
     verify_limit = target.max_verify_tokens or max_new_tokens + 1
     if drafter is not None:
         drafter.reset(sequence)
-    step = _cut_at_eos(prefill(target, sequence, params, generator), eos_token_ids)
+    step = _cut_at_eos(prefill(target, sequence, params, generator, constraint), eos_token_ids)
     generated = 1
     while True:
         sequence.extend(step.tokens)
         if step.finish_reason is None and generated >= max_new_tokens:
-            step = StepResult(
-                step.tokens,
-                step.num_drafted,
-                step.num_accepted,
-                step.draft_s,
-                step.verify_s,
-                step.prefill,
-                "length",
-                step.match_length,
-            )
+            step = dataclasses.replace(step, finish_reason="length")
+        elif step.finish_reason is None and constraint is not None and constraint.finished:
+            # The grammar accepted a stop token that is not one of the model's own.
+            step = dataclasses.replace(step, finish_reason="stop")
         yield step
         if step.finish_reason is not None:
             return
@@ -436,7 +472,15 @@ def generate_steps(
         # tokens in one pass than the runner scores exactly as one-token passes would.
         k = min(draft_length.next_k(), max_new_tokens - generated - 1, verify_limit - 1)
         step = speculative_step(
-            target, drafter, sequence, k, params, generator, rule, keep=draft_length.keep
+            target,
+            drafter,
+            sequence,
+            k,
+            params,
+            generator,
+            rule,
+            keep=draft_length.keep,
+            constraint=constraint,
         )
         draft_length.record(step)
         step = _cut_at_eos(step, eos_token_ids)

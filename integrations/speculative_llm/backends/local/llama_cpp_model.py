@@ -190,21 +190,32 @@ class LlamaCppTokenizer:
             eos_token=self._eos_text,
         )
 
+    def _pieces(self, special: bool) -> list[bytes]:
+        buffer = ctypes.create_string_buffer(256)
+        pieces: list[bytes] = []
+        for token in range(self.vocab_size):
+            size = self._api.llama_token_to_piece(self._vocab, token, buffer, 256, 0, special)
+            if size < 0:
+                large = ctypes.create_string_buffer(-size)
+                size = self._api.llama_token_to_piece(self._vocab, token, large, -size, 0, special)
+                pieces.append(large.raw[:size])
+            else:
+                pieces.append(buffer.raw[:size])
+        return pieces
+
     def vocabulary(self) -> Sequence[bytes]:
         """Each token's bytes as llama.cpp renders it (special tokens as their text)."""
         if self._vocabulary is None:
-            buffer = ctypes.create_string_buffer(256)
-            pieces: list[bytes] = []
-            for token in range(self.vocab_size):
-                size = self._api.llama_token_to_piece(self._vocab, token, buffer, 256, 0, True)
-                if size < 0:
-                    large = ctypes.create_string_buffer(-size)
-                    size = self._api.llama_token_to_piece(self._vocab, token, large, -size, 0, True)
-                    pieces.append(large.raw[:size])
-                else:
-                    pieces.append(buffer.raw[:size])
-            self._vocabulary = pieces
+            self._vocabulary = self._pieces(special=True)
         return self._vocabulary
+
+    def text_pieces(self) -> list[bytes]:
+        """Each token's bytes as they appear in decoded text (control tokens empty).
+
+        What a grammar sees: a control token adds nothing to the text, so xgrammar never
+        allows one inside it.
+        """
+        return self._pieces(special=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,8 +65,10 @@ class TransformersRunner:
         fast_head: bool = True,
         fast_linears: bool = True,
         fast_attention: bool = True,
+        fast_cache: bool = True,
     ) -> None:
         self.model = model
+        self._fast_cache = fast_cache
         parameters = _forward_parameters(model)
         self._cache_argument = _cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
@@ -128,8 +130,12 @@ class TransformersRunner:
             for layer in self.cache.layers:
                 if hasattr(layer, "record_past"):
                     layer.record_past = False
-        else:
+        elif self._fast_cache:
             self.cache = new_cache(self.model.config)
+        else:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
         self.length = 0
         self._recording = False
 
