@@ -233,6 +233,14 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return Case(runners[0], runners[1], vocabulary, masked_distribution(reference))
 
 
+def _first_row_only(mask: Any) -> Any:
+    def masked(logits: torch.Tensor) -> torch.Tensor:
+        mask(logits[:1])
+        return logits
+
+    return masked
+
+
 def _sample(
     case: Case, drafter: Any, trials: int, *, break_mask: bool = False
 ) -> list[tuple[int, ...]]:
@@ -243,8 +251,7 @@ def _sample(
         constraint = Constraint(compiled, case.vocabulary, K + 1)
         if break_mask:
             # WRONG on purpose: mask only the first verified row.
-            real = constraint.mask
-            constraint.mask = lambda logits: (real(logits[:1]), logits)[1]  # type: ignore[method-assign]
+            constraint.mask = _first_row_only(constraint.mask)  # type: ignore[method-assign]
         tokens: list[int] = []
         try:
             for step in generate_steps(
