@@ -22,6 +22,7 @@ __all__ = [
     "build_tiny_tokenizer",
     "load_float32",
     "perturbed_copy",
+    "runner_with",
     "save_tiny_model",
     "tiny_vocabulary",
     "write_gguf",
@@ -375,6 +376,17 @@ def build_mini_causal_lm(vocab_size: int, *, seed: int = 0, dim: int = 16) -> An
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.8)
     return model.eval()
+
+
+def runner_with(model: Any, *paths: str) -> Any:
+    """A ``TransformersRunner`` with only the named fast paths (``linears``, ``head``...)."""
+    from speculative_llm.backends.local.transformers_fast_paths import FastPaths
+    from speculative_llm.backends.local.transformers_runner import TransformersRunner
+
+    vocab_size = int(model.get_output_embeddings().weight.shape[0])
+    return TransformersRunner(
+        model, fast_paths=FastPaths.probe(model, vocab_size, only=frozenset(paths))
+    )
 
 
 def load_float32(model_dir: Path) -> Any:

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import attention  # noqa: E402
-from speculative_llm.backends.local.attention import (  # noqa: E402
+from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
+from speculative_llm.backends.local.transformers_fast_paths import (  # noqa: E402
     ATTENTION_NAME,
     GroupedAttention,
     grouped_sdpa_attention,
@@ -23,6 +23,7 @@ from tiny_models import (  # noqa: E402
     decode_concurrently,
     load_float32,
     logits_along_a_decode,
+    runner_with,
 )
 
 
@@ -35,11 +36,11 @@ def target(tiny_model_dir: Path) -> Any:
 
 
 def _plain(model: Any) -> TransformersRunner:
-    return TransformersRunner(model, fast_head=False, fast_linears=False, fast_attention=False)
+    return runner_with(model, "cache")
 
 
 def _grouped(model: Any) -> TransformersRunner:
-    runner = TransformersRunner(model, fast_head=False, fast_linears=False)
+    runner = runner_with(model, "attention", "cache")
     assert runner.attention is not None
     return runner
 
@@ -188,7 +189,7 @@ def test_a_function_that_changes_logits_is_refused(
         output, weights = grouped_sdpa_attention(*args, **kwargs)
         return output + 0.5, weights
 
-    monkeypatch.setattr(attention, "grouped_sdpa_attention", shifted)
+    monkeypatch.setattr(fast_paths, "grouped_sdpa_attention", shifted)
     assert GroupedAttention.for_model(target, target.config.vocab_size) is None
     # The real function is registered again by the next model that uses it.
     monkeypatch.undo()

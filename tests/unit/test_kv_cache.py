@@ -18,10 +18,13 @@ if not hasattr(cache_utils, "DynamicLayer"):
         allow_module_level=True,
     )
 
-from speculative_llm.backends.local import kv_cache  # noqa: E402
-from speculative_llm.backends.local.kv_cache import growing_layer_class, new_cache  # noqa: E402
-from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
-from tiny_models import load_float32, logits_along_a_decode  # noqa: E402
+from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
+from speculative_llm.backends.local.transformers_fast_paths import growing_layer_class, new_cache  # noqa: E402
+from tiny_models import (  # noqa: E402
+    load_float32,
+    logits_along_a_decode,
+    runner_with,
+)
 
 
 @pytest.fixture()
@@ -36,7 +39,7 @@ def _states(seed: int, length: int) -> tuple[Any, Any]:
 
 
 def test_the_engine_cache_grows_its_full_attention_layers_in_place(target: Any) -> None:
-    runner = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
+    runner = runner_with(target, "cache")
     runner.reset()
     assert [type(layer) for layer in runner.cache.layers] == [growing_layer_class()] * len(
         target.model.layers
@@ -47,9 +50,9 @@ def test_the_engine_cache_grows_its_full_attention_layers_in_place(target: Any) 
 def test_passes_give_the_same_logits_as_a_dynamic_cache(
     target: Any, min_capacity: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kv_cache, "_MIN_CAPACITY", min_capacity)
-    growing = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
-    plain = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
+    monkeypatch.setattr(fast_paths, "_MIN_CAPACITY", min_capacity)
+    growing = runner_with(target, "cache")
+    plain = runner_with(target, "cache")
     plain.cache = transformers.DynamicCache(config=target.config)
     for ours, theirs in zip(
         logits_along_a_decode(growing), logits_along_a_decode(plain), strict=True
@@ -83,12 +86,12 @@ def test_the_buffer_is_reused_while_it_has_room_and_doubles_when_full() -> None:
     layer.update(*_states(2, 3))
     # Appends wrote into the same memory: no copy of the cached rows.
     assert layer.keys.data_ptr() == buffer
-    layer.update(*_states(3, kv_cache._MIN_CAPACITY))
+    layer.update(*_states(3, fast_paths._MIN_CAPACITY))
     assert layer.keys.data_ptr() != buffer
-    assert layer.get_seq_length() == 9 + kv_cache._MIN_CAPACITY
+    assert layer.get_seq_length() == 9 + fast_paths._MIN_CAPACITY
     # Growing doubles the room, so token-by-token appends do not copy again for long.
     grown = layer.keys.data_ptr()
-    for seed in range(kv_cache._MIN_CAPACITY // 2):
+    for seed in range(fast_paths._MIN_CAPACITY // 2):
         layer.update(*_states(seed, 1))
     assert layer.keys.data_ptr() == grown
 

@@ -10,10 +10,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import onednn  # noqa: E402
-from speculative_llm.backends.local.onednn import OneDnnLinears  # noqa: E402
+from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
+from speculative_llm.backends.local.transformers_fast_paths import OneDnnLinears  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
-from tiny_models import DECODE_PROMPT, decode_concurrently, load_float32, logits_along_a_decode  # noqa: E402
+from tiny_models import (  # noqa: E402
+    DECODE_PROMPT,
+    decode_concurrently,
+    load_float32,
+    logits_along_a_decode,
+    runner_with,
+)
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(),
@@ -36,7 +42,7 @@ def _instance_forwards(model: Any) -> list[str]:
 
 
 def _runner(target: Any, *, pack: bool) -> TransformersRunner:
-    runner = TransformersRunner(target, fast_head=False, fast_linears=False)
+    runner = runner_with(target, "attention", "cache")
     runner.linears = OneDnnLinears.for_model(target, target.config.vocab_size, pack=pack)
     assert runner.linears is not None and runner.linears.packed is pack
     return runner
@@ -47,7 +53,7 @@ def _runner(target: Any, *, pack: bool) -> TransformersRunner:
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "own-weights"])
 def test_passes_give_the_models_own_logits(target: Any, pack: bool) -> None:
     fast = _runner(target, pack=pack)
-    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
+    plain = runner_with(target, "attention", "cache")
     assert fast.linears is not None and plain.linears is None
     # Every plain linear layer of the model, the output projection included.
     assert len(fast.linears.linears) == sum(
@@ -88,7 +94,7 @@ def test_which_passes_run_on_onednn(target: Any, pack: bool, expected: list[bool
 @needs_packing
 def test_a_weight_changed_after_packing_is_packed_again(target: Any) -> None:
     fast = _runner(target, pack=True)
-    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
+    plain = runner_with(target, "attention", "cache")
     logits_along_a_decode(fast)
     mlp = target.model.layers[0].mlp
     with torch.no_grad():
@@ -104,10 +110,10 @@ def test_runners_of_one_model_share_its_packed_weights(target: Any) -> None:
     first, second = _runner(target, pack=True), _runner(target, pack=True)
     assert first.linears is not None and second.linears is not None
     layer = first.linears.linears[0]
-    packed = onednn._packed_weights[layer].weight
+    packed = fast_paths._packed_weights[layer].weight
     logits_along_a_decode(first)
     logits_along_a_decode(second)
-    assert onednn._packed_weights[layer].weight is packed
+    assert fast_paths._packed_weights[layer].weight is packed
 
 
 @needs_onednn
@@ -120,20 +126,20 @@ def test_weights_are_packed_only_when_the_copies_fit_in_memory(
         for module in target.modules()
         if type(module) is torch.nn.Linear
     )
-    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: weights)
+    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: weights)
     tight = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert tight is not None and not tight.packed
-    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: 4 * weights)
+    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: 4 * weights)
     roomy = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert roomy is not None and roomy.packed
-    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: None)
+    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: None)
     unknown = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert unknown is not None and unknown.packed
 
 
 @needs_onednn
 def test_the_layers_are_restored_when_a_pass_raises(target: Any) -> None:
-    runner = TransformersRunner(target, fast_head=False)
+    runner = runner_with(target, "linears", "attention", "cache")
     assert runner.linears is not None
 
     def fail(module: Any, args: Any) -> None:
@@ -162,7 +168,7 @@ def test_shared_layers_stay_routed_until_the_last_pass_ends(target: Any) -> None
 
 @needs_onednn
 def test_concurrent_passes_leave_the_model_untouched(target: Any) -> None:
-    runners = [TransformersRunner(target, fast_head=False) for _ in range(3)]
+    runners = [runner_with(target, "linears", "attention", "cache") for _ in range(3)]
     assert decode_concurrently(runners) == []
     assert _instance_forwards(target) == []
 
@@ -205,14 +211,14 @@ def test_no_onednn_linears_outside_float32(target: Any) -> None:
 def test_a_kernel_that_changes_the_logits_is_not_used(
     target: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from speculative_llm.backends.local import onednn
+    from speculative_llm.backends.local import transformers_fast_paths as fast_paths
 
-    exact = onednn.onednn_linear
+    exact = fast_paths.onednn_linear
 
     def off_by_a_little(inputs: Any, weight: Any, bias: Any) -> Any:
         return exact(inputs, weight, bias) * 1.01
 
-    monkeypatch.setattr(onednn, "onednn_linear", off_by_a_little)
+    monkeypatch.setattr(fast_paths, "onednn_linear", off_by_a_little)
     assert OneDnnLinears.for_model(target, target.config.vocab_size) is None
     assert TransformersRunner(target).linears is None
     assert _instance_forwards(target) == []
@@ -223,7 +229,7 @@ def test_a_kernel_that_changes_the_logits_is_not_used(
 def test_a_packing_failure_leaves_the_model_as_it_was(
     target: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = onednn._packed_weight
+    real = fast_paths._packed_weight
     packed_so_far: list[Any] = []
 
     def fails_on_the_third(module: Any) -> Any:
@@ -232,9 +238,9 @@ def test_a_packing_failure_leaves_the_model_as_it_was(
         packed_so_far.append(module)
         return real(module)
 
-    monkeypatch.setattr(onednn, "_packed_weight", fails_on_the_third)
+    monkeypatch.setattr(fast_paths, "_packed_weight", fails_on_the_third)
     # The probe at load hits the failure: no oneDNN linears, nothing left installed.
     assert OneDnnLinears.for_model(target, target.config.vocab_size, pack=True) is None
     assert _instance_forwards(target) == []
     linears = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
-    assert [onednn._routed_layers.users(m) for m in linears] == [0] * len(linears)
+    assert [fast_paths._routed_layers.users(m) for m in linears] == [0] * len(linears)

@@ -10,10 +10,15 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import onednn  # noqa: E402
-from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
+from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
+from speculative_llm.backends.local.transformers_fast_paths import VocabularyHead  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
-from tiny_models import DECODE_PROMPT, load_float32, logits_along_a_decode  # noqa: E402
+from tiny_models import (  # noqa: E402
+    DECODE_PROMPT,
+    load_float32,
+    logits_along_a_decode,
+    runner_with,
+)
 
 
 @pytest.fixture()
@@ -25,7 +30,7 @@ def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN (torch.backends.mkldnn): no fast head")
     fast = TransformersRunner(target)
-    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
+    plain = runner_with(target, "attention", "cache")
     assert fast.head is not None and plain.head is None
     for ours, theirs in zip(logits_along_a_decode(fast), logits_along_a_decode(plain), strict=True):
         assert ours.shape == theirs.shape
@@ -78,17 +83,17 @@ def test_the_head_projects_with_the_packed_output_weight_and_follows_changes(
 ) -> None:
     if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         pytest.skip("this PyTorch build cannot pack weights for oneDNN: no packed head")
-    from speculative_llm.backends.local import logits
 
     packed_for: list[Any] = []
+    real = fast_paths.packed_weight
 
     def spy(module: Any) -> Any:
         packed_for.append(module)
-        return onednn.packed_weight(module)
+        return real(module)
 
-    monkeypatch.setattr(logits, "packed_weight", spy)
+    monkeypatch.setattr(fast_paths, "packed_weight", spy)
     fast = TransformersRunner(target)
-    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
+    plain = runner_with(target, "attention", "cache")
     assert fast.linears is not None and fast.linears.packed
     assert fast.head is not None and fast.head.packed_from is target.get_output_embeddings()
     with torch.no_grad():

@@ -109,6 +109,8 @@ class LocalBackend(Backend):
             model's training context, at most 8192).
         weight_layout: llama.cpp runner: ``auto`` (probe which layout keeps verify
             passes exact), ``repacked`` or ``plain``.
+        fast_paths: Transformers runner: ``auto`` (faster CPU kernels wherever a probe
+            shows the model's logits unchanged) or ``off`` (transformers' own forward).
         progress: Show download progress when a packaged model is fetched.
 
     Raises:
@@ -131,6 +133,7 @@ class LocalBackend(Backend):
         threads: int | None = None,
         context_window: int | None = None,
         weight_layout: str = "auto",
+        fast_paths: str = "auto",
         progress: bool = True,
     ) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
@@ -152,6 +155,7 @@ class LocalBackend(Backend):
             runner=runner,
             context_window=context_window,
             weight_layout=weight_layout,
+            fast_paths=fast_paths,
             **self._options,
         )
         self._model_name = model

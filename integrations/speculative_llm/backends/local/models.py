@@ -433,6 +433,7 @@ def load_model(
     threads: int | None = None,
     context_window: int | None = None,
     weight_layout: str = "auto",
+    fast_paths: str = "auto",
     progress: bool = True,
 ) -> LoadedModel:
     """Load a model and its tokenizer by name (see the module docstring for names).
@@ -447,6 +448,8 @@ def load_model(
         context_window: llama.cpp runner: tokens its cache holds (default: the model's,
             at most 8192).
         weight_layout: llama.cpp runner: ``auto``, ``repacked`` or ``plain``.
+        fast_paths: Transformers runner: ``auto`` (the faster kernels whose probe leaves
+            the logits unchanged) or ``off``.
         progress: Show download progress for packaged models.
 
     Raises:
@@ -458,6 +461,13 @@ def load_model(
     chosen = choose_runner(runner, source, str(device))
     if chosen == "llamacpp":
         from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+
+        if fast_paths != "auto":
+            raise ConfigError(
+                "fast_paths is an option of the transformers runner; the llama.cpp runner "
+                f"loading {name!r} runs llama.cpp's own kernels (use runner='transformers').",
+                field="fast_paths",
+            )
 
         assert source.gguf_file is not None
         llama_model = LlamaCppModel(
@@ -486,7 +496,9 @@ def load_model(
         )
     from speculative_llm.backends.local.transformers_model import load_transformers_model
 
-    return load_transformers_model(source, device=device, dtype=dtype, threads=threads)
+    return load_transformers_model(
+        source, device=device, dtype=dtype, threads=threads, fast_paths=fast_paths
+    )
 
 
 def load_vocabulary(name: str, *, runner: RunnerName, progress: bool = True) -> Tokenizer:

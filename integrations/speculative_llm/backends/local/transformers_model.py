@@ -16,6 +16,7 @@ import torch
 
 from speculative_llm.backends.local.models import PACKAGED_MODELS, LoadedModel, ModelSource
 from speculative_llm.backends.local.tokenizers import HfTokenizer
+from speculative_llm.backends.local.transformers_fast_paths import FastPaths
 from speculative_llm.backends.local.transformers_runner import TransformersRunner
 from speculative_llm.errors import ConfigError, MissingDependencyError, ModelNotFoundError
 
@@ -164,14 +165,18 @@ def load_transformers_model(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "auto",
     threads: int | None = None,
+    fast_paths: str = "auto",
 ) -> LoadedModel:
     """Load a resolved model and its tokenizer for the transformers runner.
+
+    The fast paths are probed once here and shared by every runner of the model.
 
     Args:
         source: The resolved model.
         device: Torch device (``cpu``, ``cuda``...).
         dtype: ``auto`` (see ``resolve_dtype``), ``float32``, ``bfloat16`` or ``float16``.
         threads: Threads torch may use (``torch.set_num_threads``; process-wide).
+        fast_paths: ``auto`` (every fast path whose probe passes) or ``off``.
 
     Raises:
         ModelNotFoundError: The name does not resolve to a loadable model.
@@ -180,6 +185,10 @@ def load_transformers_model(
     _require_transformers()
     from transformers import AutoModelForCausalLM
 
+    if fast_paths not in ("auto", "off"):
+        raise ConfigError(
+            f"fast_paths must be 'auto' or 'off', got {fast_paths!r}.", field="fast_paths"
+        )
     if threads is not None:
         torch.set_num_threads(threads)
     torch_dtype = resolve_dtype(dtype, device)
@@ -191,6 +200,8 @@ def load_transformers_model(
     # GGUF weights are dequantised to float32 whatever dtype was asked: convert.
     model = model.to(device=device, dtype=torch_dtype).eval()
     tokenizer = load_hf_tokenizer(source, model)
+    vocab_size = int(model.get_output_embeddings().weight.shape[0])
+    paths = FastPaths.probe(model, vocab_size, fast_paths)  # type: ignore[arg-type]
     dtype_name = str(torch_dtype).removeprefix("torch.")
     return LoadedModel(
         name=source.name,
@@ -199,8 +210,8 @@ def load_transformers_model(
         model=model,
         tokenizer=tokenizer,
         context_window=_context_window(model),
-        description=f"transformers, {dtype_name} on {device}",
-        make_runner=lambda: TransformersRunner(model),
+        description=f"transformers, {source.name}, {dtype_name} on {device}; {paths.describe()}",
+        make_runner=lambda: TransformersRunner(model, fast_paths=paths),
     )
 
 

@@ -1,16 +1,11 @@
-"""A causal language model paired with its KV cache, fed tokens incrementally.
+"""The transformers runner: a Hugging Face causal LM and its KV cache, fed incrementally.
 
 The engine feeds only tokens the cache has not seen, asks for logits of the last few
 positions only, and crops the cache when draft tokens are rejected, so the prefix is
-never recomputed. Where ``VocabularyHead`` reproduces the model's logits, the decoder
-runs alone and the head projects the kept positions (a faster kernel on CPUs); where
-``OneDnnLinears`` does, the linear layers run on oneDNN (with packed weights, a verify
-pass costs little more than a one-token pass); where ``GroupedAttention`` does, passes of
-several tokens give attention the grouped key/value heads without copying them. The
-cache's full-attention layers append in place (``kv_cache.new_cache``). Written
-against the transformers 5 cache API (``cache=`` argument,
-``Cache.crop(-n)``, past recording for sliding-window layers) and compatible with 4.x
-(``past_key_values=``).
+never recomputed. The model runs on the fast paths its probe allowed
+(``transformers_fast_paths``). Written against the transformers 5 cache API
+(``cache=``/``past_key_values=``, ``Cache.crop(-n)``, past recording for sliding-window
+layers).
 """
 
 from __future__ import annotations
@@ -22,10 +17,13 @@ from typing import Any
 
 import torch
 
-from speculative_llm.backends.local.attention import GroupedAttention
-from speculative_llm.backends.local.kv_cache import new_cache
-from speculative_llm.backends.local.logits import VocabularyHead
-from speculative_llm.backends.local.onednn import OneDnnLinears
+from speculative_llm.backends.local.transformers_fast_paths import (
+    FastPaths,
+    GroupedAttention,
+    OneDnnLinears,
+    VocabularyHead,
+    new_cache,
+)
 from speculative_llm.errors import BackendError
 
 __all__ = ["TransformersRunner"]
@@ -48,53 +46,28 @@ class TransformersRunner:
 
     Args:
         model: A Hugging Face causal LM (``AutoModelForCausalLM``), in eval mode.
-        fast_head: Project hidden states with ``VocabularyHead`` when it reproduces the
-            model's logits (False: always the model's own forward).
-        fast_linears: Run the linear layers on oneDNN (packed weights where memory
-            allows) when that leaves the model's logits unchanged (False: always
-            PyTorch's default kernel).
-        fast_attention: Give multi-token passes' grouped-query attention the key/value
-            heads as they are (``GroupedAttention``) when that leaves the model's logits
-            unchanged (False: transformers' SDPA attention as configured).
+        fast_paths: The fast paths to use (``FastPaths.probe``, shared by the model's
+            runners); None probes them for this runner.
     """
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        fast_head: bool = True,
-        fast_linears: bool = True,
-        fast_attention: bool = True,
-        fast_cache: bool = True,
-    ) -> None:
+    def __init__(self, model: Any, *, fast_paths: FastPaths | None = None) -> None:
         self.model = model
-        self._fast_cache = fast_cache
         parameters = _forward_parameters(model)
         self._cache_argument = _cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
-        found = VocabularyHead.for_model(model) if fast_head else None
+        paths = fast_paths if fast_paths is not None else FastPaths.probe(model, self.vocab_size)
+        self.fast_paths = paths
         self._decoder: Any = None
         self.head: VocabularyHead | None = None
         """The projection used instead of the model's forward, or None."""
-        if found is not None:
-            self._decoder, self.head = found
+        if paths.head is not None:
+            self._decoder, self.head = paths.head
             self._decoder_cache_argument = _cache_keyword(_forward_parameters(self._decoder))
-        self.linears: OneDnnLinears | None = (
-            OneDnnLinears.for_model(model, self.vocab_size) if fast_linears else None
-        )
+        self.linears: OneDnnLinears | None = paths.linears
         """The layers routed to oneDNN during passes, or None."""
-        self.attention: GroupedAttention | None = (
-            GroupedAttention.for_model(model, self.vocab_size) if fast_attention else None
-        )
+        self.attention: GroupedAttention | None = paths.attention
         """The attention switch used for passes of several tokens, or None."""
-        if self.head is not None and self.linears is not None and self.linears.packed:
-            output_layer = model.get_output_embeddings()
-            if any(layer is output_layer for layer in self.linears.linears):
-                # Its packed copy exists anyway (and passed the linears' probe, which
-                # ran the whole model): project with it.
-                self.head = VocabularyHead(
-                    self.head.weight, self.head.bias, packed_from=output_layer
-                )
+        self._fast_cache = paths.growing_cache
         self.device: torch.device = next(model.parameters()).device
         self.cache: Any = None
         self.length = 0
