@@ -636,7 +636,7 @@ def _grown(buffer: torch.Tensor | None, filled: torch.Tensor, needed: int) -> to
 
 @functools.cache
 def growing_layer_class() -> type:
-    """``GrowingLayer``, defined on first use (it subclasses a transformers 4.56+ class)."""
+    """``GrowingLayer``, defined on first use (it subclasses a transformers class)."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):  # type: ignore[misc,no-untyped-call]
@@ -684,20 +684,13 @@ def new_cache(config: Any) -> Any:
         config: The model's config (sliding-window layers get their own smaller layers).
 
     Returns:
-        A ``transformers.DynamicCache``; on transformers versions without cache layers
-        (< 4.56) the plain one.
+        A ``transformers.DynamicCache``.
     """
     from transformers import DynamicCache
-
-    try:
-        cache = DynamicCache(config=config)
-    except TypeError:  # transformers < 4.56 takes no config
-        return DynamicCache()
-    layers = getattr(cache, "layers", None)
-    if not layers:
-        return cache
     from transformers.cache_utils import DynamicLayer
 
+    cache = DynamicCache(config=config)
+    layers = cache.layers
     growing = growing_layer_class()
     for index, layer in enumerate(layers):
         if type(layer) is DynamicLayer:

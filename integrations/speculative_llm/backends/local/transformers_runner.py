@@ -179,7 +179,7 @@ class TransformersRunner:
             raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
         remove = self.length - length
         if remove:
-            # Negative: "remove this many"; the same meaning in transformers 4.x and 5.x.
+            # Negative: "remove this many" tokens from the end.
             self.cache.crop(-remove)
         elif self._recording:
             # transformers 5: crop(0) trims recorded sliding-window states back to the window.
