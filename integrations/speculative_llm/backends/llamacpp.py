@@ -52,6 +52,7 @@ from speculative_llm.backends._http import (
     StreamDecoder,
 )
 from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, seconds_from_ms, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -182,22 +183,6 @@ def parse_slots(text: str | None) -> LlamaServerInfo:
 # ---- statistics (pure) ---------------------------------------------------------------------
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _seconds(milliseconds: object) -> float | None:
-    if isinstance(milliseconds, bool) or not isinstance(milliseconds, int | float):
-        return None
-    value = float(milliseconds)
-    return value / 1000.0 if value == value and value >= 0 else None
-
-
 def llamacpp_stats(
     timings: Mapping[str, Any] | None,
     *,
@@ -229,12 +214,12 @@ def llamacpp_stats(
             total_s=total_s,
             note="the answer carried no timings object",
         )
-    generated = _count(timings.get("predicted_n"))
+    generated = count(timings.get("predicted_n"))
     if generated is None:
         generated = generated_tokens
     # draft_n is only sent once something was drafted (server_slot_stats::to_json).
-    drafted = _count(timings.get("draft_n")) or 0
-    accepted = _count(timings.get("draft_n_accepted")) or 0
+    drafted = count(timings.get("draft_n")) or 0
+    accepted = count(timings.get("draft_n_accepted")) or 0
     verify_steps = None
     if generated is not None and generated - accepted >= 0:
         verify_steps = generated - accepted
@@ -248,7 +233,7 @@ def llamacpp_stats(
             "(or the n-gram drafter found no match in this text)"
         )
     if ttft_s is None:
-        ttft_s = _seconds(timings.get("prompt_ms"))
+        ttft_s = seconds_from_ms(timings.get("prompt_ms"))
     return SpecStats(
         backend="llamacpp",
         method=method,
@@ -259,7 +244,7 @@ def llamacpp_stats(
         accepted_tokens=accepted,
         verify_steps=verify_steps,
         ttft_s=ttft_s,
-        decode_s=_seconds(timings.get("predicted_ms")),
+        decode_s=seconds_from_ms(timings.get("predicted_ms")),
         total_s=total_s,
         note="; ".join(notes),
     )
@@ -337,8 +322,8 @@ class _LiveStats:
             return (Token(text=text, provenance="unknown", id=token_id),) if text else ()
         return self.tracker.advance(
             text,
-            _count(timings.get("predicted_n")),
-            _count(timings.get("draft_n_accepted")),
+            count(timings.get("predicted_n")),
+            count(timings.get("draft_n_accepted")),
             token_id,
         )
 
@@ -418,10 +403,8 @@ class _LlamaCompletionDecoder(StreamDecoderBase):
             self.mark_done()
             self.finish_reason = map_finish_reason(payload.get("stop_type"))
             self.extras.update(payload)
-            prompt = _count(payload.get("tokens_evaluated"))
-            generated = _count(payload.get("tokens_predicted"))
-            if prompt is not None or generated is not None:
-                self.usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+            usage = usage_of(payload.get("tokens_evaluated"), payload.get("tokens_predicted"))
+            self.usage = usage or self.usage
         tokens = (
             self._live.tokens(content, timings, token_id)
             if self._live.tracking
@@ -663,14 +646,12 @@ class LlamaCppBackend(OpenAICompatibleBackend):
                 "a llama-server?",
                 url=context.url,
             )
-        prompt = _count(data.get("tokens_evaluated"))
-        generated = _count(data.get("tokens_predicted"))
-        usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+        usage = usage_of(data.get("tokens_evaluated"), data.get("tokens_predicted"))
         summary = ResponseSummary.of_whole_answer(
             context,
             response.headers,
             text=content,
-            usage=usage if prompt is not None or generated is not None else None,
+            usage=usage,
             extras={k: v for k, v in data.items() if k != "content"},
             finish_reason=map_finish_reason(data.get("stop_type")),
         )
@@ -679,7 +660,7 @@ class LlamaCppBackend(OpenAICompatibleBackend):
             text=content,
             stats=self.build_stats(context, summary),
             finish_reason=summary.finish_reason,
-            usage=usage,
+            usage=usage or Usage(),
             model=model if isinstance(model, str) and model else self.model_name,
             raw=data,
         )

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, non_negative
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -44,22 +45,6 @@ HINTS = EngineHints(
         "model of the target's family; LM Studio 0.3.10 or newer)."
     ),
 )
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _seconds(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and number >= 0 else None
 
 
 def lmstudio_stats(
@@ -94,10 +79,10 @@ def lmstudio_stats(
             total_s=total_s,
             note="LM Studio sent no stats object (use the REST API v0 endpoints /api/v0/...)",
         )
-    ttft = _seconds(stats.get("time_to_first_token"))
-    decode = _seconds(stats.get("generation_time"))
-    drafted = _count(stats.get("total_draft_tokens_count"))
-    accepted = _count(stats.get("accepted_draft_tokens_count"))
+    ttft = non_negative(stats.get("time_to_first_token"))
+    decode = non_negative(stats.get("generation_time"))
+    drafted = count(stats.get("total_draft_tokens_count"))
+    accepted = count(stats.get("accepted_draft_tokens_count"))
     used_draft = stats.get("draft_model") if isinstance(stats.get("draft_model"), str) else None
     if ttft is None:
         ttft = ttft_s
@@ -134,8 +119,8 @@ def lmstudio_stats(
             decode_s=decode,
             total_s=total_s,
         )
-    rejected = _count(stats.get("rejected_draft_tokens_count"))
-    ignored = _count(stats.get("ignored_draft_tokens_count"))
+    rejected = count(stats.get("rejected_draft_tokens_count"))
+    ignored = count(stats.get("ignored_draft_tokens_count"))
     return SpecStats(
         backend="lmstudio",
         method="draft_model",

@@ -36,6 +36,7 @@ from speculative_llm.backends._http import (
     error_for_status,
 )
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
+from speculative_llm.backends.fields import count, usage_of
 from speculative_llm.backends.sse import SSEEvent
 from speculative_llm.errors import (
     BackendError,
@@ -270,32 +271,11 @@ def parse_tool_calls(raw: object, *, url: str) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _as_count(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)
-    return None
-
-
-def _as_number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and number >= 0 else None  # NaN and negatives: unknown
-
-
 def parse_usage(raw: object) -> Usage | None:
     """OpenAI ``usage`` as ``Usage`` (None when absent or unusable)."""
     if not isinstance(raw, dict):
         return None
-    prompt = _as_count(raw.get("prompt_tokens"))
-    completion = _as_count(raw.get("completion_tokens"))
-    if prompt is None and completion is None:
-        return None
-    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+    return usage_of(raw.get("prompt_tokens"), raw.get("completion_tokens"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,10 +378,10 @@ def parse_model_info(payload: Mapping[str, Any], model: str | None) -> ModelInfo
     if not entries:
         return None
     chosen = next((e for e in entries if e["id"] == model), entries[0])
-    window = _as_count(chosen.get("max_model_len")) or _as_count(chosen.get("max_context_length"))
+    window = count(chosen.get("max_model_len")) or count(chosen.get("max_context_length"))
     meta = chosen.get("meta")
     if window is None and isinstance(meta, dict):
-        window = _as_count(meta.get("n_ctx_train"))
+        window = count(meta.get("n_ctx_train"))
     return ModelInfo(name=chosen["id"], context_window=window)
 
 

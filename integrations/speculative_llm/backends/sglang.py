@@ -38,6 +38,7 @@ from speculative_llm.backends._http import (
     error_for_status,
 )
 from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, counts, first_present, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -80,29 +81,12 @@ _ALGORITHM_METHODS = {
 }
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _counts(value: object) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    items = [_count(v) for v in value]
-    if not items or any(v is None for v in items):
-        return None
-    return [v for v in items if v is not None]
-
-
-def _first(details: Mapping[str, Any], *keys: str) -> object:
-    for key in keys:
-        if key in details and details[key] is not None:
-            return details[key]
-    return None
+# Each figure under its current name, then the backward-compatible alias SGLang still
+# writes ("FIXME: backward-compat aliases, remove in next release" in
+# tokenizer_manager.py), then the name of releases before the rename.
+_CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED_DRAFTS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_CORRECT_DRAFTS_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
 def parse_server_info(payload: Mapping[str, Any] | None) -> tuple[bool | None, str, int | None]:
@@ -113,7 +97,7 @@ def parse_server_info(payload: Mapping[str, Any] | None) -> tuple[bool | None, s
     if algorithm in (None, "", "None", "NONE"):
         return False, "none", None
     method = _ALGORITHM_METHODS.get(str(algorithm).upper(), "server")
-    draft_tokens = _count(payload.get("speculative_num_draft_tokens"))
+    draft_tokens = count(payload.get("speculative_num_draft_tokens"))
     k = draft_tokens - 1 if draft_tokens else None
     return True, method, k
 
@@ -144,15 +128,11 @@ def sglang_stats(
             decode_s=decode_s,
             total_s=total_s,
         )
-    accepted = _count(
-        _first(details, "spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-    )
-    drafted = _count(
-        _first(details, "spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-    )
-    histogram = _counts(_first(details, "spec_correct_drafts_histogram", "spec_accept_histogram"))
-    accepted_by_position = _counts(details.get("spec_num_correct_drafts_by_position"))
-    drafted_by_position = _counts(details.get("spec_num_proposed_drafts_by_position"))
+    accepted = count(first_present(details, *_CORRECT_DRAFTS))
+    drafted = count(first_present(details, *_PROPOSED_DRAFTS))
+    histogram = counts(first_present(details, *_CORRECT_DRAFTS_HISTOGRAM))
+    accepted_by_position = counts(details.get("spec_num_correct_drafts_by_position"))
+    drafted_by_position = counts(details.get("spec_num_proposed_drafts_by_position"))
     if accepted_by_position is None and histogram is not None:
         # Accepted drafts are a prefix: position i was accepted by every step that
         # accepted more than i drafts.
@@ -171,7 +151,7 @@ def sglang_stats(
         generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
-        verify_steps=_count(details.get("spec_verify_ct")),
+        verify_steps=count(details.get("spec_verify_ct")),
         accepted_per_position=tuple(accepted_by_position) if accepted_by_position else None,
         drafted_per_position=tuple(drafted_by_position) if drafted_by_position else None,
         note="spec_verify_ct counted by SGLang (its accept length includes the bonus token)",
@@ -238,11 +218,7 @@ class _NativeDecoder(StreamDecoderBase):
 
 
 def _usage_of(meta: Mapping[str, Any]) -> Usage | None:
-    prompt = _count(meta.get("prompt_tokens"))
-    completion = _count(meta.get("completion_tokens"))
-    if prompt is None and completion is None:
-        return None
-    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+    return usage_of(meta.get("prompt_tokens"), meta.get("completion_tokens"))
 
 
 class SGLangBackend(OpenAICompatibleBackend):

@@ -31,6 +31,7 @@ from speculative_llm.backends._http import (
     StreamDecoder,
 )
 from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, header_count, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -61,26 +62,6 @@ _NOTE = (
     "TGI reports no speculative-decoding figures (start it with --speculate N to speculate); "
     "token counts and timings only"
 )
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _header_count(headers: Mapping[str, str], name: str) -> int | None:
-    value = headers.get(name)
-    if value is None:
-        return None
-    try:
-        number = int(value.strip())
-    except ValueError:
-        return None
-    return number if number >= 0 else None
 
 
 def tgi_grammar(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -145,10 +126,8 @@ class _NativeDecoder(StreamDecoderBase):
             details = payload.get("details")
             if isinstance(details, dict):
                 self.finish_reason = map_finish_reason(details.get("finish_reason")) or "stop"
-                generated = _count(details.get("generated_tokens"))
-                prompt = _count(details.get("input_length"))
-                if generated is not None or prompt is not None:
-                    self.usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+                usage = usage_of(details.get("input_length"), details.get("generated_tokens"))
+                self.usage = usage or self.usage
             else:
                 self.finish_reason = "stop"
         if token.get("special") is True:
@@ -259,8 +238,8 @@ class TGIBackend(OpenAICompatibleBackend):
         stats = self.timing_stats(context, summary, source_note=_NOTE)
         if summary.streamed or not self._is_native(context.request):
             return stats
-        inference_ms = _header_count(summary.headers, "x-inference-time")
-        prompt = _header_count(summary.headers, "x-prompt-tokens")
+        inference_ms = header_count(summary.headers, "x-inference-time")
+        prompt = header_count(summary.headers, "x-prompt-tokens")
         return stats.replace(
             decode_s=inference_ms / 1000.0 if inference_ms is not None else None,
             prompt_tokens=prompt if prompt is not None else stats.prompt_tokens,
@@ -293,15 +272,11 @@ class TGIBackend(OpenAICompatibleBackend):
             )
         raw_details = data.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        generated = _count(details.get("generated_tokens"))
+        generated = count(details.get("generated_tokens"))
         if generated is None:
-            generated = _header_count(response.headers, "x-generated-tokens")
-        prompt = _header_count(response.headers, "x-prompt-tokens")
-        usage = (
-            Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
-            if generated is not None or prompt is not None
-            else None
-        )
+            generated = header_count(response.headers, "x-generated-tokens")
+        prompt = header_count(response.headers, "x-prompt-tokens")
+        usage = usage_of(prompt, generated)
         summary = ResponseSummary.of_whole_answer(
             context,
             response.headers,

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Literal, Unpack
 
 from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, counts, seconds_from_ms
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -81,31 +82,6 @@ HINTS = EngineHints(
 _PREFIX = "vllm:spec_decode_"
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _counts(value: object) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    items = [_count(v) for v in value]
-    if any(v is None for v in items):
-        return None
-    return [v for v in items if v is not None]
-
-
-def _seconds(milliseconds: object) -> float | None:
-    if isinstance(milliseconds, bool) or not isinstance(milliseconds, int | float):
-        return None
-    value = float(milliseconds)
-    return value / 1000.0 if value == value and value >= 0 else None
-
-
 def _decode_steps(
     generated: int | None, accepted: int | None, draft_steps: int | None
 ) -> int | None:
@@ -136,13 +112,13 @@ def vllm_per_request_stats(
     total_s: float | None,
 ) -> SpecStats:
     """``SpecStats`` from ``metrics.speculative_decoding`` (source ``exact``)."""
-    drafted = _count(spec.get("num_draft_tokens"))
-    accepted = _count(spec.get("num_accepted_draft_tokens"))
-    k = _count(spec.get("num_spec_tokens"))
-    draft_steps = _count(spec.get("num_spec_steps"))
-    per_step_accepted = _counts(spec.get("per_step_accepted"))
-    per_step_drafted = _counts(spec.get("per_step_drafted"))
-    histogram = _counts(spec.get("acceptance_histogram"))
+    drafted = count(spec.get("num_draft_tokens"))
+    accepted = count(spec.get("num_accepted_draft_tokens"))
+    k = count(spec.get("num_spec_tokens"))
+    draft_steps = count(spec.get("num_spec_steps"))
+    per_step_accepted = counts(spec.get("per_step_accepted"))
+    per_step_drafted = counts(spec.get("per_step_drafted"))
+    histogram = counts(spec.get("acceptance_histogram"))
     accepted_per_position: tuple[int, ...] | None = None
     drafted_per_position: tuple[int, ...] | None = None
     rejected_steps: int | None = None
@@ -377,8 +353,8 @@ class VLLMBackend(OpenAICompatibleBackend):
         generated = usage.completion_tokens if usage else None
         metrics = summary.extras.get("metrics")
         metrics = metrics if isinstance(metrics, Mapping) else {}
-        ttft = _seconds(metrics.get("time_to_first_token_ms"))
-        decode = _seconds(metrics.get("generation_time_ms"))
+        ttft = seconds_from_ms(metrics.get("time_to_first_token_ms"))
+        decode = seconds_from_ms(metrics.get("generation_time_ms"))
         if ttft is None:
             ttft = summary.client_ttft_s
         if decode is None:
