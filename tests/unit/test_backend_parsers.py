@@ -30,7 +30,7 @@ from speculative_llm import (
     UnsupportedFeatureError,
     create_backend,
 )
-from speculative_llm.backends._http import (
+from speculative_llm.backends.http import (
     EngineHints,
     RetryPolicy,
     error_for_status,
@@ -477,7 +477,7 @@ def test_llamacpp_cannot_switch_speculation_off_per_request() -> None:
 
 
 def test_llamacpp_require_speculation_rejects_a_plain_server() -> None:
-    from speculative_llm.backends._http import FetchResult
+    from speculative_llm.backends.http import FetchResult
     from speculative_llm.backends.openai_compat import RequestContext
 
     backend = LlamaCppBackend(URL, require_speculation=True)

@@ -45,14 +45,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, Unpack
 
-from speculative_llm.backends._http import (
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, seconds_from_ms, usage_of
+from speculative_llm.backends.http import (
     EngineHints,
     FetchResult,
     JSONResponse,
     StreamDecoder,
 )
-from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.fields import count, seconds_from_ms, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Unpack
 
-from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, non_negative
+from speculative_llm.backends.http import EngineHints
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

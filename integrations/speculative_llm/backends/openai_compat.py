@@ -23,7 +23,9 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from pydantic import SecretStr
 
-from speculative_llm.backends._http import (
+from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
+from speculative_llm.backends.fields import count, usage_of
+from speculative_llm.backends.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     EngineHints,
@@ -35,9 +37,7 @@ from speculative_llm.backends._http import (
     decode_json_object,
     error_for_status,
 )
-from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
-from speculative_llm.backends.fields import count, usage_of
-from speculative_llm.backends.sse import SSEEvent
+from speculative_llm.backends.http.sse import SSEEvent
 from speculative_llm.errors import (
     BackendError,
     ConfigError,

@@ -31,14 +31,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Unpack
 
-from speculative_llm.backends._http import (
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, counts, first_present, usage_of
+from speculative_llm.backends.http import (
     EngineHints,
     JSONResponse,
     StreamDecoder,
     error_for_status,
 )
-from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.fields import count, counts, first_present, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Unpack
 
-from speculative_llm.backends._http import (
+from speculative_llm.backends.base import Capabilities
+from speculative_llm.backends.fields import count, header_count, usage_of
+from speculative_llm.backends.http import (
     EngineHints,
     JSONResponse,
     StreamDecoder,
 )
-from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.fields import count, header_count, usage_of
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Unpack
 
-from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, counts, seconds_from_ms
+from speculative_llm.backends.http import EngineHints
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

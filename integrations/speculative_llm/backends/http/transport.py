@@ -1,351 +1,49 @@
-"""The one HTTP transport under every serving-engine backend (httpx, sync and async).
+"""``HTTPTransport``: the connection-pooled client every server backend talks through.
 
-Everything that decides something is a pure function (URL validation, retry delays,
-``Retry-After`` parsing, error classification, JSON decoding) shared by the two thin I/O
-shells of ``HTTPTransport``: the sync one (``httpx.Client``) and the async one
-(``httpx.AsyncClient``). Streaming responses go through ``StreamSession``, which feeds
-the body to the shared SSE parser and to a backend's ``StreamDecoder`` (pure as well).
-
-Retries: connection failures (refused, reset, connect timeout) and HTTP 429/502/503 are
-retried with exponential backoff, honouring ``Retry-After``; other 4xx never are, and
-nothing is retried once a response body started streaming (that would repeat text).
-The API key is a ``pydantic.SecretStr``: it appears in no repr, log line or error.
+It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
+timeouts, the retries (``retry.py``) and the API key, which is a ``pydantic.SecretStr``
+and appears in no repr, log line or error. The sync and async methods are thin I/O
+shells around the same decisions (``errors.py``, ``retry.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
-from speculative_llm.backends.sse import SSEEvent, SSEParser
+from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
+from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
+from speculative_llm.backends.http.urls import split_base_url, validate_base_url
 from speculative_llm.errors import (
     BackendError,
-    BackendHTTPError,
     BackendTimeoutError,
     BackendUnavailableError,
     ConfigError,
-    MalformedResponseError,
-    ModelNotLoadedError,
     StreamInterruptedError,
 )
-from speculative_llm.types import Chunk
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_READ_TIMEOUT_S",
-    "RETRY_STATUSES",
-    "EngineHints",
     "FetchResult",
     "HTTPTransport",
     "JSONResponse",
-    "RetryPolicy",
-    "StreamDecoder",
-    "StreamSession",
-    "decode_json_object",
-    "error_for_status",
-    "extract_server_message",
-    "parse_retry_after",
-    "split_base_url",
-    "validate_base_url",
 ]
 
 logger = logging.getLogger("speculative_llm.backends.http")
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 600.0
-RETRY_STATUSES = frozenset({429, 502, 503})
-"""Statuses worth retrying: overloaded (429), bad gateway (502), loading or unavailable (503)."""
-
-_MESSAGE_LIMIT = 500
-
-
-# ---- engine-specific wording of errors ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EngineHints:
-    """How to talk to the user about one engine in error messages.
-
-    Attributes:
-        engine: Human name of the server (``llama-server``, ``vLLM``...).
-        start_hint: How to start such a server (a command line).
-        speculation_hint: The flag(s) that turn speculative decoding on.
-    """
-
-    engine: str = "the server"
-    start_hint: str = "Start the server, then check base_url."
-    speculation_hint: str = "Start the server with its speculative decoding options."
-
-
-# ---- base URL ---------------------------------------------------------------------------
-
-
-def validate_base_url(url: object, *, field: str = "base_url") -> str:
-    """Check a server URL and return it normalised (no trailing slash).
-
-    Raises:
-        ConfigError: The URL is not an http(s) URL with a host, or carries a query.
-    """
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigError(
-            f"{field} must be the server's URL as a string, for example "
-            f"'http://127.0.0.1:8080'; got {url!r}.",
-            field=field,
-        )
-    text = url.strip()
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        hint = f" Did you mean 'http://{text}'?" if not parts.scheme or "://" not in text else ""
-        raise ConfigError(
-            f"{field} {text!r} must start with http:// or https://.{hint}", field=field
-        )
-    try:
-        parts.port  # noqa: B018 - parsing the port validates it
-    except ValueError as error:
-        raise ConfigError(f"{field} {text!r} has an invalid port: {error}.", field=field) from None
-    if not parts.hostname:
-        raise ConfigError(
-            f"{field} {text!r} has no host; use for example 'http://127.0.0.1:8080'.", field=field
-        )
-    if parts.query or parts.fragment:
-        raise ConfigError(
-            f"{field} {text!r} must not contain a query or fragment; give only "
-            "scheme://host:port[/prefix].",
-            field=field,
-        )
-    path = parts.path.rstrip("/")
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def split_base_url(url: str) -> tuple[str, str]:
-    """Split a validated URL into the server root and the OpenAI API prefix.
-
-    ``http://h:8080`` and ``http://h:8080/v1`` both give ``("http://h:8080", "/v1")``;
-    a URL with another path keeps it as the API base (``https://h/openai`` gives
-    ``("https://h/openai", "")``), so servers mounted under a prefix work.
-    """
-    parts = urlsplit(url)
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        root_path, prefix = path[: -len("/v1")], "/v1"
-    elif not path:
-        root_path, prefix = "", "/v1"
-    else:
-        root_path, prefix = path, ""
-    return urlunsplit((parts.scheme, parts.netloc, root_path, "", "")), prefix
-
-
-# ---- retries ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Exponential backoff for retryable failures.
-
-    Attributes:
-        max_retries: Retries after the first attempt (0 disables retrying).
-        backoff_s: Delay before the first retry; doubled after each one.
-        max_backoff_s: Cap of the exponential delay.
-        max_retry_after_s: Longest ``Retry-After`` honoured; a longer one ends the retries.
-    """
-
-    max_retries: int = 2
-    backoff_s: float = 0.5
-    max_backoff_s: float = 8.0
-    max_retry_after_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int):
-            raise ConfigError(
-                f"max_retries must be an integer >= 0, got {self.max_retries!r}.",
-                field="max_retries",
-            )
-        if self.max_retries < 0:
-            raise ConfigError(
-                f"max_retries must be >= 0 (0 disables retries), got {self.max_retries}.",
-                field="max_retries",
-            )
-        if self.backoff_s < 0 or self.max_backoff_s < 0:
-            raise ConfigError("retry backoff delays must be >= 0.", field="retry_backoff")
-
-    def delay(self, retries_done: int, retry_after_s: float | None = None) -> float | None:
-        """Seconds to wait before retry number ``retries_done + 1``, or None to give up."""
-        if retries_done >= self.max_retries:
-            return None
-        if retry_after_s is not None:
-            if retry_after_s > self.max_retry_after_s:
-                return None
-            return max(0.0, retry_after_s)
-        return float(min(self.max_backoff_s, self.backoff_s * (2**retries_done)))
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or None."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if seconds == seconds else None  # NaN check
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    reference = now or datetime.now(UTC)
-    return max(0.0, (when - reference).total_seconds())
-
-
-# ---- server errors --------------------------------------------------------------------------
-
-
-def extract_server_message(body: bytes | str) -> str | None:
-    """The error message a server put in an error body, in whichever shape it uses.
-
-    Shapes: OpenAI/llama-server ``{"error": {"message": ...}}``, TGI/LM Studio
-    ``{"error": "..."}``, vLLM ``{"object": "error", "message": ...}``, FastAPI
-    ``{"detail": ...}``; otherwise the text itself (shortened).
-    """
-    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        payload = json.loads(text)
-    except (ValueError, RecursionError):
-        return _shorten(text)
-    message = _message_from_payload(payload)
-    return _shorten(message) if message else _shorten(text)
-
-
-def _message_from_payload(payload: Any) -> str | None:
-    if isinstance(payload, str):
-        return payload
-    if not isinstance(payload, dict):
-        return None
-    error = payload.get("error")
-    if isinstance(error, dict):
-        message = error.get("message")
-        if isinstance(message, str):
-            return message
-    if isinstance(error, str):
-        return error
-    for key in ("message", "detail"):
-        value = payload.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list) and value:
-            return json.dumps(value)[:_MESSAGE_LIMIT]
-    return None
-
-
-def _shorten(text: str) -> str:
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
-
-
-def _mentions_missing_model(status: int, message: str) -> bool:
-    lowered = message.lower()
-    if "model" not in lowered:
-        return False
-    if status == 404:
-        return True
-    return any(
-        phrase in lowered
-        for phrase in ("not loaded", "not found", "does not exist", "no model", "unknown model")
-    )
-
-
-def error_for_status(
-    status: int,
-    body: bytes | str,
-    *,
-    url: str,
-    hints: EngineHints,
-    model: str | None = None,
-    retries: int = 0,
-    partial_text: str = "",
-) -> BackendError:
-    """The typed, actionable error for an HTTP error response."""
-    message = extract_server_message(body)
-    said = f": {message}" if message else ""
-    if _mentions_missing_model(status, message or ""):
-        wanted = f" model {model!r}" if model else " the requested model"
-        return ModelNotLoadedError(
-            f"{hints.engine} at {url} does not serve{wanted}{said}. List the served models "
-            "with GET /v1/models, pass one of them as model=..., or start the server with the "
-            "model you want.",
-            url=url,
-            partial_text=partial_text,
-        )
-    if status in (401, 403):
-        advice = (
-            "The server wants an API key: pass api_key=... (the key the server was started "
-            "with, e.g. llama-server --api-key, vLLM --api-key)."
-        )
-    elif status == 404:
-        advice = (
-            f"This endpoint does not exist there: check that base_url points at a "
-            f"{hints.engine} server and that the backend (and its endpoint option) match it."
-        )
-    elif status == 429:
-        advice = f"The server is overloaded; gave up after {retries} retries."
-    elif status in (502, 503):
-        advice = (
-            f"The server is unavailable or still loading its model; gave up after {retries} "
-            "retries. Wait until its /health endpoint answers 200."
-        )
-    elif 400 <= status < 500:
-        advice = "The server rejected the request; fix the request values named above."
-    else:
-        advice = f"{hints.engine} failed while handling the request; see its log."
-    return BackendHTTPError(
-        f"HTTP {status} from {hints.engine} at {url}{said}. {advice}",
-        status_code=status,
-        server_message=message,
-        url=url,
-        partial_text=partial_text,
-    )
-
-
-def decode_json_object(body: bytes | str, *, url: str, what: str = "response") -> dict[str, Any]:
-    """Parse a JSON object, raising ``MalformedResponseError`` on anything else."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError) as error:
-        excerpt = body[:200] if isinstance(body, str) else body[:200].decode("utf-8", "replace")
-        raise MalformedResponseError(
-            f"The {what} from {url} is not valid JSON ({error}); it starts with {excerpt!r}. "
-            "Is base_url pointing at the right kind of server?",
-            url=url,
-        ) from None
-    if not isinstance(payload, dict):
-        raise MalformedResponseError(
-            f"The {what} from {url} is JSON but not an object (got {type(payload).__name__}).",
-            url=url,
-        )
-    return payload
-
-
-# ---- results -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,76 +82,6 @@ class FetchResult:
         except (ValueError, RecursionError):
             return None
         return payload if isinstance(payload, dict) else None
-
-
-# ---- streaming ------------------------------------------------------------------------------
-
-
-class StreamDecoder(Protocol):
-    """Turns the events of one streamed response into chunks (no I/O)."""
-
-    @property
-    def done(self) -> bool:
-        """Whether the stream's end marker was seen."""
-
-    @property
-    def text(self) -> str:
-        """All text received so far."""
-
-    def feed(self, event: SSEEvent, now: float) -> list[Chunk]:
-        """Decode one event."""
-
-    def finish(self, now: float) -> list[Chunk]:
-        """End of the stream: the final chunk, or ``StreamInterruptedError`` if incomplete."""
-
-
-class StreamSession:
-    """Bytes of a streamed body -> SSE events -> chunks, keeping the text for errors."""
-
-    def __init__(self, decoder: StreamDecoder, *, url: str, clock: Callable[[], float]) -> None:
-        self._decoder = decoder
-        self._parser = SSEParser()
-        self._url = url
-        self._clock = clock
-
-    @property
-    def done(self) -> bool:
-        """Whether the decoder saw the end of the stream."""
-        return self._decoder.done
-
-    def feed(self, raw: bytes) -> list[Chunk]:
-        """Decode the next piece of the body."""
-        try:
-            events = self._parser.feed(raw)
-        except ValueError as error:
-            raise MalformedResponseError(
-                f"Bad event stream from {self._url}: {error}", url=self._url
-            ) from None
-        chunks: list[Chunk] = []
-        for event in events:
-            if self._decoder.done:
-                break
-            chunks.extend(self._decoder.feed(event, self._clock()))
-        return chunks
-
-    def end(self) -> list[Chunk]:
-        """The body ended: flush the parser and let the decoder produce the final chunk."""
-        chunks: list[Chunk] = []
-        for event in self._parser.close():
-            if self._decoder.done:
-                break
-            chunks.extend(self._decoder.feed(event, self._clock()))
-        chunks.extend(self._decoder.finish(self._clock()))
-        return chunks
-
-    def attach_partial_text(self, error: BackendError) -> BackendError:
-        """Give an error the text received so far (when it has none yet)."""
-        if not error.partial_text:
-            error.partial_text = self._decoder.text
-        return error
-
-
-# ---- the transport ---------------------------------------------------------------------------
 
 
 def _connection_reason(error: BaseException) -> str:
