@@ -208,9 +208,13 @@ class HTTPTransport:
         if aclient is not None and loop is asyncio.get_running_loop():
             await aclient.aclose()
 
-    # -- shared decisions --
+    # -- what a failure means (shared by the sync and async paths) --
+
+    def _attempt(self, method: str, path: str, body: Any, model: str | None) -> _Attempt:
+        return _Attempt(self, method, self.url(path), body, model)
 
     def _transport_error(self, error: Exception, url: str, retries: int) -> BackendError:
+        """The typed error of a request that got no answer (refused, timed out...)."""
         if isinstance(error, httpx.ConnectTimeout):
             return BackendTimeoutError(
                 f"Connecting to {self.hints.engine} at {url} timed out after "
@@ -231,111 +235,40 @@ class HTTPTransport:
             url=url,
         )
 
-    def _retry_delay(
-        self, retries: int, error: Exception | None, response: httpx.Response | None
-    ) -> float | None:
-        if error is not None:
-            retryable = isinstance(
-                error, httpx.ConnectError | httpx.ConnectTimeout | httpx.RemoteProtocolError
-            )
-            return self.retry.delay(retries) if retryable else None
-        assert response is not None
-        if response.status_code not in RETRY_STATUSES:
-            return None
-        return self.retry.delay(retries, parse_retry_after(response.headers.get("retry-after")))
-
-    def _log_retry(self, url: str, what: str, retries: int, delay: float) -> None:
-        logger.warning(
-            "%s from %s; retry %d/%d in %.2f s",
-            what,
-            url,
-            retries + 1,
-            self.retry.max_retries,
-            delay,
-        )
-
-    def _log_response(
-        self, method: str, url: str, response: httpx.Response, started: float
-    ) -> None:
-        logger.debug(
-            "%s %s -> %d (%.3f s)", method, url, response.status_code, time.perf_counter() - started
-        )
-
-    def _retry_or_raise(
-        self,
-        method: str,
-        url: str,
-        retries: int,
-        failure: httpx.TransportError | None,
-        response: httpx.Response | None,
-        error_body: bytes,
-        model: str | None,
-        started: float,
-    ) -> float:
-        """The delay before retrying a failed attempt, or the typed error to raise.
-
-        One decision for the sync and async loops: connection errors and HTTP
-        429/502/503 are retried with backoff (``Retry-After`` honoured) until
-        ``max_retries``; anything else raises at once.
-        """
-        delay = self._retry_delay(retries, failure, response)
-        if failure is not None:
-            if delay is None:
-                raise self._transport_error(failure, url, retries) from None
-            self._log_retry(url, type(failure).__name__, retries, delay)
-            return delay
-        assert response is not None
-        self._log_response(method, url, response, started)
-        if delay is None:
-            raise error_for_status(
-                response.status_code,
-                error_body,
+    def _body_error(self, error: httpx.TransportError, url: str, *, streamed: bool) -> BackendError:
+        """The typed error of an answer whose body stopped arriving (a stall or a break)."""
+        if isinstance(error, httpx.TimeoutException):
+            return self._transport_error(error, url, 0)
+        if streamed:
+            return StreamInterruptedError(
+                f"The stream from {self.hints.engine} at {url} broke off "
+                f"({_connection_reason(error)}); the text received so far is in partial_text. "
+                "Did the server crash or restart?",
                 url=url,
-                hints=self.hints,
-                model=model,
-                retries=retries,
             )
-        self._log_retry(url, f"HTTP {response.status_code}", retries, delay)
-        return delay
+        return StreamInterruptedError(
+            f"The response from {self.hints.engine} at {url} was cut off "
+            f"({_connection_reason(error)}). Did the server crash or restart?",
+            url=url,
+        )
+
+    def _fetch_options(self) -> dict[str, Any]:
+        return {"headers": self._request_headers(), "timeout": self._fetch_timeout}
 
     # -- sync I/O --
 
-    def _send(
-        self, method: str, path: str, body: Any, *, stream: bool, model: str | None = None
-    ) -> httpx.Response:
-        url = self.url(path)
+    def _send(self, method: str, path: str, body: Any, *, model: str | None) -> httpx.Response:
+        attempt = self._attempt(method, path, body, model)
         client = self._sync_client()
-        retries = 0
         while True:
-            started = time.perf_counter()
-            response: httpx.Response | None = None
-            failure: httpx.TransportError | None = None
             try:
-                request = client.build_request(
-                    method, url, json=body, headers=self._request_headers()
-                )
-                response = client.send(request, stream=stream)
+                response = client.send(attempt.request(client), stream=True)
             except httpx.TransportError as error:
-                failure = error
-            if response is not None and response.status_code < 400:
-                self._log_response(method, url, response, started)
+                time.sleep(attempt.delay_after(error))
+                continue
+            if attempt.answered(response):
                 return response
-            error_body = b"" if response is None else self._read_error_body(response)
-            time.sleep(
-                self._retry_or_raise(
-                    method, url, retries, failure, response, error_body, model, started
-                )
-            )
-            retries += 1
-
-    @staticmethod
-    def _read_error_body(response: httpx.Response) -> bytes:
-        try:
-            return response.read()
-        except httpx.HTTPError:
-            return b""
-        finally:
-            response.close()
+            time.sleep(attempt.delay_after(response, _read_error_body(response)))
 
     def request_json(
         self, method: str, path: str, body: Any = None, *, model: str | None = None
@@ -345,35 +278,19 @@ class HTTPTransport:
         Raises:
             BackendError: A typed subclass saying what went wrong and what to do.
         """
-        url = self.url(path)
-        response = self._send(method, path, body, stream=True, model=model)
+        response = self._send(method, path, body, model=model)
         try:
-            content = self._read_body(response, url)
+            content = response.read()
+        except httpx.TransportError as error:
+            raise self._body_error(error, self.url(path), streamed=False) from None
         finally:
             response.close()
-        return JSONResponse(
-            decode_json_object(content, url=url), dict(response.headers), response.status_code
-        )
-
-    def _read_body(self, response: httpx.Response, url: str) -> bytes:
-        try:
-            return response.read()
-        except httpx.TimeoutException as error:
-            raise self._transport_error(error, url, 0) from None
-        except httpx.TransportError as error:
-            raise StreamInterruptedError(
-                f"The response from {self.hints.engine} at {url} was cut off "
-                f"({_connection_reason(error)}). Did the server crash or restart?",
-                url=url,
-            ) from None
+        return _json_response(response, content, self.url(path))
 
     def fetch(self, path: str) -> FetchResult:
         """GET an auxiliary endpoint without retries; failures become a ``FetchResult``."""
-        url = self.url(path)
         try:
-            response = self._sync_client().get(
-                url, headers=self._request_headers(), timeout=self._fetch_timeout
-            )
+            response = self._sync_client().get(self.url(path), **self._fetch_options())
         except httpx.HTTPError as error:
             return FetchResult(path, error=_connection_reason(error))
         return FetchResult(path, response.status_code, response.text)
@@ -387,98 +304,52 @@ class HTTPTransport:
         Errors while reading become ``BackendTimeoutError`` (the server stalled) or
         ``StreamInterruptedError`` (the connection broke).
         """
-        url = self.url(path)
-        response = self._send("POST", path, body, stream=True, model=model)
+        response = self._send("POST", path, body, model=model)
         try:
-            yield self._iter_body(response, url)
+            yield self._iter_body(response, self.url(path))
         finally:
             response.close()
 
     def _iter_body(self, response: httpx.Response, url: str) -> Iterator[bytes]:
         try:
             yield from response.iter_bytes()
-        except httpx.TimeoutException as error:
-            raise self._transport_error(error, url, 0) from None
         except httpx.TransportError as error:
-            raise self._interrupted(error, url) from None
-
-    def _interrupted(self, error: Exception, url: str) -> StreamInterruptedError:
-        return StreamInterruptedError(
-            f"The stream from {self.hints.engine} at {url} broke off "
-            f"({_connection_reason(error)}); the text received so far is in partial_text. "
-            "Did the server crash or restart?",
-            url=url,
-        )
+            raise self._body_error(error, url, streamed=True) from None
 
     # -- async I/O --
 
     async def _asend(
-        self, method: str, path: str, body: Any, *, stream: bool, model: str | None = None
+        self, method: str, path: str, body: Any, *, model: str | None
     ) -> httpx.Response:
-        url = self.url(path)
+        attempt = self._attempt(method, path, body, model)
         client = self._async_client()
-        retries = 0
         while True:
-            started = time.perf_counter()
-            response: httpx.Response | None = None
-            failure: httpx.TransportError | None = None
             try:
-                request = client.build_request(
-                    method, url, json=body, headers=self._request_headers()
-                )
-                response = await client.send(request, stream=stream)
+                response = await client.send(attempt.request(client), stream=True)
             except httpx.TransportError as error:
-                failure = error
-            if response is not None and response.status_code < 400:
-                self._log_response(method, url, response, started)
+                await asyncio.sleep(attempt.delay_after(error))
+                continue
+            if attempt.answered(response):
                 return response
-            error_body = b"" if response is None else await self._aread_error_body(response)
-            await asyncio.sleep(
-                self._retry_or_raise(
-                    method, url, retries, failure, response, error_body, model, started
-                )
-            )
-            retries += 1
-
-    @staticmethod
-    async def _aread_error_body(response: httpx.Response) -> bytes:
-        try:
-            return await response.aread()
-        except httpx.HTTPError:
-            return b""
-        finally:
-            await response.aclose()
+            await asyncio.sleep(attempt.delay_after(response, await _aread_error_body(response)))
 
     async def arequest_json(
         self, method: str, path: str, body: Any = None, *, model: str | None = None
     ) -> JSONResponse:
         """Async twin of ``request_json``."""
-        url = self.url(path)
-        response = await self._asend(method, path, body, stream=True, model=model)
+        response = await self._asend(method, path, body, model=model)
         try:
-            try:
-                content = await response.aread()
-            except httpx.TimeoutException as error:
-                raise self._transport_error(error, url, 0) from None
-            except httpx.TransportError as error:
-                raise StreamInterruptedError(
-                    f"The response from {self.hints.engine} at {url} was cut off "
-                    f"({_connection_reason(error)}). Did the server crash or restart?",
-                    url=url,
-                ) from None
+            content = await response.aread()
+        except httpx.TransportError as error:
+            raise self._body_error(error, self.url(path), streamed=False) from None
         finally:
             await response.aclose()
-        return JSONResponse(
-            decode_json_object(content, url=url), dict(response.headers), response.status_code
-        )
+        return _json_response(response, content, self.url(path))
 
     async def afetch(self, path: str) -> FetchResult:
         """Async twin of ``fetch``."""
-        url = self.url(path)
         try:
-            response = await self._async_client().get(
-                url, headers=self._request_headers(), timeout=self._fetch_timeout
-            )
+            response = await self._async_client().get(self.url(path), **self._fetch_options())
         except httpx.HTTPError as error:
             return FetchResult(path, error=_connection_reason(error))
         return FetchResult(path, response.status_code, response.text)
@@ -488,10 +359,9 @@ class HTTPTransport:
         self, path: str, body: Any, *, model: str | None = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Async twin of ``open_stream``."""
-        url = self.url(path)
-        response = await self._asend("POST", path, body, stream=True, model=model)
+        response = await self._asend("POST", path, body, model=model)
         try:
-            yield self._aiter_body(response, url)
+            yield self._aiter_body(response, self.url(path))
         finally:
             await response.aclose()
 
@@ -499,7 +369,113 @@ class HTTPTransport:
         try:
             async for raw in response.aiter_bytes():
                 yield raw
-        except httpx.TimeoutException as error:
-            raise self._transport_error(error, url, 0) from None
         except httpx.TransportError as error:
-            raise self._interrupted(error, url) from None
+            raise self._body_error(error, url, streamed=True) from None
+
+
+class _Attempt:
+    """One request and its retries: the decisions the sync and async loops share.
+
+    ``delay_after`` says how long to wait before the next try, or raises the typed
+    error: connection errors and HTTP 429/502/503 are retried with backoff
+    (``Retry-After`` honoured) until ``max_retries``; anything else raises at once.
+    """
+
+    def __init__(
+        self, transport: HTTPTransport, method: str, url: str, body: Any, model: str | None
+    ) -> None:
+        self.transport = transport
+        self.method = method
+        self.url = url
+        self.body = body
+        self.model = model
+        self.retries = 0
+        self.started = 0.0
+
+    def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request of the next try (its clock starts now)."""
+        self.started = time.perf_counter()
+        return client.build_request(
+            self.method, self.url, json=self.body, headers=self.transport._request_headers()
+        )
+
+    def answered(self, response: httpx.Response) -> bool:
+        """Whether ``response`` is the answer (any status below 400)."""
+        if response.status_code >= 400:
+            return False
+        self._log_response(response)
+        return True
+
+    def delay_after(
+        self, failure: httpx.TransportError | httpx.Response, error_body: bytes = b""
+    ) -> float:
+        """Seconds to wait before retrying ``failure``; raises when it is not retried."""
+        policy = self.transport.retry
+        if isinstance(failure, httpx.Response):
+            self._log_response(failure)
+            retry_after = parse_retry_after(failure.headers.get("retry-after"))
+            retryable = failure.status_code in RETRY_STATUSES
+            delay = policy.delay(self.retries, retry_after) if retryable else None
+            if delay is None:
+                raise error_for_status(
+                    failure.status_code,
+                    error_body,
+                    url=self.url,
+                    hints=self.transport.hints,
+                    model=self.model,
+                    retries=self.retries,
+                )
+            what = f"HTTP {failure.status_code}"
+        else:
+            retryable = isinstance(failure, _RETRIED_FAILURES)
+            delay = policy.delay(self.retries) if retryable else None
+            if delay is None:
+                raise self.transport._transport_error(failure, self.url, self.retries) from None
+            what = type(failure).__name__
+        logger.warning(
+            "%s from %s; retry %d/%d in %.2f s",
+            what,
+            self.url,
+            self.retries + 1,
+            policy.max_retries,
+            delay,
+        )
+        self.retries += 1
+        return delay
+
+    def _log_response(self, response: httpx.Response) -> None:
+        logger.debug(
+            "%s %s -> %d (%.3f s)",
+            self.method,
+            self.url,
+            response.status_code,
+            time.perf_counter() - self.started,
+        )
+
+
+# Failures before any answer that a new try may cure (the server was restarting...).
+_RETRIED_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+def _read_error_body(response: httpx.Response) -> bytes:
+    try:
+        return response.read()
+    except httpx.HTTPError:
+        return b""
+    finally:
+        response.close()
+
+
+async def _aread_error_body(response: httpx.Response) -> bytes:
+    try:
+        return await response.aread()
+    except httpx.HTTPError:
+        return b""
+    finally:
+        await response.aclose()
+
+
+def _json_response(response: httpx.Response, content: bytes, url: str) -> JSONResponse:
+    return JSONResponse(
+        decode_json_object(content, url=url), dict(response.headers), response.status_code
+    )
