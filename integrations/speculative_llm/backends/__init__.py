@@ -1,11 +1,7 @@
 """Backends: one module per serving engine, plus the protocol and a registry."""
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
-from speculative_llm.backends.registry import (
-    available_backends,
-    create_backend,
-    register_backend,
-)
+from speculative_llm.backends.registry import available_backends, create_backend, register_backend
 
 __all__ = [
     "Backend",

@@ -47,12 +47,7 @@ from typing import Any, ClassVar, Literal, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, seconds_from_ms, usage_of
-from speculative_llm.backends.http import (
-    EngineHints,
-    FetchResult,
-    JSONResponse,
-    StreamDecoder,
-)
+from speculative_llm.backends.http import EngineHints, FetchResult, JSONResponse, StreamDecoder
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -69,14 +64,7 @@ from speculative_llm.errors import (
     UnsupportedFeatureError,
 )
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import (
-    Chunk,
-    Completion,
-    GenerationRequest,
-    Provenance,
-    Token,
-    Usage,
-)
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Provenance, Token, Usage
 
 __all__ = [
     "NO_SPECULATION_MIN_TOKENS",

@@ -33,12 +33,7 @@ from typing import Any, ClassVar, Literal, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, counts, first_present, usage_of
-from speculative_llm.backends.http import (
-    EngineHints,
-    JSONResponse,
-    StreamDecoder,
-    error_for_status,
-)
+from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder, error_for_status
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,
@@ -47,11 +42,7 @@ from speculative_llm.backends.openai_compat import (
     StreamDecoderBase,
     map_finish_reason,
 )
-from speculative_llm.errors import (
-    ConfigError,
-    MalformedResponseError,
-    SpeculationNotEnabledError,
-)
+from speculative_llm.errors import ConfigError, MalformedResponseError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
 

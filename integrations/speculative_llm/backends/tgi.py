@@ -27,11 +27,7 @@ from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, header_count, usage_of
-from speculative_llm.backends.http import (
-    EngineHints,
-    JSONResponse,
-    StreamDecoder,
-)
+from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder
 from speculative_llm.backends.openai_compat import (
     HTTPOptions,
     OpenAICompatibleBackend,

@@ -1,0 +1,92 @@
+"""Request bodies of the OpenAI API: ``/v1/chat/completions`` and ``/v1/completions`` (pure).
+
+Reference: https://platform.openai.com/docs/api-reference/chat. Engines whose native
+endpoints take other bodies build those in their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from speculative_llm.errors import ConfigError
+from speculative_llm.types import GenerationRequest
+
+__all__ = ["Endpoint", "build_chat_body", "build_completion_body"]
+
+Endpoint = Literal["auto", "chat", "completion"]
+
+
+def _sampling_fields(request: GenerationRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+    }
+    if request.top_k > 0:
+        # Not in OpenAI's API; llama-server, vLLM, SGLang and LM Studio accept it.
+        body["top_k"] = request.top_k
+    if request.stop:
+        body["stop"] = list(request.stop)
+    if request.seed is not None:
+        body["seed"] = request.seed
+    return body
+
+
+def build_chat_body(
+    request: GenerationRequest,
+    *,
+    model: str | None,
+    stream: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``/v1/chat/completions`` body of a request.
+
+    ``extra`` (backend-specific fields) is merged before ``request.extra``, which wins.
+    """
+    if request.messages is None:
+        raise ConfigError(
+            "A chat body needs messages; this request has a prompt.", field="messages"
+        )
+    body: dict[str, Any] = {"messages": [m.to_openai() for m in request.messages]}
+    if model:
+        body["model"] = model
+    body.update(_sampling_fields(request))
+    if request.tools:
+        body["tools"] = list(request.tools)
+    if request.tool_choice is not None:
+        body["tool_choice"] = request.tool_choice
+    if request.response_format is not None:
+        body["response_format"] = request.response_format
+    body["stream"] = stream
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra or {})
+    body.update(request.extra)
+    return body
+
+
+def build_completion_body(
+    request: GenerationRequest,
+    *,
+    model: str | None,
+    stream: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``/v1/completions`` body of a prompt request."""
+    if request.prompt is None:
+        raise ConfigError(
+            "A completion body needs a prompt; this request has messages.", field="prompt"
+        )
+    body: dict[str, Any] = {"prompt": request.prompt}
+    if model:
+        body["model"] = model
+    body.update(_sampling_fields(request))
+    if request.response_format is not None:
+        body["response_format"] = request.response_format
+    body["stream"] = stream
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra or {})
+    body.update(request.extra)
+    return body
