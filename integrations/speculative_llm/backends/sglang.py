@@ -42,6 +42,7 @@ from speculative_llm.backends.openai_compat import (
     StreamDecoderBase,
     map_finish_reason,
 )
+from speculative_llm.backends.openai_compat.requests import sampling_fields
 from speculative_llm.errors import ConfigError, MalformedResponseError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
@@ -286,17 +287,7 @@ class SGLangBackend(OpenAICompatibleBackend):
         if not self._is_native(request):
             return super().build_body(request, stream=stream)
         assert request.prompt is not None
-        sampling: dict[str, Any] = {
-            "max_new_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-        }
-        if request.top_k > 0:
-            sampling["top_k"] = request.top_k
-        if request.stop:
-            sampling["stop"] = list(request.stop)
-        if request.seed is not None:
-            sampling["sampling_seed"] = request.seed
+        sampling = sampling_fields(request, max_tokens="max_new_tokens", seed="sampling_seed")
         schema = _schema_of(request.response_format)
         if schema is not None:
             sampling["json_schema"] = json.dumps(schema)

@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from speculative_llm.backends.http.sse import SSEEvent, SSEParser
@@ -35,7 +36,12 @@ class StreamDecoder(Protocol):
 
 
 class StreamSession:
-    """Bytes of a streamed body -> SSE events -> chunks, keeping the text for errors."""
+    """Bytes of a streamed body -> SSE events -> chunks, keeping the text for errors.
+
+    ``decode`` (or ``adecode``) turns the body's pieces into chunks until the decoder
+    sees the end marker; ``end`` then yields the final chunk. Inside
+    ``keeping_partial_text``, an error raised meanwhile carries the text received so far.
+    """
 
     def __init__(self, decoder: StreamDecoder, *, url: str, clock: Callable[[], float]) -> None:
         self._decoder = decoder
@@ -56,6 +62,30 @@ class StreamSession:
             raise MalformedResponseError(
                 f"Bad event stream from {self._url}: {error}", url=self._url
             ) from None
+        return self._decode_events(events)
+
+    def decode(self, pieces: Iterable[bytes]) -> Iterator[Chunk]:
+        """The chunks of the body's pieces, up to the stream's end marker."""
+        for piece in pieces:
+            yield from self.feed(piece)
+            if self.done:
+                return
+
+    async def adecode(self, pieces: AsyncIterable[bytes]) -> AsyncIterator[Chunk]:
+        """Async twin of ``decode``."""
+        async for piece in pieces:
+            for chunk in self.feed(piece):
+                yield chunk
+            if self.done:
+                return
+
+    def end(self) -> list[Chunk]:
+        """The body ended: flush the parser and let the decoder produce the final chunk."""
+        chunks = self._decode_events(self._parser.close())
+        chunks.extend(self._decoder.finish(self._clock()))
+        return chunks
+
+    def _decode_events(self, events: Iterable[SSEEvent]) -> list[Chunk]:
         chunks: list[Chunk] = []
         for event in events:
             if self._decoder.done:
@@ -63,18 +93,12 @@ class StreamSession:
             chunks.extend(self._decoder.feed(event, self._clock()))
         return chunks
 
-    def end(self) -> list[Chunk]:
-        """The body ended: flush the parser and let the decoder produce the final chunk."""
-        chunks: list[Chunk] = []
-        for event in self._parser.close():
-            if self._decoder.done:
-                break
-            chunks.extend(self._decoder.feed(event, self._clock()))
-        chunks.extend(self._decoder.finish(self._clock()))
-        return chunks
-
-    def attach_partial_text(self, error: BackendError) -> BackendError:
-        """Give an error the text received so far (when it has none yet)."""
-        if not error.partial_text:
-            error.partial_text = self._decoder.text
-        return error
+    @contextmanager
+    def keeping_partial_text(self) -> Iterator[None]:
+        """Give a ``BackendError`` raised inside the text received so far (if it has none)."""
+        try:
+            yield
+        except BackendError as error:
+            if not error.partial_text:
+                error.partial_text = self._decoder.text
+            raise error from None

@@ -20,6 +20,7 @@ from speculative_llm.backends.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     EngineHints,
+    FetchResult,
     HTTPTransport,
     JSONResponse,
     StreamDecoder,
@@ -35,11 +36,14 @@ from speculative_llm.backends.openai_compat.responses import (
     parse_model_info,
 )
 from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder
-from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
+from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Token, Usage
 
-__all__ = ["HTTPOptions", "OpenAICompatibleBackend"]
+__all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
+
+Phase = Literal["before", "after"]
+"""When an auxiliary GET runs: before the request, or after its answer."""
 
 
 class HTTPOptions(TypedDict, total=False):
@@ -257,7 +261,7 @@ class OpenAICompatibleBackend(Backend):
         """Auxiliary GETs to run after a request (into ``context.after``)."""
         return ()
 
-    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
+    def absorb_fetches(self, context: RequestContext, phase: Phase) -> None:
         """Use the results of the auxiliary GETs of ``phase`` (may raise)."""
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
@@ -354,14 +358,9 @@ class OpenAICompatibleBackend(Backend):
         context = self._context(request, streamed=True)
         context.started = clock()
         session = StreamSession(self.make_decoder(context), url=context.url, clock=clock)
-        try:
-            for piece in pieces:
-                yield from session.feed(piece)
-                if session.done:
-                    break
+        with session.keeping_partial_text():
+            yield from session.decode(pieces)
             yield from session.end()
-        except BackendError as error:
-            raise session.attach_partial_text(error) from None
 
     def parse_response(
         self,
@@ -383,7 +382,7 @@ class OpenAICompatibleBackend(Backend):
         context.headers = response.headers
         return self.parse_completion(context, response)
 
-    # ---- shells ----
+    # ---- shells: the I/O around the hooks, sync and async ----
 
     def _context(self, request: GenerationRequest, *, streamed: bool) -> RequestContext:
         path = self.request_path(request, stream=streamed)
@@ -391,100 +390,100 @@ class OpenAICompatibleBackend(Backend):
             request=request, path=path, url=self._transport.url(path), streamed=streamed
         )
 
-    def _fetch_sync(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
-        paths = self.fetches_before(context) if phase == "before" else self.fetches_after(context)
-        target = context.before if phase == "before" else context.after
-        for path in paths:
-            target[path] = self._transport.fetch(path)
-        self.absorb_fetches(context, phase)
+    def _exchange(self, request: GenerationRequest, *, streamed: bool) -> _Exchange:
+        self.check_request(request)
+        return _Exchange(self, self._context(request, streamed=streamed))
 
-    async def _fetch_async(
-        self, context: RequestContext, phase: Literal["before", "after"]
-    ) -> None:
-        paths = self.fetches_before(context) if phase == "before" else self.fetches_after(context)
-        target = context.before if phase == "before" else context.after
-        for path in paths:
-            target[path] = await self._transport.afetch(path)
-        self.absorb_fetches(context, phase)
+    def _fetch(self, exchange: _Exchange, phase: Phase) -> None:
+        exchange.fetched(phase, {p: self._transport.fetch(p) for p in exchange.fetches(phase)})
+
+    async def _afetch(self, exchange: _Exchange, phase: Phase) -> None:
+        results = {p: await self._transport.afetch(p) for p in exchange.fetches(phase)}
+        exchange.fetched(phase, results)
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion (one non-streamed request)."""
-        self.check_request(request)
-        context = self._context(request, streamed=False)
-        self._fetch_sync(context, "before")
-        context.started = time.perf_counter()
-        response = self._transport.request_json(
-            "POST",
-            context.path,
-            self.build_body(request, stream=False),
-            model=self._model_for(request),
-        )
-        context.ended = time.perf_counter()
-        context.headers = response.headers
-        self._fetch_sync(context, "after")
-        return self.parse_completion(context, response)
+        exchange = self._exchange(request, streamed=False)
+        self._fetch(exchange, "before")
+        body = exchange.start()
+        response = self._transport.request_json("POST", exchange.path, body, model=exchange.model)
+        exchange.answered(response)
+        self._fetch(exchange, "after")
+        return self.parse_completion(exchange.context, response)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
-        self.check_request(request)
-        context = self._context(request, streamed=False)
-        await self._fetch_async(context, "before")
-        context.started = time.perf_counter()
+        exchange = self._exchange(request, streamed=False)
+        await self._afetch(exchange, "before")
+        body = exchange.start()
         response = await self._transport.arequest_json(
-            "POST",
-            context.path,
-            self.build_body(request, stream=False),
-            model=self._model_for(request),
+            "POST", exchange.path, body, model=exchange.model
         )
-        context.ended = time.perf_counter()
-        context.headers = response.headers
-        await self._fetch_async(context, "after")
-        return self.parse_completion(context, response)
+        exchange.answered(response)
+        await self._afetch(exchange, "after")
+        return self.parse_completion(exchange.context, response)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Stream chunks; the last one is final and carries the statistics."""
-        self.check_request(request)
-        context = self._context(request, streamed=True)
-        self._fetch_sync(context, "before")
-        body = self.build_body(request, stream=True)
-        context.started = time.perf_counter()
-        session = StreamSession(
-            self.make_decoder(context), url=context.url, clock=time.perf_counter
-        )
-        try:
-            with self._transport.open_stream(
-                context.path, body, model=self._model_for(request)
-            ) as pieces:
-                for piece in pieces:
-                    yield from session.feed(piece)
-                    if session.done:
-                        break
-            self._fetch_sync(context, "after")
+        exchange = self._exchange(request, streamed=True)
+        self._fetch(exchange, "before")
+        body = exchange.start()
+        session = exchange.session()
+        with session.keeping_partial_text():
+            with self._transport.open_stream(exchange.path, body, model=exchange.model) as pieces:
+                yield from session.decode(pieces)
+            self._fetch(exchange, "after")
             yield from session.end()
-        except BackendError as error:
-            raise session.attach_partial_text(error) from None
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``."""
-        self.check_request(request)
-        context = self._context(request, streamed=True)
-        await self._fetch_async(context, "before")
-        body = self.build_body(request, stream=True)
-        context.started = time.perf_counter()
-        session = StreamSession(
-            self.make_decoder(context), url=context.url, clock=time.perf_counter
-        )
-        try:
+        exchange = self._exchange(request, streamed=True)
+        await self._afetch(exchange, "before")
+        body = exchange.start()
+        session = exchange.session()
+        with session.keeping_partial_text():
             async with self._transport.aopen_stream(
-                context.path, body, model=self._model_for(request)
+                exchange.path, body, model=exchange.model
             ) as pieces:
-                async for piece in pieces:
-                    for chunk in session.feed(piece):
-                        yield chunk
-                    if session.done:
-                        break
-            await self._fetch_async(context, "after")
+                async for chunk in session.adecode(pieces):
+                    yield chunk
+            await self._afetch(exchange, "after")
             for chunk in session.end():
                 yield chunk
-        except BackendError as error:
-            raise session.attach_partial_text(error) from None
+
+
+class _Exchange:
+    """The steps of one request around its I/O, the same for the sync and async shells."""
+
+    def __init__(self, backend: OpenAICompatibleBackend, context: RequestContext) -> None:
+        self.backend = backend
+        self.context = context
+        self.path = context.path
+        self.model = backend._model_for(context.request)
+
+    def fetches(self, phase: Phase) -> tuple[str, ...]:
+        """The auxiliary GETs to run ``before`` or ``after`` the request."""
+        if phase == "before":
+            return self.backend.fetches_before(self.context)
+        return self.backend.fetches_after(self.context)
+
+    def fetched(self, phase: Phase, results: Mapping[str, FetchResult]) -> None:
+        """Record the GETs' results and let the backend use them (it may raise)."""
+        (self.context.before if phase == "before" else self.context.after).update(results)
+        self.backend.absorb_fetches(self.context, phase)
+
+    def start(self) -> dict[str, Any]:
+        """The request body; the request's clock starts now."""
+        body = self.backend.build_body(self.context.request, stream=self.context.streamed)
+        self.context.started = time.perf_counter()
+        return body
+
+    def answered(self, response: JSONResponse) -> None:
+        """A non-streamed answer arrived."""
+        self.context.ended = time.perf_counter()
+        self.context.headers = response.headers
+
+    def session(self) -> StreamSession:
+        """The decoding session of a streamed answer."""
+        decoder = self.backend.make_decoder(self.context)
+        return StreamSession(decoder, url=self.context.url, clock=time.perf_counter)

@@ -12,24 +12,30 @@ from typing import Any, Literal
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest
 
-__all__ = ["Endpoint", "build_chat_body", "build_completion_body"]
+__all__ = ["Endpoint", "build_chat_body", "build_completion_body", "sampling_fields"]
 
 Endpoint = Literal["auto", "chat", "completion"]
 
 
-def _sampling_fields(request: GenerationRequest) -> dict[str, Any]:
+def sampling_fields(
+    request: GenerationRequest, *, max_tokens: str = "max_tokens", seed: str = "seed"
+) -> dict[str, Any]:
+    """The request's sampling values, under the engine's names for the token budget and seed.
+
+    ``top_k`` is sent only when set (> 0): it is not in OpenAI's API, though llama-server,
+    vLLM, SGLang and LM Studio accept it.
+    """
     body: dict[str, Any] = {
-        "max_tokens": request.max_tokens,
+        max_tokens: request.max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
     }
     if request.top_k > 0:
-        # Not in OpenAI's API; llama-server, vLLM, SGLang and LM Studio accept it.
         body["top_k"] = request.top_k
     if request.stop:
         body["stop"] = list(request.stop)
     if request.seed is not None:
-        body["seed"] = request.seed
+        body[seed] = request.seed
     return body
 
 
@@ -49,21 +55,11 @@ def build_chat_body(
             "A chat body needs messages; this request has a prompt.", field="messages"
         )
     body: dict[str, Any] = {"messages": [m.to_openai() for m in request.messages]}
-    if model:
-        body["model"] = model
-    body.update(_sampling_fields(request))
     if request.tools:
         body["tools"] = list(request.tools)
     if request.tool_choice is not None:
         body["tool_choice"] = request.tool_choice
-    if request.response_format is not None:
-        body["response_format"] = request.response_format
-    body["stream"] = stream
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    body.update(extra or {})
-    body.update(request.extra)
-    return body
+    return _with_shared_fields(body, request, model=model, stream=stream, extra=extra)
 
 
 def build_completion_body(
@@ -79,9 +75,21 @@ def build_completion_body(
             "A completion body needs a prompt; this request has messages.", field="prompt"
         )
     body: dict[str, Any] = {"prompt": request.prompt}
+    return _with_shared_fields(body, request, model=model, stream=stream, extra=extra)
+
+
+def _with_shared_fields(
+    body: dict[str, Any],
+    request: GenerationRequest,
+    *,
+    model: str | None,
+    stream: bool,
+    extra: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Add what both endpoints take: model, sampling, response format, streaming, extras."""
     if model:
         body["model"] = model
-    body.update(_sampling_fields(request))
+    body.update(sampling_fields(request))
     if request.response_format is not None:
         body["response_format"] = request.response_format
     body["stream"] = stream

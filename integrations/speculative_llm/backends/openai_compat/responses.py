@@ -201,15 +201,8 @@ def parse_chat_response(
         raise MalformedResponseError(
             f"message.content from {url} is not a string ({type(content).__name__}).", url=url
         )
-    model = payload.get("model")
-    return ParsedResponse(
-        text=content or "",
-        finish_reason=map_finish_reason(choice.get("finish_reason")),
-        tool_calls=parse_tool_calls(message.get("tool_calls"), url=url),
-        usage=parse_usage(payload.get("usage")),
-        model=model if isinstance(model, str) else "",
-        extras=extension_fields(payload),
-    )
+    tool_calls = parse_tool_calls(message.get("tool_calls"), url=url)
+    return _parsed(payload, choice, content or "", tool_calls)
 
 
 def parse_completion_response(
@@ -221,11 +214,20 @@ def parse_completion_response(
     text = choice.get("text")
     if text is not None and not isinstance(text, str):
         raise MalformedResponseError(f"choices[0].text from {url} is not a string.", url=url)
+    return _parsed(payload, choice, text or "", ())
+
+
+def _parsed(
+    payload: Mapping[str, Any],
+    choice: Mapping[str, Any],
+    text: str,
+    tool_calls: tuple[ToolCall, ...],
+) -> ParsedResponse:
     model = payload.get("model")
     return ParsedResponse(
-        text=text or "",
+        text=text,
         finish_reason=map_finish_reason(choice.get("finish_reason")),
-        tool_calls=(),
+        tool_calls=tool_calls,
         usage=parse_usage(payload.get("usage")),
         model=model if isinstance(model, str) else "",
         extras=extension_fields(payload),
