@@ -13,25 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.backends.registry import create_backend
+from speculative_llm.backends.registry import (
+    IN_PROCESS_BACKENDS,
+    SERVER_BACKENDS,
+    backend_entry,
+    create_backend,
+    resolve_backend_name,
+)
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
 __all__ = ["IN_PROCESS_BACKENDS", "SERVER_BACKENDS", "BackendSetup", "build_backend"]
-
-IN_PROCESS_BACKENDS = frozenset({"local"})
-"""Backends that run the model in this process (no URL, no key, no HTTP timeout)."""
-SERVER_BACKENDS = frozenset({"llamacpp", "vllm", "sglang", "lmstudio", "tgi", "openai"})
-"""Built-in backends that talk to a server: they need ``base_url``."""
-_ALIASES = {
-    "llama.cpp": "llamacpp",
-    "llama-server": "llamacpp",
-    "llama_cpp": "llamacpp",
-    "openai-compatible": "openai",
-    "lm-studio": "lmstudio",
-}
-# The extra that installs what an in-process backend imports.
-_EXTRA_OF = {"local": "local"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +42,11 @@ class BackendSetup:
     request_spec: SpecConfig | None
     request_model: str | None
     owned: bool
+
+
+def _extra_of(name: str) -> str:
+    entry = backend_entry(name)
+    return entry.extra if entry is not None and entry.extra else "all"
 
 
 def _check_methods(backend: Backend, spec: SpecConfig | None) -> None:
@@ -141,7 +138,7 @@ def build_backend(
             f"backend must be a backend name or a Backend instance, got {backend!r}.",
             field="backend",
         )
-    name = _ALIASES.get(backend, backend)
+    name = resolve_backend_name(backend)
     if model is not None:
         options.setdefault("model", model)
     in_process = name in IN_PROCESS_BACKENDS
@@ -172,7 +169,7 @@ def build_backend(
         raise
     except ImportError as error:
         raise MissingDependencyError(
-            error.name or "a dependency", _EXTRA_OF.get(name, "all"), f"backend={name!r}"
+            error.name or "a dependency", _extra_of(name), f"backend={name!r}"
         ) from error
     except TypeError as error:
         raise ConfigError(

@@ -29,7 +29,6 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel
 from pydantic.v1 import BaseModel as BaseModelV1
 
-from langchain_speculative._backend import IN_PROCESS_BACKENDS
 from langchain_speculative._convert import (
     to_ai_message,
     to_core_messages,
@@ -43,7 +42,7 @@ from langchain_speculative._json_tools import (
     parse_json_tool_answer,
 )
 from langchain_speculative._params import SpeculativeParams
-from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS
+from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest

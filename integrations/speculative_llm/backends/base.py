@@ -10,13 +10,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
+from speculative_llm.backends.registry import TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import UnsupportedFeatureError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 __all__ = ["TOOL_CAPABLE_BACKENDS", "Backend", "Capabilities", "ModelInfo", "iterate_in_thread"]
-
-TOOL_CAPABLE_BACKENDS = ("llamacpp", "vllm", "sglang", "openai")
-"""Backends that can call tools, named in errors of backends that cannot."""
 
 _Item = TypeVar("_Item")
 

@@ -11,11 +11,14 @@ import argparse
 import dataclasses
 from typing import Any
 
+from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
 __all__ = ["add_parser", "run"]
 
-_URL_KINDS = ("llamacpp", "vllm", "sglang", "lmstudio", "tgi", "openai")
+# A running server of each kind is reached with --url; llama-server names the one the
+# app starts itself (the managed backend), not the llamacpp alias.
+_URL_KINDS = SERVER_BACKENDS
 _BACKENDS = ("local", "llama-server", *_URL_KINDS)
 
 
