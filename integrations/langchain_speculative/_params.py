@@ -10,8 +10,8 @@ from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
-from langchain_speculative._backend import BackendSetup, build_backend
 from speculative_llm.backends.base import Backend
+from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -99,7 +99,7 @@ class SpeculativeParams(BaseModel):
             self.backend,
             model=self.model_name,
             speculative=self.speculative,
-            backend_options=self.backend_options,
+            options=self.backend_options,
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
             timeout=self.timeout,

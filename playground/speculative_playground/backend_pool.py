@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.backends.registry import create_backend
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.types import GenerationRequest, Message
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import PACKAGED_MODELS, RunSettings
 
-__all__ = ["BackendPair", "BackendPool", "LeaseCache"]
+__all__ = ["BackendPair", "BackendPool", "LeaseCache", "build_backend_by_name"]
 
 _Value = TypeVar("_Value")
 
@@ -159,6 +159,11 @@ class BackendPair:
         return baseline, speculative
 
 
+def build_backend_by_name(name: str, **options: Any) -> Backend:
+    """The pool's default factory: the core's ``build_backend`` (its rules, its errors)."""
+    return build_backend(name, options=options).backend
+
+
 def _close_backend(backend: Backend) -> None:
     backend.close()
 
@@ -181,7 +186,8 @@ class BackendPool:
             ``torch_threads``).
         capacity: Idle local backends and managed servers kept loaded.
         warm_up: Run a tiny generation after loading a local backend.
-        backend_factory: ``create_backend`` (replaceable in tests).
+        backend_factory: Builds a backend from a name and options (default
+            ``build_backend_by_name``; replaceable in tests).
         server_factory: Makes a managed llama-server (default ``servers.LlamaServer``).
     """
 
@@ -193,7 +199,7 @@ class BackendPool:
         local_options: dict[str, Any] | None = None,
         capacity: int = 2,
         warm_up: bool = True,
-        backend_factory: Callable[..., Backend] = create_backend,
+        backend_factory: Callable[..., Backend] = build_backend_by_name,
         server_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.policy = policy or SecurityPolicy()

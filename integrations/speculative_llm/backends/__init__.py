@@ -1,6 +1,7 @@
 """Backends: one module per serving engine, plus the protocol and a registry."""
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
+from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.backends.registry import (
     BACKEND_ALIASES,
     BUILTIN_BACKENDS,
@@ -23,10 +24,12 @@ __all__ = [
     "TOOL_CAPABLE_BACKENDS",
     "Backend",
     "BackendEntry",
+    "BackendSetup",
     "Capabilities",
     "ModelInfo",
     "available_backends",
     "backend_entry",
+    "build_backend",
     "create_backend",
     "register_backend",
     "resolve_backend_name",

@@ -11,7 +11,8 @@ from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
 from speculative_llm.backends.registry import TOOL_CAPABLE_BACKENDS
-from speculative_llm.errors import UnsupportedFeatureError
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import UnsupportedFeatureError, UnsupportedMethodError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 __all__ = ["TOOL_CAPABLE_BACKENDS", "Backend", "Capabilities", "ModelInfo", "iterate_in_thread"]
@@ -124,20 +125,27 @@ class Backend(ABC):
         chunks = [chunk async for chunk in self.astream(request)]
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
+    def check_spec(self, spec: SpecConfig | None) -> None:
+        """Raise ``UnsupportedMethodError`` when ``spec`` asks for a method this backend lacks."""
+        methods = self.capabilities.methods
+        if spec is None or spec.method in methods:
+            return
+        hint = (
+            " This server cannot switch speculation off per request: start a second server "
+            "without speculative flags and point the baseline at it."
+            if spec.method == "none"
+            else " Change the speculative method, or pick a backend that runs this one."
+        )
+        raise UnsupportedMethodError(
+            f"Backend {self.name!r} does not support speculative method {spec.method!r}; it "
+            f"supports: {', '.join(sorted(methods))}.{hint}",
+            field="speculative",
+        )
+
     def check_request(self, request: GenerationRequest) -> None:
         """Raise ``UnsupportedFeatureError`` when the request asks for what this backend lacks."""
         caps = self.capabilities
-        if request.spec is not None and request.spec.method not in caps.methods:
-            hint = (
-                " This server cannot switch speculation off per request: start a second server "
-                "without speculative flags and point the baseline at it."
-                if request.spec.method == "none"
-                else ""
-            )
-            raise UnsupportedFeatureError(
-                f"Backend {self.name!r} does not support speculative method "
-                f"{request.spec.method!r}; it supports: {', '.join(sorted(caps.methods))}.{hint}"
-            )
+        self.check_spec(request.spec)
         if request.tools and not caps.tool_calling:
             raise UnsupportedFeatureError(
                 f"Backend {self.name!r} cannot call tools. Use one that can: "

@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
@@ -192,20 +193,22 @@ def _stream_to(backend: Any, request: GenerationRequest, out: TextIO | None) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``; returns the exit code."""
-    from speculative_llm.backends.local import LocalBackend
-
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     spec = build_spec(args)
     request = build_request(args, prompt, spec)
     show = not args.json
-    with LocalBackend(
-        args.model,
-        draft_model=args.draft,
+    setup = build_backend(
+        "local",
+        model=args.model,
         speculative=spec,
-        device=args.device,
-        dtype=args.dtype,
-        torch_threads=args.threads,
-    ) as backend:
+        options={
+            "draft_model": args.draft,
+            "device": args.device,
+            "dtype": args.dtype,
+            "torch_threads": args.threads,
+        },
+    )
+    with setup.backend as backend:
         if show:
             print(f"--- {backend.model_name}, {spec.method} ---", file=sys.stderr)
         completion = _stream_to(backend, request, sys.stdout if show else None)

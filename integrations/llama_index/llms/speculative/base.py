@@ -44,7 +44,7 @@ from llama_index.llms.speculative.structured import (
     structured_messages,
 )
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
-from speculative_llm.backends.registry import create_backend
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
 from speculative_llm.types import Chunk, GenerationRequest, Message
@@ -115,10 +115,12 @@ class Speculative(FunctionCallingLLM):
     arguments go to the backend unchanged (``GenerationRequest.extra``).
 
     Args:
-        backend: A backend name for ``create_backend`` or a ``Backend`` instance (which
-            stays the caller's to close).
+        backend: A backend name (or alias) or a ``Backend`` instance (which stays the
+            caller's to close). Built by ``build_backend``, under the same rules as
+            LangChain's ``ChatSpeculative``.
         model: Model for the backend to load or ask for (an alias such as
-            ``"smollm2-135m"``, a Hugging Face id, a directory or a ``.gguf`` file).
+            ``"smollm2-135m"``, a Hugging Face id, a directory or a ``.gguf`` file); with
+            a ``Backend`` instance, the model name sent with each request.
         speculative: Speculative configuration (``SpecConfig``, dict or method name);
             None keeps the backend's default. Validated here, at construction.
         base_url: Server URL, for the HTTP backends.
@@ -139,7 +141,9 @@ class Speculative(FunctionCallingLLM):
     Raises:
         ConfigError: A value is invalid (unknown backend or option, bad speculative
             configuration, out-of-range sampling parameter).
-        UnsupportedFeatureError: The backend does not support the speculative method.
+        UnsupportedMethodError: The backend does not support the speculative method (an
+            ``UnsupportedFeatureError`` and a ``ConfigError``).
+        MissingDependencyError: The backend's extra is not installed.
     """
 
     backend_name: str = Field(description="Name of the speculative-llm backend.")
@@ -214,37 +218,13 @@ class Speculative(FunctionCallingLLM):
                 field="context_window",
             )
         given_options = dict(backend_options or {})
-        options = dict(given_options)
-        if isinstance(backend, Backend):
-            if model is not None or base_url is not None or options:
-                raise ConfigError(
-                    "model, base_url and backend_options configure a backend that Speculative "
-                    "creates; with a Backend instance, configure the instance instead.",
-                    field="backend",
-                )
-            backend_name, backend_instance, owns = backend.name, backend, False
-        elif isinstance(backend, str):
-            backend_name = backend
-            if model is not None:
-                options.setdefault("model", model)
-            if base_url is not None:
-                options.setdefault("base_url", base_url)
-            # The in-process engine loads its drafter when it is built, so it needs the
-            # configuration now; servers take it per request.
-            if spec is not None and backend_name == "local":
-                options.setdefault("speculative", spec)
-            backend_instance, owns = create_backend(backend_name, **options), True
-        else:
-            raise ConfigError(
-                f"backend must be a backend name or a Backend instance, got "
-                f"{type(backend).__name__}.",
-                field="backend",
-            )
+        setup = build_backend(
+            backend, model=model, base_url=base_url, speculative=spec, options=given_options
+        )
+        backend_instance = setup.backend
         try:
-            if spec is not None:
-                backend_instance.check_request(GenerationRequest(prompt="check", spec=spec))
             super().__init__(
-                backend_name=backend_name,
+                backend_name=backend if isinstance(backend, str) else backend_instance.name,
                 model=model,
                 speculative=spec.to_dict() if spec is not None else None,
                 base_url=base_url,
@@ -260,11 +240,11 @@ class Speculative(FunctionCallingLLM):
                 **kwargs,
             )
         except BaseException:
-            if owns:
+            if setup.owned:
                 backend_instance.close()
             raise
         self._backend = backend_instance
-        self._owns_backend = owns
+        self._owns_backend = setup.owned
         self._spec = spec
 
     @classmethod
