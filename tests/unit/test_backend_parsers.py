@@ -734,6 +734,7 @@ def test_vllm_rejects_unknown_stats_mode() -> None:
     ("relative", "accepted_key", "drafted_key"),
     [
         ("sglang/generate.json", "spec_num_correct_drafts", "spec_num_proposed_drafts"),
+        ("sglang/generate_canonical.json", "spec_num_correct_drafts", "spec_num_proposed_drafts"),
         ("sglang/generate_legacy.json", "spec_accept_token_num", "spec_draft_token_num"),
     ],
 )
@@ -745,6 +746,7 @@ def test_sglang_native_meta_info_with_new_and_old_names(
     completion = SGLangBackend(URL).parse_response(PROMPT, data)
     stats = completion.stats
     histogram = meta.get("spec_correct_drafts_histogram") or meta["spec_accept_histogram"]
+    assert stats.num_speculative_tokens == len(histogram) - 1
     assert completion.text == data["text"]
     assert (stats.source, stats.backend) == ("exact", "sglang")
     assert stats.accepted_tokens == meta[accepted_key]

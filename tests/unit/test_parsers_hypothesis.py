@@ -65,6 +65,7 @@ ANSWER_FIXTURES = [
     "vllm/chat_spec_detailed.json",
     "vllm/chat_spec_summary.json",
     "sglang/generate.json",
+    "sglang/generate_canonical.json",
     "sglang/generate_legacy.json",
     "sglang/chat_spec_details.json",
     "lmstudio/chat_speculative.json",
