@@ -103,6 +103,9 @@ class SpecStats:
         generated_tokens: Tokens generated (the completion length).
         draft_tokens: Tokens proposed by the drafter.
         accepted_tokens: Proposed tokens accepted by the target.
+        ignored_draft_tokens: Proposed tokens the backend counts as neither accepted nor
+            rejected (LM Studio's ``ignored_draft_tokens_count``); part of
+            ``draft_tokens``. None where a backend does not report it.
         verify_steps: Target forward passes while decoding (one per emitted step).
         draft_steps: Verify steps that carried at least one draft token.
         rejected_steps: Verify steps in which the target rejected a draft token.
@@ -126,6 +129,7 @@ class SpecStats:
     generated_tokens: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
+    ignored_draft_tokens: int | None = None
     verify_steps: int | None = None
     draft_steps: int | None = None
     rejected_steps: int | None = None
@@ -323,6 +327,7 @@ class SpecStats:
                 "generated_tokens",
                 "draft_tokens",
                 "accepted_tokens",
+                "ignored_draft_tokens",
                 "verify_steps",
                 "draft_steps",
                 "rejected_steps",

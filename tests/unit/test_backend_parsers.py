@@ -840,6 +840,7 @@ def test_lmstudio_speculative_answer() -> None:
     assert (stats.source, stats.method) == ("exact", "draft_model")
     assert stats.draft_tokens == data["stats"]["total_draft_tokens_count"]
     assert stats.accepted_tokens == data["stats"]["accepted_draft_tokens_count"]
+    assert stats.ignored_draft_tokens == data["stats"]["ignored_draft_tokens_count"]
     assert stats.ttft_s == data["stats"]["time_to_first_token"]
     assert stats.decode_s == data["stats"]["generation_time"]
 

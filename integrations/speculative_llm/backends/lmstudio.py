@@ -7,8 +7,9 @@ top-level ``stats`` object: ``tokens_per_second``, ``time_to_first_token`` and
 0.3.10 "Speculative Decoding API": a request field ``"draft_model"`` turns speculative
 decoding on for that request, and ``stats`` then adds ``draft_model``,
 ``total_draft_tokens_count``, ``accepted_draft_tokens_count``,
-``rejected_draft_tokens_count`` and ``ignored_draft_tokens_count``. When streaming, the
-last chunk carries ``usage`` and ``stats``.
+``rejected_draft_tokens_count`` and ``ignored_draft_tokens_count`` (``SpecStats``'s
+``draft_tokens``, ``accepted_tokens`` and ``ignored_draft_tokens``; the rejected count
+goes in the note). When streaming, the last chunk carries ``usage`` and ``stats``.
 
 Speculation is chosen per request (leave ``draft_model`` out for the baseline); the
 draft must share the target's vocabulary (LM Studio lists compatible drafts).
@@ -129,6 +130,7 @@ def lmstudio_stats(
         generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
+        ignored_draft_tokens=ignored,
         note=(
             f"LM Studio stats (draft model {used_draft or draft_model!r}): "
             f"{rejected if rejected is not None else '?'} drafts rejected, "
