@@ -634,6 +634,22 @@ def test_vllm_summary_metrics_use_the_histogram_and_server_timings() -> None:
     assert stats.decode_s == pytest.approx(metrics["generation_time_ms"] / 1000)
 
 
+@pytest.mark.parametrize("mode", ["auto", "per_request"])
+def test_vllm_timing_metrics_without_spec_metrics_keep_the_server_timings(mode: str) -> None:
+    # --enable-per-request-metrics alone: TTFT and decode time from vLLM, no acceptance figures.
+    data = fixture_json("vllm/chat_timing_metrics.json")
+    metrics = data["metrics"]
+    stats = VLLMBackend(URL, stats=mode).parse_response(CHAT, data).stats
+    assert stats.source == "unavailable" and "--per-request-spec-decode-metrics" in (
+        stats.note or ""
+    )
+    assert stats.ttft_s == pytest.approx(metrics["time_to_first_token_ms"] / 1000)
+    assert stats.decode_s == pytest.approx(metrics["generation_time_ms"] / 1000)
+    assert stats.generated_tokens == data["usage"]["completion_tokens"]
+    # vLLM's own tokens_per_second counts the prefill too; ours is over decode time only.
+    assert stats.tokens_per_second == pytest.approx(128 / 1.2405)
+
+
 def test_vllm_stream_stats_arrive_on_the_usage_chunk() -> None:
     chunks = replay(VLLMBackend(URL), CHAT, fixture_bytes("vllm/chat_stream_spec.sse"))
     final = chunks[-1]

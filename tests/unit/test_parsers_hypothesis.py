@@ -64,6 +64,7 @@ ANSWER_FIXTURES = [
     "openai/completion.json",
     "vllm/chat_spec_detailed.json",
     "vllm/chat_spec_summary.json",
+    "vllm/chat_timing_metrics.json",
     "sglang/generate.json",
     "sglang/generate_canonical.json",
     "sglang/generate_legacy.json",
