@@ -175,8 +175,9 @@ class SpeculativeParams(BaseModel):
         """Build a request from the model's parameters and per-call keyword arguments.
 
         Per-call ``temperature``, ``max_tokens``, ``top_p``, ``top_k``, ``seed``,
-        ``model``, ``speculative``, ``tools``, ``tool_choice`` and ``response_format``
-        override the model's; any other keyword goes to the backend unchanged
+        ``model``, ``speculative``, ``tools``, ``tool_choice``, ``response_format`` and
+        ``prediction`` (Predicted Outputs, as ``ChatOpenAI`` takes it) override the
+        model's; any other keyword goes to the backend unchanged
         (``GenerationRequest.extra``).
         """
         options: dict[str, Any] = {}
@@ -196,6 +197,7 @@ class SpeculativeParams(BaseModel):
         tools = kwargs.pop("tools", None)
         tool_choice = kwargs.pop("tool_choice", None)
         response_format = kwargs.pop("response_format", None)
+        prediction = kwargs.pop("prediction", None)
         kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
         return GenerationRequest(
             messages=tuple(messages) if messages is not None else None,
@@ -203,6 +205,7 @@ class SpeculativeParams(BaseModel):
             tools=tuple(tools) if tools else None,
             tool_choice=tool_choice,
             response_format=response_format,
+            prediction=prediction,
             spec=spec,
             model=model,
             extra=kwargs,

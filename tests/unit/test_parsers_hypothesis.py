@@ -47,6 +47,7 @@ REQUESTS = [CHAT, PROMPT]
 
 STREAM_FIXTURES = [
     "openai/chat_stream.sse",
+    "openai/chat_stream_prediction.sse",
     "openai/chat_tool_calls_stream.sse",
     "vllm/chat_stream_spec.sse",
     "sglang/generate_stream.sse",
@@ -61,6 +62,7 @@ STREAM_FIXTURES = [
 ANSWER_FIXTURES = [
     "openai/chat_completion.json",
     "openai/chat_tool_calls.json",
+    "openai/chat_prediction.json",
     "openai/completion.json",
     "vllm/chat_spec_detailed.json",
     "vllm/chat_spec_summary.json",

@@ -161,6 +161,7 @@ def test_each_entry_says_what_its_backend_declares(builtin_backends: dict[str, B
         assert backend.name == entry.name
         assert isinstance(backend, OpenAICompatibleBackend) is entry.server, entry.name
         assert backend.capabilities.tool_calling is entry.tool_calling, entry.name
+        assert backend.capabilities.predicted_outputs is entry.predicted_outputs, entry.name
 
 
 def test_every_derived_list_agrees_with_the_backends(
@@ -171,6 +172,8 @@ def test_every_derived_list_agrees_with_the_backends(
     assert set(registry.SERVER_BACKENDS) == servers
     assert set(registry.IN_PROCESS_BACKENDS) == set(builtin_backends) - servers
     assert set(registry.TOOL_CAPABLE_BACKENDS) == tool_callers
+    predictors = {n for n, b in builtin_backends.items() if b.capabilities.predicted_outputs}
+    assert set(registry.PREDICTION_BACKENDS) == predictors
     assert registry.TOOL_CAPABLE_BACKENDS == base.TOOL_CAPABLE_BACKENDS
     assert tuple(SERVER_KINDS) == registry.SERVER_BACKENDS  # the playground's server list
     parser = build_parser()

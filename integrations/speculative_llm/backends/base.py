@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
-from speculative_llm.backends.registry import TOOL_CAPABLE_BACKENDS
+from speculative_llm.backends.registry import PREDICTION_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import UnsupportedFeatureError, UnsupportedMethodError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
@@ -36,6 +36,8 @@ class Capabilities:
             baseline side); when False, the baseline needs a second server.
         tool_calling: The backend maps tools and returns tool calls.
         structured_output: The backend honours ``response_format``.
+        predicted_outputs: The backend sends a request's ``prediction`` (OpenAI's
+            Predicted Outputs) and reports how much of it was accepted.
     """
 
     methods: frozenset[str]
@@ -45,6 +47,7 @@ class Capabilities:
     per_request_toggle: bool
     tool_calling: bool = False
     structured_output: bool = False
+    predicted_outputs: bool = False
 
     @classmethod
     def of_server(
@@ -55,6 +58,7 @@ class Capabilities:
         token_provenance: bool = False,
         methods: frozenset[str] = frozenset({"server"}),
         per_request_toggle: bool = False,
+        predicted_outputs: bool = False,
     ) -> Capabilities:
         """An HTTP server's capabilities: tools and structured output pass through.
 
@@ -70,6 +74,7 @@ class Capabilities:
             per_request_toggle=per_request_toggle,
             tool_calling=True,
             structured_output=True,
+            predicted_outputs=predicted_outputs,
         )
 
 
@@ -151,6 +156,12 @@ class Backend(ABC):
                 f"Backend {self.name!r} cannot call tools. Use one that can: "
                 f"{', '.join(TOOL_CAPABLE_BACKENDS)} (for example a llama-server started with "
                 "--jinja)."
+            )
+        if request.prediction is not None and not caps.predicted_outputs:
+            raise UnsupportedFeatureError(
+                f"Backend {self.name!r} does not send a prediction (Predicted Outputs). Use one "
+                f"that does: {', '.join(PREDICTION_BACKENDS)} (a server with OpenAI's "
+                "Predicted Outputs, such as the OpenAI API), or leave prediction out."
             )
         if request.response_format and not caps.structured_output:
             raise UnsupportedFeatureError(

@@ -2,9 +2,10 @@
 
 Each ``BackendEntry`` says what a backend is called (and its aliases), where its class
 lives, whether it talks to a server, which extra installs what it imports, and whether
-it calls tools. ``SERVER_BACKENDS``, ``IN_PROCESS_BACKENDS``, ``TOOL_CAPABLE_BACKENDS``,
-``BACKEND_ALIASES``, the CLI's choices and the playground's server kinds are read from
-``BUILTIN_BACKENDS``; adding a backend is one entry here plus its module.
+it calls tools or takes predictions. ``SERVER_BACKENDS``, ``IN_PROCESS_BACKENDS``,
+``TOOL_CAPABLE_BACKENDS``, ``PREDICTION_BACKENDS``, ``BACKEND_ALIASES``, the CLI's choices
+and the playground's server kinds are read from ``BUILTIN_BACKENDS``; adding a backend is
+one entry here plus its module.
 
 Third parties register a backend with ``register_backend`` or an entry point in the
 group ``speculative_llm.backends``::
@@ -32,6 +33,7 @@ __all__ = [
     "BUILTIN_BACKENDS",
     "ENTRY_POINT_GROUP",
     "IN_PROCESS_BACKENDS",
+    "PREDICTION_BACKENDS",
     "SERVER_BACKENDS",
     "TOOL_CAPABLE_BACKENDS",
     "BackendEntry",
@@ -61,6 +63,8 @@ class BackendEntry:
             imports; None when the core dependencies suffice.
         tool_calling: Whether it maps tools and returns tool calls (its
             ``capabilities.tool_calling``; a test keeps the two in agreement).
+        predicted_outputs: Whether it sends a request's ``prediction`` (its
+            ``capabilities.predicted_outputs``).
         aliases: Other names accepted for it.
     """
 
@@ -70,6 +74,7 @@ class BackendEntry:
     server: bool
     extra: str | None = None
     tool_calling: bool = False
+    predicted_outputs: bool = False
     aliases: tuple[str, ...] = ()
 
 
@@ -124,6 +129,7 @@ BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
         label="OpenAI-compatible",
         server=True,
         tool_calling=True,
+        predicted_outputs=True,
         aliases=("openai-compatible",),
     ),
 )
@@ -135,6 +141,10 @@ IN_PROCESS_BACKENDS: tuple[str, ...] = tuple(e.name for e in BUILTIN_BACKENDS if
 """Built-in backends that run the model in this process (no URL, no key, no HTTP timeout)."""
 TOOL_CAPABLE_BACKENDS: tuple[str, ...] = tuple(e.name for e in BUILTIN_BACKENDS if e.tool_calling)
 """Built-in backends that can call tools, named in the errors of backends that cannot."""
+PREDICTION_BACKENDS: tuple[str, ...] = tuple(
+    e.name for e in BUILTIN_BACKENDS if e.predicted_outputs
+)
+"""Built-in backends that send a request's ``prediction`` (OpenAI's Predicted Outputs)."""
 BACKEND_ALIASES: dict[str, str] = {
     alias: entry.name for entry in BUILTIN_BACKENDS for alias in entry.aliases
 }

@@ -68,6 +68,7 @@ _REQUEST_KWARGS = (
     "tools",
     "tool_choice",
     "response_format",
+    "prediction",
 )
 _TOOL_CHOICES = ("auto", "none", "required")
 
@@ -110,7 +111,8 @@ class Speculative(FunctionCallingLLM):
 
     Call-time keyword arguments of ``chat``/``complete`` (and their stream and async
     twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
-    ``tools``, ``tool_choice``, ``response_format`` and ``speculative`` (a
+    ``tools``, ``tool_choice``, ``response_format``, ``prediction`` (Predicted Outputs:
+    the expected text, or OpenAI's ``{"type": "content", ...}``) and ``speculative`` (a
     ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Other keyword
     arguments go to the backend unchanged (``GenerationRequest.extra``).
 

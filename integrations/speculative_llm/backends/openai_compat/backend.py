@@ -29,6 +29,7 @@ from speculative_llm.backends.http import (
 )
 from speculative_llm.backends.openai_compat.requests import build_chat_body, build_completion_body
 from speculative_llm.backends.openai_compat.responses import (
+    PredictionCounts,
     RequestContext,
     ResponseSummary,
     parse_chat_response,
@@ -180,8 +181,8 @@ class OpenAICompatibleBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        """OpenAI-compatible servers report no acceptance figures and no provenance."""
-        return Capabilities.of_server(per_request_stats=False)
+        """No acceptance figures or provenance; a ``prediction`` is sent (Predicted Outputs)."""
+        return Capabilities.of_server(per_request_stats=False, predicted_outputs=True)
 
     @property
     def model_name(self) -> str:
@@ -219,6 +220,11 @@ class OpenAICompatibleBackend(Backend):
                 raise UnsupportedFeatureError(
                     "Tools need a chat request (messages); the completion endpoint cannot "
                     "call tools."
+                )
+            if request.prediction is not None:
+                raise UnsupportedFeatureError(
+                    "A prediction (Predicted Outputs) needs a chat request (messages); the "
+                    "completion endpoint takes none."
                 )
         elif request.messages is None:
             raise UnsupportedFeatureError(
@@ -266,12 +272,43 @@ class OpenAICompatibleBackend(Backend):
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """The ``SpecStats`` of a finished response (pure)."""
+        if context.request.prediction is not None and summary.prediction is not None:
+            return self.prediction_stats(summary, summary.prediction)
         return self.timing_stats(
             context,
             summary,
             source_note=(
                 "this server reports no speculative-decoding figures; timings measured by the "
                 "client"
+            ),
+        )
+
+    def prediction_stats(self, summary: ResponseSummary, prediction: PredictionCounts) -> SpecStats:
+        """Exact figures of a Predicted Outputs answer: the prediction's tokens are the drafts.
+
+        OpenAI bills rejected prediction tokens as completion tokens, so the answer's own
+        length is ``completion_tokens - rejected_prediction_tokens``; no step count.
+        """
+        accepted, rejected = prediction.accepted, prediction.rejected
+        completion = summary.usage.completion_tokens if summary.usage else None
+        generated = completion
+        if completion is not None and rejected is not None and completion >= rejected:
+            generated = completion - rejected
+        return SpecStats(
+            backend=self.name,
+            method="prediction",
+            source="exact",
+            prompt_tokens=summary.usage.prompt_tokens if summary.usage else None,
+            generated_tokens=generated,
+            draft_tokens=None if accepted is None or rejected is None else accepted + rejected,
+            accepted_tokens=accepted,
+            ttft_s=summary.client_ttft_s,
+            decode_s=summary.client_decode_s,
+            total_s=summary.client_total_s,
+            note=(
+                "Predicted Outputs (usage.completion_tokens_details): accepted and rejected "
+                "prediction tokens; generated_tokens leaves out the rejected ones, which the "
+                "server counts as completion tokens; no step count"
             ),
         )
 
@@ -316,6 +353,7 @@ class OpenAICompatibleBackend(Backend):
             usage=parsed.usage,
             extras=parsed.extras,
             finish_reason=parsed.finish_reason,
+            prediction=parsed.prediction,
         )
         reason = parsed.finish_reason
         if parsed.tool_calls and reason in (None, "stop"):

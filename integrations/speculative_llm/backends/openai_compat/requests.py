@@ -59,6 +59,8 @@ def build_chat_body(
         body["tools"] = list(request.tools)
     if request.tool_choice is not None:
         body["tool_choice"] = request.tool_choice
+    if request.prediction is not None:
+        body["prediction"] = {"type": "content", "content": request.prediction}
     return _with_shared_fields(body, request, model=model, stream=stream, extra=extra)
 
 

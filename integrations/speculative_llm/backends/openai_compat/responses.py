@@ -21,6 +21,7 @@ from speculative_llm.types import FinishReason, GenerationRequest, ToolCall, Usa
 
 __all__ = [
     "ParsedResponse",
+    "PredictionCounts",
     "RequestContext",
     "ResponseSummary",
     "extension_fields",
@@ -28,6 +29,7 @@ __all__ = [
     "parse_chat_response",
     "parse_completion_response",
     "parse_model_info",
+    "parse_prediction_counts",
     "parse_tool_arguments",
     "parse_tool_calls",
     "parse_usage",
@@ -150,6 +152,33 @@ class ParsedResponse:
     usage: Usage | None
     model: str
     extras: Mapping[str, Any]
+    prediction: PredictionCounts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionCounts:
+    """How much of a request's ``prediction`` (Predicted Outputs) the answer used.
+
+    From ``usage.completion_tokens_details`` (OpenAI API reference, ``CompletionUsage``):
+    ``accepted_prediction_tokens`` "appeared in the completion", and
+    ``rejected_prediction_tokens`` did not but "are still counted in the total completion
+    tokens for purposes of billing, output, and context window limits".
+    """
+
+    accepted: int | None
+    rejected: int | None
+
+
+def parse_prediction_counts(usage: object) -> PredictionCounts | None:
+    """The Predicted Outputs counts of an OpenAI ``usage`` object (None when absent)."""
+    details = usage.get("completion_tokens_details") if isinstance(usage, Mapping) else None
+    if not isinstance(details, Mapping):
+        return None
+    accepted = count(details.get("accepted_prediction_tokens"))
+    rejected = count(details.get("rejected_prediction_tokens"))
+    if accepted is None and rejected is None:
+        return None
+    return PredictionCounts(accepted=accepted, rejected=rejected)
 
 
 def _first_choice(payload: Mapping[str, Any], url: str) -> dict[str, Any]:
@@ -231,6 +260,7 @@ def _parsed(
         usage=parse_usage(payload.get("usage")),
         model=model if isinstance(model, str) else "",
         extras=extension_fields(payload),
+        prediction=parse_prediction_counts(payload.get("usage")),
     )
 
 
@@ -282,6 +312,7 @@ class ResponseSummary:
     ended: float
     streamed: bool
     headers: Mapping[str, str] = field(default_factory=dict)
+    prediction: PredictionCounts | None = None
 
     @classmethod
     def of_whole_answer(
@@ -293,6 +324,7 @@ class ResponseSummary:
         usage: Usage | None,
         extras: Mapping[str, Any],
         finish_reason: FinishReason | None,
+        prediction: PredictionCounts | None = None,
     ) -> ResponseSummary:
         """A non-streamed answer: no first-token time; it ended when its body arrived."""
         return cls(
@@ -305,6 +337,7 @@ class ResponseSummary:
             ended=context.ended if context.ended is not None else time.perf_counter(),
             streamed=False,
             headers=headers,
+            prediction=prediction,
         )
 
     @property

@@ -14,9 +14,11 @@ from typing import Any
 from speculative_llm.backends.http import EngineHints, decode_json_object, error_for_status
 from speculative_llm.backends.http.sse import SSEEvent
 from speculative_llm.backends.openai_compat.responses import (
+    PredictionCounts,
     ResponseSummary,
     extension_fields,
     map_finish_reason,
+    parse_prediction_counts,
     parse_tool_arguments,
     parse_usage,
     raise_error_payload,
@@ -41,6 +43,7 @@ class StreamDecoderBase:
         self.first_token_at: float | None = None
         self.finish_reason: FinishReason | None = None
         self.usage: Usage | None = None
+        self.prediction: PredictionCounts | None = None
         self.extras: dict[str, Any] = {}
         self._pieces: list[str] = []
         self._done = False
@@ -117,6 +120,7 @@ class StreamDecoderBase:
             ended=now,
             streamed=True,
             headers=headers or {},
+            prediction=self.prediction,
         )
 
 
@@ -203,6 +207,7 @@ class OpenAIStreamDecoder(StreamDecoderBase):
         usage = parse_usage(payload.get("usage"))
         if usage is not None:
             self.usage = usage
+            self.prediction = parse_prediction_counts(payload.get("usage"))
         choices = payload.get("choices")
         if choices is not None and not isinstance(choices, list):
             raise MalformedResponseError(f"choices from {self.url} is not a list.", url=self.url)
