@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -10,6 +9,7 @@ from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
+from speculative_llm.arguments import reject_unknown_arguments
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
@@ -93,7 +93,7 @@ class SpeculativeParams(BaseModel):
                 missing ``base_url``, or invalid sampling values.
             ModelNotFoundError: The model cannot be found.
         """
-        _reject_unknown(type(self), data)
+        reject_unknown_arguments(type(self), data)
         super().__init__(**data)
         self._setup = build_backend(
             self.backend,
@@ -223,23 +223,3 @@ class SpeculativeParams(BaseModel):
         """Async twin of ``close``."""
         if self._setup.owned:
             await self._setup.backend.aclose()
-
-
-def _reject_unknown(cls: type[BaseModel], data: dict[str, Any]) -> None:
-    """Refuse misspelt parameters instead of silently ignoring them (LangChain's default)."""
-    known: set[str] = set()
-    for name, field in cls.model_fields.items():
-        known.add(name)
-        if field.alias:
-            known.add(field.alias)
-    unknown = sorted(set(data) - known)
-    if not unknown:
-        return
-    first = unknown[0]
-    close = difflib.get_close_matches(first, sorted(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(
-        f"Unknown parameter(s) {', '.join(repr(u) for u in unknown)} for {cls.__name__}.{hint} "
-        "Backend-specific options go in backend_options={...}.",
-        field=first,
-    )
