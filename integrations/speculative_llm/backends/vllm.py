@@ -37,11 +37,12 @@ from typing import Any, ClassVar, Literal, Unpack
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, counts, seconds_from_ms
 from speculative_llm.backends.http import EngineHints
-from speculative_llm.backends.openai_compat import (
-    HTTPOptions,
-    OpenAICompatibleBackend,
+from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.responses import (
+    AnswerFigures,
     RequestContext,
     ResponseSummary,
+    with_server_timings,
 )
 from speculative_llm.backends.prometheus import MetricsSnapshot, parse_prometheus_text
 from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
@@ -102,15 +103,7 @@ def _positions_from_steps(values: Sequence[int], width: int) -> tuple[int, ...]:
     return tuple(sum(1 for v in values if v > position) for position in range(width))
 
 
-def vllm_per_request_stats(
-    spec: Mapping[str, Any],
-    *,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
-) -> SpecStats:
+def vllm_per_request_stats(spec: Mapping[str, Any], **figures: Unpack[AnswerFigures]) -> SpecStats:
     """``SpecStats`` from ``metrics.speculative_decoding`` (source ``exact``)."""
     drafted = count(spec.get("num_draft_tokens"))
     accepted = count(spec.get("num_accepted_draft_tokens"))
@@ -145,18 +138,14 @@ def vllm_per_request_stats(
         method="server",
         source="exact",
         num_speculative_tokens=k,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted, draft_steps),
+        verify_steps=_decode_steps(figures.get("generated_tokens"), accepted, draft_steps),
         draft_steps=draft_steps,
         rejected_steps=rejected_steps,
         accepted_per_position=accepted_per_position,
         drafted_per_position=drafted_per_position,
-        ttft_s=ttft_s,
-        decode_s=decode_s,
-        total_s=total_s,
+        **figures,
         note=(
             "metrics.speculative_decoding from vLLM; verify_steps = completion_tokens - accepted "
             "drafts, prompt pass included, and at least num_spec_steps + 1 (vLLM's "
@@ -220,15 +209,7 @@ def _whole(value: float) -> int | None:
     return round(value)
 
 
-def vllm_counter_stats(
-    delta: SpecCounters,
-    *,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
-) -> SpecStats:
+def vllm_counter_stats(delta: SpecCounters, **figures: Unpack[AnswerFigures]) -> SpecStats:
     """``SpecStats`` from counter differences around one request (source ``derived``)."""
     accepted = _whole(delta.accepted_tokens)
     positions = sorted(delta.accepted_per_position)
@@ -242,16 +223,12 @@ def vllm_counter_stats(
         method="server",
         source="derived",
         num_speculative_tokens=len(positions) or None,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=_whole(delta.draft_tokens),
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted, _whole(delta.drafts)),
+        verify_steps=_decode_steps(figures.get("generated_tokens"), accepted, _whole(delta.drafts)),
         draft_steps=_whole(delta.drafts),
         accepted_per_position=per_position,
-        ttft_s=ttft_s,
-        decode_s=decode_s,
-        total_s=total_s,
+        **figures,
         note=COUNTER_NOTE,
     )
 
@@ -266,9 +243,7 @@ class VLLMBackend(OpenAICompatibleBackend):
             ``off``: timings only.
         require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
             the server has no speculative decoding configured.
-        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
-            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
-            verify).
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
 
     Raises:
         ConfigError: An option is invalid.
@@ -348,30 +323,19 @@ class VLLMBackend(OpenAICompatibleBackend):
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """Exact, derived or unavailable figures, in that order of preference."""
-        usage = summary.usage
-        prompt = usage.prompt_tokens if usage else None
-        generated = usage.completion_tokens if usage else None
         metrics = summary.extras.get("metrics")
         metrics = metrics if isinstance(metrics, Mapping) else {}
-        ttft = seconds_from_ms(metrics.get("time_to_first_token_ms"))
-        decode = seconds_from_ms(metrics.get("generation_time_ms"))
-        if ttft is None:
-            ttft = summary.client_ttft_s
-        if decode is None:
-            decode = summary.client_decode_s
-        total = summary.client_total_s
+        # vLLM's own timings (--enable-per-request-metrics) win over the client's.
+        figures = with_server_timings(
+            summary.figures(),
+            ttft_s=seconds_from_ms(metrics.get("time_to_first_token_ms")),
+            decode_s=seconds_from_ms(metrics.get("generation_time_ms")),
+        )
         spec = metrics.get("speculative_decoding")
         # "counters" means /metrics differences only, even when the server sends more.
         if isinstance(spec, Mapping) and self.stats_mode in ("auto", "per_request"):
             self._per_request_seen = True
-            return vllm_per_request_stats(
-                spec,
-                prompt_tokens=prompt,
-                generated_tokens=generated,
-                ttft_s=ttft,
-                decode_s=decode,
-                total_s=total,
-            )
+            return vllm_per_request_stats(spec, **figures)
         if self.stats_mode in ("auto", "counters"):
             before = context.before.get("/metrics")
             after = context.after.get("/metrics")
@@ -380,24 +344,13 @@ class VLLMBackend(OpenAICompatibleBackend):
                 start = read_spec_counters(parse_prometheus_text(before.text), model)
                 end = read_spec_counters(parse_prometheus_text(after.text), model)
                 if start is not None and end is not None:
-                    return vllm_counter_stats(
-                        end.minus(start),
-                        prompt_tokens=prompt,
-                        generated_tokens=generated,
-                        ttft_s=ttft,
-                        decode_s=decode,
-                        total_s=total,
-                    )
+                    return vllm_counter_stats(end.minus(start), **figures)
         return SpecStats.unavailable(
             "vllm",
-            prompt_tokens=prompt,
-            generated_tokens=generated,
             note=(
                 "vLLM reported no speculative-decoding figures for this request (no "
                 "metrics.speculative_decoding, no spec_decode counters). Start it with "
                 "--per-request-spec-decode-metrics summary and a --speculative-config"
             ),
-            ttft_s=ttft,
-            decode_s=decode,
-            total_s=total,
+            **figures,
         )

@@ -18,6 +18,7 @@ from speculative_llm.backends.openai_compat.requests import (
     build_completion_body,
 )
 from speculative_llm.backends.openai_compat.responses import (
+    AnswerFigures,
     ParsedResponse,
     RequestContext,
     ResponseSummary,
@@ -31,6 +32,7 @@ from speculative_llm.backends.openai_compat.responses import (
 from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder, StreamDecoderBase
 
 __all__ = [
+    "AnswerFigures",
     "Endpoint",
     "HTTPOptions",
     "OpenAICompatibleBackend",

@@ -39,7 +39,7 @@ from speculative_llm.backends.openai_compat.responses import (
 from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, GenerationRequest, Token, Usage
+from speculative_llm.types import Chunk, Completion, FinishReason, GenerationRequest, Token, Usage
 
 __all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
 
@@ -233,6 +233,15 @@ class OpenAICompatibleBackend(Backend):
                 "prompt as a user message."
             )
 
+    def _is_native(self, request: GenerationRequest) -> bool:
+        """Whether a request goes to the engine's own endpoint (``native`` in ``endpoints``).
+
+        ``endpoint="native"`` sends every request there; ``auto`` sends prompt requests.
+        """
+        if "native" not in self.endpoints:
+            return False
+        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
+
     def _is_chat(self, request: GenerationRequest) -> bool:
         if self.endpoint == "auto":
             return request.is_chat
@@ -290,21 +299,17 @@ class OpenAICompatibleBackend(Backend):
         length is ``completion_tokens - rejected_prediction_tokens``; no step count.
         """
         accepted, rejected = prediction.accepted, prediction.rejected
-        completion = summary.usage.completion_tokens if summary.usage else None
-        generated = completion
+        figures = summary.figures()
+        completion = figures["generated_tokens"]
         if completion is not None and rejected is not None and completion >= rejected:
-            generated = completion - rejected
+            figures["generated_tokens"] = completion - rejected
         return SpecStats(
             backend=self.name,
             method="prediction",
             source="exact",
-            prompt_tokens=summary.usage.prompt_tokens if summary.usage else None,
-            generated_tokens=generated,
             draft_tokens=None if accepted is None or rejected is None else accepted + rejected,
             accepted_tokens=accepted,
-            ttft_s=summary.client_ttft_s,
-            decode_s=summary.client_decode_s,
-            total_s=summary.client_total_s,
+            **figures,
             note=(
                 "Predicted Outputs (usage.completion_tokens_details): accepted and rejected "
                 "prediction tokens; generated_tokens leaves out the rejected ones, which the "
@@ -316,27 +321,24 @@ class OpenAICompatibleBackend(Backend):
         self, context: RequestContext, summary: ResponseSummary, *, source_note: str
     ) -> SpecStats:
         """An ``unavailable`` record with token counts and client-side timings."""
-        usage = summary.usage
         return SpecStats.unavailable(
-            self.name,
-            method="server",
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            generated_tokens=usage.completion_tokens if usage else None,
-            ttft_s=summary.client_ttft_s,
-            decode_s=summary.client_decode_s,
-            total_s=summary.client_total_s,
-            note=source_note,
+            self.name, method="server", note=source_note, **summary.figures()
         )
 
     def make_decoder(self, context: RequestContext) -> StreamDecoder:
         """The stream decoder of a request."""
         return OpenAIStreamDecoder(
-            url=context.url,
-            hints=self.hints,
-            started=context.started,
-            chat=self._is_chat(context.request),
-            stats=lambda summary: self.build_stats(context, summary),
+            chat=self._is_chat(context.request), **self.decoder_options(context)
         )
+
+    def decoder_options(self, context: RequestContext) -> dict[str, Any]:
+        """What every stream decoder of this backend takes (``StreamDecoderBase``'s options)."""
+        return {
+            "url": context.url,
+            "hints": self.hints,
+            "started": context.started,
+            "stats": lambda summary: self.build_stats(context, summary),
+        }
 
     def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
         """A non-streamed response as a ``Completion`` (pure)."""
@@ -366,6 +368,37 @@ class OpenAICompatibleBackend(Backend):
             tool_calls=parsed.tool_calls,
             usage=parsed.usage or Usage(),
             model=parsed.model or self.model_name,
+            raw=response.data,
+        )
+
+    def native_completion(
+        self,
+        context: RequestContext,
+        response: JSONResponse,
+        *,
+        text: str,
+        usage: Usage | None,
+        extras: Mapping[str, Any],
+        finish_reason: FinishReason | None,
+        tokens: tuple[Token, ...] = (),
+        model: str = "",
+    ) -> Completion:
+        """A ``Completion`` from the parts of an engine's native (non-OpenAI) answer."""
+        summary = ResponseSummary.of_whole_answer(
+            context,
+            response.headers,
+            text=text,
+            usage=usage,
+            extras=extras,
+            finish_reason=finish_reason,
+        )
+        return Completion(
+            text=text,
+            stats=self.build_stats(context, summary),
+            tokens=tokens,
+            finish_reason=finish_reason,
+            usage=usage or Usage(),
+            model=model or self.model_name,
             raw=response.data,
         )
 

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from speculative_llm.backends.base import ModelInfo
 from speculative_llm.backends.fields import count, usage_of
@@ -20,6 +20,7 @@ from speculative_llm.errors import MalformedResponseError
 from speculative_llm.types import FinishReason, GenerationRequest, ToolCall, Usage
 
 __all__ = [
+    "AnswerFigures",
     "ParsedResponse",
     "PredictionCounts",
     "RequestContext",
@@ -34,6 +35,8 @@ __all__ = [
     "parse_tool_calls",
     "parse_usage",
     "raise_error_payload",
+    "required_text",
+    "with_server_timings",
 ]
 
 _FINISH_REASONS: dict[str, FinishReason] = {
@@ -181,7 +184,11 @@ def parse_prediction_counts(usage: object) -> PredictionCounts | None:
     return PredictionCounts(accepted=accepted, rejected=rejected)
 
 
-def _first_choice(payload: Mapping[str, Any], url: str) -> dict[str, Any]:
+def _first_choice(
+    payload: Mapping[str, Any], url: str, hints: EngineHints | None
+) -> dict[str, Any]:
+    """The answer's first choice, once the payload is known not to be an error."""
+    raise_error_payload(payload, url, hints or EngineHints())
     choices = payload.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise MalformedResponseError(
@@ -189,6 +196,21 @@ def _first_choice(payload: Mapping[str, Any], url: str) -> dict[str, Any]:
             url=url,
         )
     return choices[0]
+
+
+def required_text(data: Mapping[str, Any], key: str, *, url: str, answer: str, server: str) -> str:
+    """``data[key]``, the text of an engine's native answer.
+
+    Raises:
+        MalformedResponseError: It is missing or not a string (``server`` names the kind of
+            server ``answer`` should come from).
+    """
+    text = data.get(key)
+    if not isinstance(text, str):
+        raise MalformedResponseError(
+            f"The {answer} from {url} has no {key!r} string; is this {server}?", url=url
+        )
+    return text
 
 
 def extension_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -220,8 +242,7 @@ def parse_chat_response(
     payload: Mapping[str, Any], *, url: str, hints: EngineHints | None = None
 ) -> ParsedResponse:
     """A ``chat.completion`` object."""
-    raise_error_payload(payload, url, hints or EngineHints())
-    choice = _first_choice(payload, url)
+    choice = _first_choice(payload, url, hints)
     message = choice.get("message")
     if not isinstance(message, dict):
         raise MalformedResponseError(f"The first choice from {url} has no message.", url=url)
@@ -238,8 +259,7 @@ def parse_completion_response(
     payload: Mapping[str, Any], *, url: str, hints: EngineHints | None = None
 ) -> ParsedResponse:
     """A ``text_completion`` object."""
-    raise_error_payload(payload, url, hints or EngineHints())
-    choice = _first_choice(payload, url)
+    choice = _first_choice(payload, url, hints)
     text = choice.get("text")
     if text is not None and not isinstance(text, str):
         raise MalformedResponseError(f"choices[0].text from {url} is not a string.", url=url)
@@ -299,6 +319,32 @@ class RequestContext:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+class AnswerFigures(TypedDict, total=False):
+    """What every answer says of itself, speculation aside: token counts and timings.
+
+    The keyword arguments the engines' ``*_stats`` functions take (and pass on to
+    ``SpecStats``); ``ResponseSummary.figures`` gives them for a finished answer.
+    """
+
+    prompt_tokens: int | None
+    generated_tokens: int | None
+    ttft_s: float | None
+    decode_s: float | None
+    total_s: float | None
+
+
+def with_server_timings(
+    figures: AnswerFigures, *, ttft_s: float | None, decode_s: float | None
+) -> AnswerFigures:
+    """``figures`` with the timings the server measured itself, where it reported them."""
+    updated = AnswerFigures(**figures)
+    if ttft_s is not None:
+        updated["ttft_s"] = ttft_s
+    if decode_s is not None:
+        updated["decode_s"] = decode_s
+    return updated
+
+
 @dataclass(frozen=True, slots=True)
 class ResponseSummary:
     """Everything the statistics hooks may read about a finished response."""
@@ -338,6 +384,17 @@ class ResponseSummary:
             streamed=False,
             headers=headers,
             prediction=prediction,
+        )
+
+    def figures(self) -> AnswerFigures:
+        """Token counts from ``usage``, timings measured here."""
+        usage = self.usage
+        return AnswerFigures(
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            generated_tokens=usage.completion_tokens if usage else None,
+            ttft_s=self.client_ttft_s,
+            decode_s=self.client_decode_s,
+            total_s=self.client_total_s,
         )
 
     @property

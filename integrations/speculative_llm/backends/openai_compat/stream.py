@@ -7,6 +7,7 @@ time, finish reason, usage, error events); ``OpenAIStreamDecoder`` decodes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,10 +34,24 @@ __all__ = ["OpenAIStreamDecoder", "StreamDecoderBase"]
 class StreamDecoderBase:
     """Bookkeeping shared by the stream decoders of every engine.
 
-    Subclasses implement ``feed_payload`` (one JSON event) and ``final_chunk``.
+    Subclasses implement ``feed_payload`` (one JSON event); the final chunk carries the
+    ``SpecStats`` that ``stats`` builds from the decoder's ``summary``.
+
+    Args:
+        url: The URL streamed from (for errors).
+        hints: Engine wording for errors.
+        started: ``time.perf_counter()`` when the request was sent.
+        stats: Builds the final ``SpecStats`` (the backend's ``build_stats``).
     """
 
-    def __init__(self, *, url: str, hints: EngineHints, started: float) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        hints: EngineHints,
+        started: float,
+        stats: Callable[[ResponseSummary], SpecStats],
+    ) -> None:
         self.url = url
         self.hints = hints
         self.started = started
@@ -47,6 +62,7 @@ class StreamDecoderBase:
         self.extras: dict[str, Any] = {}
         self._pieces: list[str] = []
         self._done = False
+        self._stats = stats
 
     @property
     def done(self) -> bool:
@@ -105,8 +121,13 @@ class StreamDecoderBase:
         return [self.final_chunk(now)]
 
     def final_chunk(self, now: float) -> Chunk:
-        """The chunk that closes the stream."""
-        raise NotImplementedError
+        """The chunk that closes the stream: finish reason, usage, final statistics."""
+        return Chunk(
+            stats=self._stats(self.summary(now)),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            final=True,
+        )
 
     def summary(self, now: float, headers: Mapping[str, str] | None = None) -> ResponseSummary:
         """What the statistics hooks need."""
@@ -176,26 +197,14 @@ class OpenAIStreamDecoder(StreamDecoderBase):
     """Decodes ``chat.completion.chunk`` / ``text_completion`` streams.
 
     Args:
-        url: The URL streamed from (for errors).
-        hints: Engine wording for errors.
-        started: ``time.perf_counter()`` when the request was sent.
         chat: Chat deltas (``delta.content``) rather than completion ``text``.
-        stats: Builds the final ``SpecStats`` from the decoder's ``summary``.
+        **options: ``StreamDecoderBase``'s (url, hints, started, stats).
     """
 
-    def __init__(
-        self,
-        *,
-        url: str,
-        hints: EngineHints,
-        started: float,
-        chat: bool,
-        stats: Callable[[ResponseSummary], SpecStats],
-    ) -> None:
-        super().__init__(url=url, hints=hints, started=started)
+    def __init__(self, *, chat: bool, **options: Any) -> None:
+        super().__init__(**options)
         self.chat = chat
         self.model = ""
-        self._stats = stats
         self._tool_calls = _ToolCallAccumulator()
 
     def feed_payload(self, payload: dict[str, Any], now: float) -> list[Chunk]:
@@ -256,10 +265,5 @@ class OpenAIStreamDecoder(StreamDecoderBase):
         reason = self.finish_reason
         if tool_calls and reason in (None, "stop"):
             reason = "tool_calls"
-        return Chunk(
-            stats=self._stats(self.summary(now)),
-            finish_reason=reason,
-            tool_calls=tool_calls,
-            usage=self.usage,
-            final=True,
-        )
+        closing = super().final_chunk(now)
+        return dataclasses.replace(closing, finish_reason=reason, tool_calls=tool_calls)
