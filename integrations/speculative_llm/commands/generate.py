@@ -21,22 +21,13 @@ from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
-__all__ = ["add_parser", "build_request", "build_spec", "format_stats", "run"]
+__all__ = ["add_arguments", "build_request", "build_spec", "format_stats", "run"]
 
 _DEFAULT_MODEL = "smollm2-135m"
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``generate`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "generate",
-        help="generate with the in-process speculative engine and print its statistics",
-        description=(
-            "Generate text with the in-process speculative decoding engine and print the "
-            "acceptance statistics. With --compare, the same request also runs without "
-            "speculation and the measured speedup is printed."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm generate``."""
     parser.add_argument("prompt", help="the prompt ('-' reads it from standard input)")
     parser.add_argument(
         "--model",
@@ -89,7 +80,6 @@ def add_parser(subparsers: Any) -> None:
         "--dtype", default="auto", help="auto (default), float32, bfloat16 or float16"
     )
     parser.add_argument("--threads", type=int, help="torch threads")
-    parser.set_defaults(func=run)
 
 
 def build_spec(args: argparse.Namespace) -> SpecConfig:
