@@ -70,6 +70,13 @@ def _mean_expected_tokens(alpha: float, steps_by_length: dict[int, int]) -> floa
     return total / sum(steps_by_length.values())
 
 
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    """Part / whole; None when either is unknown or the whole is zero."""
+    if part is None or not whole:
+        return None
+    return part / whole
+
+
 def _sum_optional(values: Iterable[int | float | None]) -> Any:
     items = list(values)
     if not items or any(v is None for v in items):
@@ -148,23 +155,17 @@ class SpecStats:
     @property
     def acceptance_rate(self) -> float | None:
         """accepted_tokens / draft_tokens (None when unknown or nothing was drafted)."""
-        if self.accepted_tokens is None or not self.draft_tokens:
-            return None
-        return self.accepted_tokens / self.draft_tokens
+        return _ratio(self.accepted_tokens, self.draft_tokens)
 
     @property
     def mean_accepted_length(self) -> float | None:
         """generated_tokens / verify_steps: tokens per target forward pass, bonus included."""
-        if self.generated_tokens is None or not self.verify_steps:
-            return None
-        return self.generated_tokens / self.verify_steps
+        return _ratio(self.generated_tokens, self.verify_steps)
 
     @property
     def tokens_per_second(self) -> float | None:
         """generated_tokens / decode_s."""
-        if self.generated_tokens is None or not self.decode_s:
-            return None
-        return self.generated_tokens / self.decode_s
+        return _ratio(self.generated_tokens, self.decode_s)
 
     @property
     def acceptance_by_position(self) -> tuple[float, ...] | None:

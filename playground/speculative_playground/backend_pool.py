@@ -146,6 +146,19 @@ class BackendPair:
     speculative_spec: SpecConfig | None
     shared_machine: bool
 
+    @classmethod
+    def on_one_machine(
+        cls, baseline: Backend, speculative: Backend, speculative_spec: SpecConfig | None
+    ) -> BackendPair:
+        """Both sides on this machine, the baseline turning speculation off per request."""
+        return cls(
+            baseline=baseline,
+            speculative=speculative,
+            baseline_spec=SpecConfig.baseline(),
+            speculative_spec=speculative_spec,
+            shared_machine=True,
+        )
+
     def requests(self, request: GenerationRequest) -> tuple[GenerationRequest, GenerationRequest]:
         """The baseline and speculative requests, checked against each backend.
 
@@ -255,13 +268,7 @@ class BackendPool:
                 self._local.lease(("local-baseline", model), lambda: self._load_local(model))
             )
             self._warm(("local-baseline", model), baseline, None)
-        return BackendPair(
-            baseline=baseline,
-            speculative=speculative,
-            baseline_spec=SpecConfig.baseline(),
-            speculative_spec=spec,
-            shared_machine=True,
-        )
+        return BackendPair.on_one_machine(baseline, speculative, spec)
 
     def _load_local(self, model: str) -> Backend:
         return self._backend_factory(
@@ -369,13 +376,7 @@ class BackendPool:
                 "one request, so it cannot run the baseline itself. Start a second server "
                 "without speculative flags and enter its URL as the baseline URL."
             )
-        return BackendPair(
-            baseline=speculative,
-            speculative=speculative,
-            baseline_spec=SpecConfig.baseline(),
-            speculative_spec=speculative_spec,
-            shared_machine=True,
-        )
+        return BackendPair.on_one_machine(speculative, speculative, speculative_spec)
 
 
 def _server_side_spec(backend: Backend) -> SpecConfig | None:

@@ -323,25 +323,19 @@ class StreamAccumulator:
 
     def chat(self, chunk: Chunk) -> ChatResponse | None:
         """The ``ChatResponse`` for one chunk (None when the chunk brings nothing)."""
-        step = self._step(chunk)
-        if step is None:
+        if (step := self._step(chunk)) is None:
             return None
-        additional_kwargs, raw = step
+        message = assistant_message(self.text, chunk.tool_calls if chunk.final else ())
         return ChatResponse(
-            message=assistant_message(self.text, chunk.tool_calls if chunk.final else ()),
-            delta=chunk.text,
-            raw=raw,
-            additional_kwargs=additional_kwargs,
+            message=message, delta=chunk.text, raw=step[1], additional_kwargs=step[0]
         )
 
     def completion(self, chunk: Chunk) -> CompletionResponse | None:
         """The ``CompletionResponse`` for one chunk (None when the chunk brings nothing)."""
-        step = self._step(chunk)
-        if step is None:
+        if (step := self._step(chunk)) is None:
             return None
-        additional_kwargs, raw = step
         return CompletionResponse(
-            text=self.text, delta=chunk.text, raw=raw, additional_kwargs=additional_kwargs
+            text=self.text, delta=chunk.text, raw=step[1], additional_kwargs=step[0]
         )
 
 
