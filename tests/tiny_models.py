@@ -24,6 +24,7 @@ __all__ = [
     "perturbed_copy",
     "save_tiny_model",
     "tiny_vocabulary",
+    "write_gguf",
 ]
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
@@ -160,6 +161,7 @@ def save_tiny_model(
     extra_characters: str = "",
     draft_of: Path | None = None,
     noise: float = 0.05,
+    **model_options: Any,
 ) -> Path:
     """Build and save a tiny model + tokenizer directory loadable with ``from_pretrained``.
 
@@ -171,6 +173,7 @@ def save_tiny_model(
         draft_of: When given, the saved model is a perturbed copy of the model in this
             directory (a draft that partly agrees with that target).
         noise: Standard deviation of the perturbation for ``draft_of``.
+        **model_options: Passed to ``build_tiny_llama`` (``hidden_size``...).
 
     Returns:
         ``out_dir``.
@@ -188,6 +191,7 @@ def save_tiny_model(
             seed=seed,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
+            **model_options,
         )
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
@@ -196,6 +200,116 @@ def save_tiny_model(
     if "chat_template" not in config and not (out_dir / "chat_template.jinja").exists():
         raise RuntimeError(f"chat template was not saved in {out_dir}")
     return out_dir
+
+
+def _rope_permute(weight: Any, heads: int) -> Any:
+    """Reorder query/key rows from Hugging Face's rotary layout to llama.cpp's.
+
+    The same permutation as llama.cpp's ``convert_hf_to_gguf.py`` for Llama models:
+    within each head, rows ``[x0..x(d/2-1), y0..]`` become interleaved pairs.
+    """
+    rows = weight.shape[0]
+    return (
+        weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
+
+
+def write_gguf(
+    path: Path,
+    model: Any,
+    vocabulary: dict[str, int],
+    *,
+    architecture: str = "llama",
+    quantization: str = "F32",
+    chat_template: str | None = CHAT_TEMPLATE,
+) -> Path:
+    """Write a Hugging Face ``LlamaForCausalLM`` as a GGUF file llama.cpp loads.
+
+    The tensors are laid out as llama.cpp's converter lays out Llama checkpoints (rotary
+    rows of queries and keys permuted), so llama.cpp computes what transformers does
+    (up to float rounding). The vocabulary becomes a SentencePiece-style one: the space
+    character is spelled ``▁``, special tokens are control tokens.
+
+    Args:
+        path: File to write.
+        model: The model (float32).
+        vocabulary: Token -> id (``tiny_vocabulary()``).
+        architecture: ``general.architecture`` (another name makes a file llama.cpp
+            refuses, for error tests).
+        quantization: ``F32``, ``F16`` or ``Q8_0`` for the matrices (norms stay F32).
+        chat_template: Stored as ``tokenizer.chat_template`` (None: no template).
+    """
+    import gguf
+    import numpy as np
+
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name("tiny-llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or 10000.0))
+    writer.add_rope_dimension_count(config.hidden_size // heads)
+    writer.add_tokenizer_model("llama")
+    tokens = sorted(vocabulary, key=vocabulary.__getitem__)
+    writer.add_token_list([token.replace(" ", "\u2581") for token in tokens])
+    writer.add_token_scores([0.0] * len(tokens))
+    types = {"<unk>": gguf.TokenType.UNKNOWN, "<s>": gguf.TokenType.CONTROL}
+    types["</s>"] = gguf.TokenType.CONTROL
+    writer.add_token_types([types.get(token, gguf.TokenType.NORMAL) for token in tokens])
+    writer.add_unk_token_id(vocabulary["<unk>"])
+    writer.add_bos_token_id(vocabulary["<s>"])
+    writer.add_eos_token_id(vocabulary["</s>"])
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+    def add(name: str, tensor: Any, *, matrix: bool = True) -> None:
+        array = tensor.detach().float().numpy()
+        if not matrix or quantization == "F32":
+            writer.add_tensor(name, array.astype(np.float32))
+        elif quantization == "F16":
+            writer.add_tensor(name, array.astype(np.float16))
+        else:
+            kind = gguf.GGMLQuantizationType[quantization]
+            writer.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+
+    state = model.state_dict()
+    add("token_embd.weight", state["model.embed_tokens.weight"])
+    for index in range(config.num_hidden_layers):
+        prefix, block = f"model.layers.{index}.", f"blk.{index}."
+        add(block + "attn_norm.weight", state[prefix + "input_layernorm.weight"], matrix=False)
+        query = _rope_permute(state[prefix + "self_attn.q_proj.weight"], heads)
+        add(block + "attn_q.weight", query)
+        add(
+            block + "attn_k.weight",
+            _rope_permute(state[prefix + "self_attn.k_proj.weight"], kv_heads),
+        )
+        add(block + "attn_v.weight", state[prefix + "self_attn.v_proj.weight"])
+        add(block + "attn_output.weight", state[prefix + "self_attn.o_proj.weight"])
+        add(
+            block + "ffn_norm.weight",
+            state[prefix + "post_attention_layernorm.weight"],
+            matrix=False,
+        )
+        add(block + "ffn_gate.weight", state[prefix + "mlp.gate_proj.weight"])
+        add(block + "ffn_up.weight", state[prefix + "mlp.up_proj.weight"])
+        add(block + "ffn_down.weight", state[prefix + "mlp.down_proj.weight"])
+    add("output_norm.weight", state["model.norm.weight"], matrix=False)
+    add("output.weight", state["lm_head.weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def build_mini_causal_lm(vocab_size: int, *, seed: int = 0, dim: int = 16) -> Any:
@@ -276,20 +390,21 @@ DECODE_PROMPT = [1, *range(10, 40)]
 
 
 def logits_along_a_decode(runner: Any) -> list[Any]:
-    """Logits a ``CachedModel`` returns along a decode that takes every cache path.
+    """Logits a ``TransformersRunner`` returns along a decode that takes every cache path.
 
     Prefill, verify passes around crops (one back to an empty cache), single steps: two
     runners that agree here agree through the engine's use of the cache.
     """
     runner.reset()
-    seen = [runner.forward(DECODE_PROMPT, 1)]
-    seen.append(runner.forward([5, 6, 7, 8], 4))
+    # Cloned: a runner may return views of its own buffer, valid until its next call.
+    seen = [runner.forward(DECODE_PROMPT, 1).clone()]
+    seen.append(runner.forward([5, 6, 7, 8], 4).clone())
     runner.crop(runner.length - 3)
-    seen.append(runner.forward([9, 10], 2))
+    seen.append(runner.forward([9, 10], 2).clone())
     for token in range(11, 20):
-        seen.append(runner.forward([token], 1))
+        seen.append(runner.forward([token], 1).clone())
     runner.crop(0)
-    seen.append(runner.forward(DECODE_PROMPT[:5], 5))
+    seen.append(runner.forward(DECODE_PROMPT[:5], 5).clone())
     return seen
 
 
@@ -299,7 +414,7 @@ def decode_concurrently(
     """Run ``logits_along_a_decode`` on each runner in a thread of its own, at once.
 
     Args:
-        runners: ``CachedModel``s (typically sharing one model).
+        runners: ``TransformersRunner``s (typically sharing one model).
         repeats: Decodes per runner.
         reference: A runner whose decode every decode must equal exactly, or None to
             check nothing. It decodes first, alone, in a thread too: torch's intra-op

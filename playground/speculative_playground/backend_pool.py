@@ -196,7 +196,7 @@ class BackendPool:
         policy: Deployment policy (which URLs and models users may type).
         offered_models: Models offered in the page (the only ones an exposed app loads).
         local_options: Extra ``LocalBackend`` options (``device``, ``dtype``,
-            ``torch_threads``).
+            ``threads``).
         capacity: Idle local backends and managed servers kept loaded.
         warm_up: Run a tiny generation after loading a local backend.
         backend_factory: Builds a backend from a name and options (default

@@ -162,6 +162,9 @@ class RunSettings:
             method=self.method,  # type: ignore[arg-type]  # validated in __post_init__
             num_speculative_tokens=self.k,
             draft_model=self.draft_model_used,
+            # The local engine drafts only what pays (k is the longest draft): on a CPU a
+            # fixed k loses to plain decoding on free text. Servers ignore it.
+            cost_aware=self.backend == "local",
         )
 
     def timing_mode(self) -> TimingMode:

@@ -57,7 +57,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url(smollm2_gguf: Path) -> Iterator[str]:
-    pool = BackendPool(local_options={"torch_threads": 2})
+    pool = BackendPool(local_options={"threads": 2})
     app = build_app(pool=pool, defaults=RunSettings(model="smollm2-135m", max_tokens=96))
     _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)
     yield url

@@ -1,4 +1,4 @@
-"""The local engine on the real SmolLM2-135M-Instruct (packaged GGUF, dequantised, float32).
+"""The transformers runner on the real SmolLM2-135M-Instruct (packaged GGUF, dequantised, float32).
 
 Greedy output of every method must be token-identical to transformers'
 ``generate(do_sample=False)``. Batched verification scores several tokens in one
@@ -40,7 +40,9 @@ PROMPTS = {
 
 @pytest.fixture(scope="module")
 def backend(smollm2_gguf: Path) -> Iterator[LocalBackend]:
-    with LocalBackend(str(smollm2_gguf), dtype="float32", torch_threads=2) as local:
+    with LocalBackend(
+        str(smollm2_gguf), runner="transformers", dtype="float32", threads=2
+    ) as local:
         yield local
 
 
@@ -48,7 +50,11 @@ def backend(smollm2_gguf: Path) -> Iterator[LocalBackend]:
 def draft_backend(smollm2_gguf: Path) -> Iterator[LocalBackend]:
     """SmolLM2 as its own draft: every draft token should be accepted."""
     with LocalBackend(
-        str(smollm2_gguf), draft_model=str(smollm2_gguf), dtype="float32", torch_threads=2
+        str(smollm2_gguf),
+        draft_model=str(smollm2_gguf),
+        runner="transformers",
+        dtype="float32",
+        threads=2,
     ) as local:
         yield local
 
@@ -137,7 +143,8 @@ def test_draft_model_greedy_is_identical_and_self_draft_is_accepted(
 
 
 def test_chat_template_comes_from_the_gguf(backend: LocalBackend) -> None:
-    prompt = backend.tokenizer.decode(backend.encode_prompt(_request("free_text")))
+    hf_tokenizer = backend.tokenizer.hf_tokenizer  # type: ignore[attr-defined]
+    prompt = hf_tokenizer.decode(backend.encode_prompt(_request("free_text")))
     assert "<|im_start|>user" in prompt
     assert prompt.rstrip().endswith("<|im_start|>assistant")
 
@@ -153,7 +160,9 @@ def test_sampling_runs_and_is_reproducible(backend: LocalBackend) -> None:
 def test_export_of_a_gguf_model_round_trips(backend: LocalBackend, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    out = export_hf_checkpoint(backend.model, tmp_path / "smollm2-hf", tokenizer=backend.tokenizer)
+    out = export_hf_checkpoint(
+        backend.model, tmp_path / "smollm2-hf", tokenizer=backend.tokenizer.hf_tokenizer
+    )
     assert list(out.glob("*.safetensors"))
     reloaded: Any = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     ids = torch.tensor([backend.encode_prompt(_request("free_text"))])

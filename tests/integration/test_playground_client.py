@@ -59,7 +59,7 @@ def pane_text(pane: str) -> str:
 def app_url(tiny_model_dir: Path) -> Iterator[str]:
     pool = BackendPool(
         offered_models=[str(tiny_model_dir), "smollm2-135m"],
-        local_options={"dtype": "float32", "torch_threads": 1},
+        local_options={"dtype": "float32", "threads": 1},
     )
     app = build_app(pool=pool, models=[str(tiny_model_dir), "smollm2-135m"], update_interval_s=0)
     _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)

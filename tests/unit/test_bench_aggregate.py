@@ -342,3 +342,36 @@ def test_variant_labels_and_dicts() -> None:
     record = sample.to_dict()
     assert record["token_ids"] == [5] and record["variant"] == "ngram k=4"
     assert not math.isnan(record["stats"]["generated_tokens"])
+
+
+def test_overhead_is_decode_time_outside_the_kernels_over_a_one_token_pass() -> None:
+    def stats(method: str, generated: int, steps: int, decode_s: float) -> SpecStats:
+        return SpecStats(
+            backend="local",
+            method=method,
+            source="exact",
+            generated_tokens=generated,
+            verify_steps=steps,
+            decode_s=decode_s,
+        )
+
+    # Baseline: 11 steps (the prompt's included), 1.0 s decoding, 0.9 s in the kernels:
+    # a one-token pass costs 0.09 s and the engine adds 0.01 s per step.
+    # ngram: 6 steps, 0.8 s decoding, 0.7 s in the kernels: 0.02 s per step of its own.
+    samples = [
+        Sample(
+            BASE, "p", "qa", 0, 11, 1.5, 1.0, "t", stats=stats("none", 11, 11, 1.0), kernel_s=0.9
+        ),
+        Sample(
+            NGRAM, "p", "qa", 0, 11, 1.3, 0.8, "t", stats=stats("ngram", 11, 6, 0.8), kernel_s=0.7
+        ),
+    ]
+    cells = {cell.variant: cell for cell in summarize(samples).cells if cell.category == "qa"}
+    assert cells[BASE].overhead_per_step == pytest.approx(0.01)
+    assert cells[BASE].overhead_share == pytest.approx(0.01 / 0.09)
+    assert cells[NGRAM].overhead_per_step == pytest.approx(0.02)
+    assert cells[NGRAM].overhead_share == pytest.approx(0.02 / 0.09)
+    assert cells[NGRAM].to_dict()["overhead_share"] == pytest.approx(0.02 / 0.09)
+    # Without kernel times (a server, transformers) there is no figure.
+    plain = Sample(BASE, "p", "qa", 0, 11, 1.5, 1.0, "t", stats=stats("none", 11, 11, 1.0))
+    assert summarize([plain]).cells[0].overhead_share is None

@@ -121,7 +121,7 @@ def test_cli_always_adds_the_baseline_and_parses_lists() -> None:
     assert options.categories == "rag,code_edit"
     assert options.prompts_file == Path("p.jsonl")
     assert options.warmup is False
-    assert options.torch_threads == 2
+    assert options.threads == 2
 
 
 def test_to_dict_is_json_ready() -> None:
@@ -129,3 +129,22 @@ def test_to_dict_is_json_ready() -> None:
     assert record["prompts_file"] == "x.jsonl"
     assert record["categories"] == ["qa"]
     assert record["methods"] == ["none", "ngram"]
+
+
+def test_llama_server_variants_follow_the_ngram_types_and_ks() -> None:
+    options = BenchOptions(ks=(3, 8), compare_llama_server=True)
+    servers = [v for v in options.variants() if v.engine == "llama-server"]
+    assert [v.label for v in servers] == [
+        "llama-server none",
+        "llama-server ngram-simple k=3",
+        "llama-server ngram-simple k=8",
+        "llama-server ngram-mod k=3",
+        "llama-server ngram-mod k=8",
+    ]
+    with pytest.raises(ConfigError, match="--backend llamacpp") as caught:
+        BenchOptions(backend="vllm", base_url="http://x", compare_llama_server=True)
+    assert caught.value.field == "compare_llama_server"
+    with pytest.raises(ConfigError, match="ngram-simple"):
+        BenchOptions(compare_llama_server=True, llama_server_types=("draft-simple",))
+    with pytest.raises(ConfigError, match="Unknown runner"):
+        BenchOptions(runner="onnx")

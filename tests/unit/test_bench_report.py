@@ -15,8 +15,10 @@ from speculative_llm.bench.report import (
     CSV_FIELDS,
     SCHEMA,
     format_ratio,
+    llama_server_comparison,
     markdown_table,
     peer_comparison,
+    render_llama_server_table,
     render_peer_table,
     render_table,
     result_to_dict,
@@ -182,3 +184,57 @@ def test_plots_of_a_run_without_speculative_variants_still_render(tmp_path: Path
     paths = write_reports(result, tmp_path)
     assert paths["acceptance_plot"].read_bytes().startswith(PNG_SIGNATURE)
     assert paths["speedup_plot"].read_bytes().startswith(PNG_SIGNATURE)
+
+
+def _server_result() -> BenchResult:
+    """Ours (none, ngram k=3) and llama-server (none, two n-gram types at k=3), two prompts."""
+    variants = {
+        Variant(OURS, "none"): (10.0, 4.0),
+        Variant(OURS, "ngram", 3): (5.0, 2.0),
+        Variant("llama-server", "none"): (11.0, 5.0),
+        Variant("llama-server", "ngram-simple", 3): (8.0, 4.0),
+        Variant("llama-server", "ngram-mod", 3): (6.0, 3.0),
+    }
+    prompts = (
+        BenchPrompt("c1", "code_edit", (Message("user", "edit"),)),
+        BenchPrompt("q1", "qa", (Message("user", "why"),)),
+    )
+    samples = [
+        Sample(variant, prompt.id, prompt.category, 0, 20, wall, decode, "a", None, None)
+        for prompt in prompts
+        for variant, (wall, decode) in variants.items()
+    ]
+    return BenchResult(
+        options=BenchOptions(ks=(3,), compare_llama_server=True),
+        prompts=prompts,
+        samples=tuple(samples),
+        summary=summarize(samples),
+        environment={},
+        started_at="2026-12-01T00:00:00+00:00",
+        duration_s=1.0,
+    )
+
+
+def test_llama_server_comparison_takes_the_fastest_ngram_type_per_category() -> None:
+    rows = llama_server_comparison(_server_result().summary)
+    by_key = {(row["category"], row["ours"]): row for row in rows}
+    assert set(by_key) == {
+        (category, label)
+        for category in ("code_edit", "qa", "all")
+        for label in ("none", "ngram k=3")
+    }
+    baseline = by_key[("code_edit", "none")]
+    assert baseline["peer"] == "llama-server none"
+    assert baseline["ours_over_peer"] == pytest.approx(11.0 / 10.0)  # 20 tokens each
+    assert baseline["ours_over_peer_decode"] == pytest.approx(5.0 / 4.0)
+    ngram = by_key[("all", "ngram k=3")]
+    assert ngram["peer"] == "llama-server ngram-mod k=3"  # 6 s beats ngram-simple's 8 s
+    assert ngram["ours_over_peer"] == pytest.approx(6.0 / 5.0)
+    table = render_llama_server_table(rows)
+    assert table.row_count == len(rows)
+    assert "llama-server" in str(table.title)
+    assert result_to_dict(_server_result())["llama_server_comparison"] == rows
+
+
+def test_no_llama_server_variants_means_no_comparison() -> None:
+    assert llama_server_comparison(_result().summary) == []

@@ -87,9 +87,22 @@ def test_generate_with_a_draft_model(
     )
     captured = capsys.readouterr()
     assert code == 0
-    assert "draft_model (k=5" in captured.err
+    assert "draft_model (k=12" in captured.err  # the default: cost-aware, drafts up to 12
     assert "measured speedup" in captured.err
     assert "outputs identical" in captured.err
+
+
+def test_generate_is_cost_aware_unless_told_otherwise() -> None:
+    from speculative_llm.cli import build_parser
+    from speculative_llm.commands.generate import build_spec
+
+    parser = build_parser()
+    default = build_spec(parser.parse_args(["generate", "hi"]))
+    assert default.cost_aware and default.num_speculative_tokens == 12
+    fixed = build_spec(parser.parse_args(["generate", "--no-cost-aware", "-k", "4", "hi"]))
+    assert not fixed.cost_aware and fixed.num_speculative_tokens == 4
+    adaptive = build_spec(parser.parse_args(["generate", "--adaptive", "hi"]))
+    assert adaptive.adaptive and not adaptive.cost_aware
 
 
 def test_draft_method_without_draft_is_an_error(

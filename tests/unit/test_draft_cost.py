@@ -17,16 +17,18 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, SpecConfig  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.draft_cost import (  # noqa: E402
-    AcceptanceEstimate,
+    MATCH_QUALITY_EDGES,
+    PositionAcceptance,
     VerifyCost,
     best_draft_length,
     expected_tokens,
+    match_quality_bucket,
 )
 from speculative_llm.backends.local.drafters import Draft  # noqa: E402
-from speculative_llm.backends.local.engine import DraftLength, generate_steps  # noqa: E402
+from speculative_llm.backends.local.engine import DraftLengthPolicy, generate_steps  # noqa: E402
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]
@@ -65,10 +67,17 @@ def test_first_pass_of_a_size_is_left_out_and_the_median_resists_spikes() -> Non
     assert cost.ratio(3) == 1.0
 
 
-def test_expected_tokens_is_leviathans_formula() -> None:
-    assert expected_tokens(0.0, 5) == 1.0
-    assert expected_tokens(1.0, 5) == 6.0
-    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+def geometric(alpha: float, length: int) -> list[float]:
+    """The survival of a constant per-position acceptance: ``[a, a^2, ...]``."""
+    return [alpha**position for position in range(1, length + 1)]
+
+
+def test_expected_tokens_sums_the_survival() -> None:
+    assert expected_tokens([], 0) == 1.0
+    assert expected_tokens([1.0] * 5, 5) == 6.0
+    # A constant rate gives Leviathan's (1 - a^(d+1)) / (1 - a).
+    assert expected_tokens(geometric(0.5, 2), 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([0.9, 0.5, 0.1], 2) == pytest.approx(2.4)
 
 
 @pytest.mark.parametrize(
@@ -81,41 +90,64 @@ def test_expected_tokens_is_leviathans_formula() -> None:
     ],
 )
 def test_best_draft_length_on_a_cpu_like_cost(alpha: float, expected: int) -> None:
-    assert best_draft_length(alpha, 5, cpu_like_cost()) == expected
+    assert best_draft_length(geometric(alpha, 5), cpu_like_cost()) == expected
+
+
+def test_a_survival_that_falls_off_a_cliff_is_cut_there() -> None:
+    # The first three positions nearly always accepted, the fourth nearly never.
+    survival = [0.95, 0.93, 0.92, 0.01, 0.0001]
+    assert best_draft_length(survival, cpu_like_cost()) == 3
 
 
 def test_with_a_flat_cost_every_draft_pays() -> None:
     flat = VerifyCost()
-    assert best_draft_length(0.05, 5, flat) == 5  # nothing measured: the classic assumption
+    assert best_draft_length(geometric(0.05, 5), flat) == 5  # nothing measured: classic
     for tokens in (1, 6):
         for _ in range(2):
             flat.observe(tokens, 0.1)
-    assert best_draft_length(0.3, 5, flat) == 5
+    assert best_draft_length(geometric(0.3, 5), flat) == 5
 
 
-def test_acceptance_estimate_follows_recent_steps_and_returns_to_its_prior() -> None:
-    estimate = AcceptanceEstimate()
-    assert estimate.alpha == pytest.approx(0.75)  # optimistic: a request starts drafting
-    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 5
-    for _ in range(20):
-        estimate.update(5, 5)
-    assert estimate.alpha > 0.9
-    for _ in range(20):
-        estimate.update(5, 0)
-    # A rejection at the first position is one position tried: the estimate falls
-    # more slowly than it rose, but far enough that no draft pays on a CPU.
-    assert estimate.alpha < 0.45
-    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 0
-    for _ in range(20):  # steps without a draft: the evidence fades, slowly
-        estimate.update(0, 0)
-    assert best_draft_length(estimate.alpha, 5, cpu_like_cost()) == 0
-    for _ in range(300):
-        estimate.update(0, 0)
-    assert estimate.alpha == pytest.approx(0.75, abs=0.01)
+def test_match_quality_buckets() -> None:
+    assert match_quality_bucket(None) is None
+    assert [match_quality_bucket(n) for n in (1, 2, 3, 4, 5, 6)] == [0, 1, 2, 3, 3, 4]
+    assert match_quality_bucket(MATCH_QUALITY_EDGES[-1]) == len(MATCH_QUALITY_EDGES) - 1
+    assert match_quality_bucket(1000) == len(MATCH_QUALITY_EDGES)
 
 
-def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_length() -> None:
-    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+def test_position_acceptance_learns_each_position_after_the_ones_before() -> None:
+    acceptance = PositionAcceptance(decay=1.0)
+    # Untried positions: the optimistic prior, so long drafts get tried.
+    assert acceptance.survival(0, 3) == pytest.approx([0.9, 0.81, 0.729])
+    acceptance.record(0, num_drafted=5, num_accepted=2)  # tried 1..3, accepted 1..2
+    table = acceptance.counts[0]
+    assert [row[1] for row in table] == [1, 1, 1, 0, 0]
+    assert [row[0] for row in table] == [1, 1, 0, 0, 0]
+    for _ in range(40):
+        acceptance.record(0, num_drafted=4, num_accepted=4)
+    for _ in range(40):
+        acceptance.record(0, num_drafted=4, num_accepted=1)
+    survival = acceptance.survival(0, 4)
+    assert survival[0] == pytest.approx((81 + 1.8) / (81 + 2))  # position 1: always taken
+    assert survival[1] / survival[0] == pytest.approx((41 + 1.8) / (81 + 2))  # about half
+    # Another bucket, and drafts without a match (None), learn on their own.
+    assert acceptance.survival(5, 1) == acceptance.survival(None, 1) == pytest.approx([0.9])
+    assert acceptance.buckets() == [0]
+
+
+def test_position_acceptance_forgets_old_evidence() -> None:
+    acceptance = PositionAcceptance(decay=0.5)
+    acceptance.record(None, 1, 0)
+    acceptance.record(None, 1, 0)
+    assert acceptance.counts[None][0] == [0.0, 1.5]  # the first try now counts half
+    for _ in range(10):
+        acceptance.record(None, 1, 1)
+    assert acceptance.survival(None, 1)[0] > 0.85  # recent acceptance outweighs old rejections
+    assert acceptance.counts[None][0][1] < 2.0  # counts stay bounded: 1 / (1 - decay)
+
+
+def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_quality() -> None:
+    length = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True)
     short, long = Draft([7] * 5, match_length=1), Draft([7] * 5, match_length=3)
     assert length.next_k() == 5 and length.keep(short) == 5 and length.keep(long) == 5
     for _ in range(10):
@@ -128,17 +160,18 @@ def test_prompt_lookup_drafts_are_kept_by_the_acceptance_of_their_match_length()
     # A draft without a match length (a draft model) has its own estimate.
     assert length.keep(Draft([7] * 5)) == 5
     # Fixed k keeps every proposed token.
-    assert DraftLength(5).keep(short) == 5
+    assert DraftLengthPolicy(5).keep(short) == 5
 
 
-def test_steps_without_a_verified_draft_let_every_estimate_fade_back() -> None:
-    length = DraftLength(5, cost=cpu_like_cost(), cost_aware=True)
+def test_a_shared_acceptance_carries_over_to_the_next_request() -> None:
+    shared = PositionAcceptance()
+    first = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True, acceptance=shared)
     for _ in range(10):
-        length.update(5, 0, match_length=1)
-    assert length.keep(Draft([7] * 5, match_length=1)) == 0
-    for _ in range(300):
-        length.update(0, 0)
-    assert length.keep(Draft([7] * 5, match_length=1)) == 5
+        first.update(5, 0, match_length=1)
+    second = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True, acceptance=shared)
+    assert second.keep(Draft([7] * 5, match_length=1)) == 0
+    fresh = DraftLengthPolicy(5, cost=cpu_like_cost(), cost_aware=True)
+    assert fresh.keep(Draft([7] * 5, match_length=1)) == 5
 
 
 def test_cost_aware_and_adaptive_are_exclusive() -> None:
@@ -197,10 +230,12 @@ class ShortMatchesMissDrafter:
         return Draft([(self.reference[start] + 1) % self.vocab_size] * k, match_length=1)
 
 
-def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: int) -> list[Any]:
+def _run(
+    target: Any, drafter: Any, draft_length: DraftLengthPolicy, max_new_tokens: int
+) -> list[Any]:
     return list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             drafter,
             PROMPT,
             max_new_tokens=max_new_tokens,
@@ -211,10 +246,10 @@ def _run(target: Any, drafter: Any, draft_length: DraftLength, max_new_tokens: i
 
 
 def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target: Any) -> None:
-    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    reference = [t for step in _run(target, None, DraftLengthPolicy(0), 120) for t in step.tokens]
     drafter = CopyOrMissDrafter(reference, switch_at=60, vocab_size=target.config.vocab_size)
-    fixed = _run(target, drafter, DraftLength(4), 120)
-    aware = _run(target, drafter, DraftLength(4, cost=cpu_like_cost(), cost_aware=True), 120)
+    fixed = _run(target, drafter, DraftLengthPolicy(4), 120)
+    aware = _run(target, drafter, DraftLengthPolicy(4, cost=cpu_like_cost(), cost_aware=True), 120)
 
     # Same tokens either way: the draft length never changes the output.
     assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference
@@ -223,27 +258,30 @@ def test_cost_aware_loop_drafts_while_drafts_are_accepted_and_stops_after(target
     ]
     assert copying and all(s.num_accepted == s.num_drafted for s in copying[:5])
     # After the switch, fixed k keeps paying for 4 wasted drafts per step; cost-aware
-    # stops drafting once the acceptance estimate falls.
+    # stops drafting once the first position's acceptance falls far enough (the later
+    # positions, accepted in full before, keep a 4-token draft worth trying a while).
     late_fixed = sum(s.num_drafted for s in fixed if s.num_accepted < s.num_drafted)
     late_aware = sum(s.num_drafted for s in aware if s.num_accepted < s.num_drafted)
-    assert late_aware < late_fixed / 3
+    assert late_aware < late_fixed / 2
+    assert sum(s.num_drafted for s in aware[-15:]) == 0
 
 
 def test_cost_aware_loop_stops_verifying_short_matches_only(target: Any) -> None:
-    reference = [t for step in _run(target, None, DraftLength(0), 120) for t in step.tokens]
+    reference = [t for step in _run(target, None, DraftLengthPolicy(0), 120) for t in step.tokens]
     vocab = target.config.vocab_size
-    fixed = _run(target, ShortMatchesMissDrafter(reference, vocab), DraftLength(4), 120)
+    fixed = _run(target, ShortMatchesMissDrafter(reference, vocab), DraftLengthPolicy(4), 120)
     aware = _run(
         target,
         ShortMatchesMissDrafter(reference, vocab),
-        DraftLength(4, cost=cpu_like_cost(), cost_aware=True),
+        DraftLengthPolicy(4, cost=cpu_like_cost(), cost_aware=True),
         120,
     )
     assert [t for s in aware for t in s.tokens] == [t for s in fixed for t in s.tokens] == reference
     short = [s for s in aware if s.match_length == 1]
     long = [s for s in aware if s.match_length == 3]
     assert short and long
-    # Short matches stop being verified after a few rejections; long ones keep drafting.
-    assert sum(s.num_drafted for s in short[3:]) == 0
+    # Short matches stop being verified after a few rejections (their later positions,
+    # never reached, keep the optimistic prior); long ones keep drafting.
+    assert sum(s.num_drafted for s in short[5:]) == 0
     assert all(s.num_drafted > 0 for s in long)
     assert sum(s.num_drafted for s in fixed if s.match_length == 1) > 0

@@ -10,13 +10,13 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.drafters import (  # noqa: E402
     Drafter,
     DraftModelDrafter,
     PromptLookupDrafter,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 
 GREEDY = SamplingParams()
 
@@ -103,6 +103,8 @@ def test_a_draft_says_how_long_its_match_was() -> None:
     # Only the last token "9" occurred before: a 1-gram match.
     assert match_length([9, 5, 6, 7, 9]) == 1
     assert match_length([1, 2, 3, 4]) is None
+    # The 3-gram "7 8 9" and the two tokens before it, "5 6", all match the source.
+    assert match_length([5, 6, 7, 8, 9, 1, 0, 5, 6, 7, 8, 9]) == 5
 
 
 def test_the_trailing_ngram_does_not_match_itself() -> None:
@@ -175,7 +177,7 @@ def _greedy_continuation(model: object, sequence: list[int], k: int) -> list[int
 
 
 def test_draft_model_proposes_its_greedy_continuation(draft_model: object) -> None:
-    drafter = DraftModelDrafter(draft_model, target_vocab_size=99)
+    drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
     sequence = [1, *range(10, 30)]
     drafter.reset(sequence)
     assert drafter.propose(sequence, 4, GREEDY, None).tokens == _greedy_continuation(
@@ -185,7 +187,7 @@ def test_draft_model_proposes_its_greedy_continuation(draft_model: object) -> No
 
 def test_draft_cache_follows_a_diverging_sequence(draft_model: object) -> None:
     """After partial acceptance the cache is cropped: proposals stay exact."""
-    drafter = DraftModelDrafter(draft_model, target_vocab_size=99)
+    drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
     sequence = [1, *range(10, 25)]
     drafter.reset(sequence)
     rng = random.Random(0)
@@ -199,7 +201,7 @@ def test_draft_cache_follows_a_diverging_sequence(draft_model: object) -> None:
 
 
 def test_sampling_draft_returns_its_distributions(draft_model: object) -> None:
-    drafter = DraftModelDrafter(draft_model, target_vocab_size=105)
+    drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=105)
     sequence = [1, *range(10, 20)]
     drafter.reset(sequence)
     params = SamplingParams(temperature=0.8, top_k=20)
@@ -214,7 +216,7 @@ def test_sampling_draft_returns_its_distributions(draft_model: object) -> None:
 
 
 def test_cached_model_crop_refuses_to_grow(draft_model: object) -> None:
-    runner = CachedModel(draft_model)
+    runner = TransformersRunner(draft_model)
     runner.reset()
     runner.forward([1, 2, 3], 1)
     with pytest.raises(ValueError, match="cannot crop"):

@@ -11,18 +11,18 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.drafters import (  # noqa: E402
     Drafter,
     DraftModelDrafter,
     PromptLookupDrafter,
 )
 from speculative_llm.backends.local.engine import (  # noqa: E402
-    DraftLength,
+    DraftLengthPolicy,
     StepCounters,
     generate_steps,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 MAX_NEW_TOKENS = 48
@@ -73,12 +73,12 @@ def transformers_greedy(target: Any, prompts: list[list[int]]) -> list[list[int]
 
 
 def run_engine(
-    target: Any, drafter: Drafter | None, prompt: list[int], draft_length: DraftLength
+    target: Any, drafter: Drafter | None, prompt: list[int], draft_length: DraftLengthPolicy
 ) -> tuple[list[int], StepCounters]:
     counters = StepCounters()
     tokens: list[int] = []
     for step in generate_steps(
-        CachedModel(target),
+        TransformersRunner(target),
         drafter,
         prompt,
         max_new_tokens=MAX_NEW_TOKENS,
@@ -91,21 +91,23 @@ def run_engine(
     return tokens, counters
 
 
-def _make(method: str, target: Any, draft: Any) -> tuple[Drafter | None, DraftLength]:
+def _make(method: str, target: Any, draft: Any) -> tuple[Drafter | None, DraftLengthPolicy]:
     if method == "none":
-        return None, DraftLength(0)
+        return None, DraftLengthPolicy(0)
     if method == "ngram-k1":
-        return PromptLookupDrafter(1, 3), DraftLength(1)
+        return PromptLookupDrafter(1, 3), DraftLengthPolicy(1)
     if method == "ngram":
-        return PromptLookupDrafter(1, 3), DraftLength(4)
+        return PromptLookupDrafter(1, 3), DraftLengthPolicy(4)
     if method == "ngram-adaptive":
-        return PromptLookupDrafter(1, 3), DraftLength(2, adaptive=True, min_k=1, max_k=8)
+        return PromptLookupDrafter(1, 3), DraftLengthPolicy(2, adaptive=True, min_k=1, max_k=8)
     if method == "draft_model":
-        return DraftModelDrafter(draft, target.config.vocab_size), DraftLength(3)
+        return DraftModelDrafter(
+            TransformersRunner(draft), target.config.vocab_size
+        ), DraftLengthPolicy(3)
     if method == "draft_model-adaptive":
         return (
-            DraftModelDrafter(draft, target.config.vocab_size),
-            DraftLength(2, adaptive=True, min_k=1, max_k=6),
+            DraftModelDrafter(TransformersRunner(draft), target.config.vocab_size),
+            DraftLengthPolicy(2, adaptive=True, min_k=1, max_k=6),
         )
     raise AssertionError(method)
 
@@ -117,7 +119,7 @@ def test_baseline_equals_transformers_greedy(
     target: Any, prompts: list[list[int]], transformers_greedy: list[list[int]]
 ) -> None:
     for prompt, expected in zip(prompts, transformers_greedy, strict=True):
-        tokens, counters = run_engine(target, None, prompt, DraftLength(0))
+        tokens, counters = run_engine(target, None, prompt, DraftLengthPolicy(0))
         assert tokens == expected
         # Plain decoding: one token per target forward pass.
         assert counters.verify_steps == len(tokens)
@@ -134,12 +136,12 @@ def test_every_method_equals_greedy_decoding(
     drafter, draft_length = _make(method, target, draft)
     totals = StepCounters()
     for prompt, expected in zip(prompts, transformers_greedy, strict=True):
-        baseline, _ = run_engine(target, None, prompt, DraftLength(0))
+        baseline, _ = run_engine(target, None, prompt, DraftLengthPolicy(0))
         tokens, counters = run_engine(
             target,
             drafter,
             prompt,
-            DraftLength(
+            DraftLengthPolicy(
                 draft_length.k, draft_length.adaptive, draft_length.min_k, draft_length.max_k
             ),
         )
@@ -160,25 +162,25 @@ def test_a_drafter_is_reused_across_sequences(
     target: Any, draft: Any, prompts: list[list[int]], transformers_greedy: list[list[int]]
 ) -> None:
     """One draft-model drafter (and its cache) serves several generations in turn."""
-    drafter = DraftModelDrafter(draft, target.config.vocab_size)
+    drafter = DraftModelDrafter(TransformersRunner(draft), target.config.vocab_size)
     for _ in range(2):
         for prompt, expected in zip(prompts, transformers_greedy, strict=True):
-            tokens, _ = run_engine(target, drafter, prompt, DraftLength(3))
+            tokens, _ = run_engine(target, drafter, prompt, DraftLengthPolicy(3))
             assert tokens == expected
 
 
 def test_eos_ends_generation_and_is_included(target: Any, prompts: list[list[int]]) -> None:
-    baseline, _ = run_engine(target, None, prompts[0], DraftLength(0))
+    baseline, _ = run_engine(target, None, prompts[0], DraftLengthPolicy(0))
     stop_token = baseline[10]
     first = baseline.index(stop_token)
     steps = list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             PromptLookupDrafter(),
             prompts[0],
             max_new_tokens=MAX_NEW_TOKENS,
             params=SamplingParams(),
-            draft_length=DraftLength(4),
+            draft_length=DraftLengthPolicy(4),
             eos_token_ids=frozenset({stop_token}),
         )
     )
@@ -194,12 +196,12 @@ def test_max_new_tokens_is_exact(
 ) -> None:
     steps = list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             PromptLookupDrafter(),
             prompts[2],
             max_new_tokens=max_new_tokens,
             params=SamplingParams(),
-            draft_length=DraftLength(5),
+            draft_length=DraftLengthPolicy(5),
         )
     )
     assert sum(len(step.tokens) for step in steps) == max_new_tokens
@@ -211,12 +213,12 @@ def test_context_window_caps_generation(target: Any, prompts: list[list[int]]) -
     prompt = prompts[0]
     steps = list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             None,
             prompt,
             max_new_tokens=100,
             params=SamplingParams(),
-            draft_length=DraftLength(0),
+            draft_length=DraftLengthPolicy(0),
             max_length=len(prompt) + 3,
         )
     )
@@ -224,12 +226,12 @@ def test_context_window_caps_generation(target: Any, prompts: list[list[int]]) -
     with pytest.raises(ConfigError, match="context window"):
         next(
             generate_steps(
-                CachedModel(target),
+                TransformersRunner(target),
                 None,
                 prompt,
                 max_new_tokens=5,
                 params=SamplingParams(),
-                draft_length=DraftLength(0),
+                draft_length=DraftLengthPolicy(0),
                 max_length=len(prompt),
             )
         )
@@ -243,11 +245,11 @@ def test_bad_engine_input(target: Any, prompt: list[int], max_new_tokens: int, m
     with pytest.raises(ConfigError, match=match):
         next(
             generate_steps(
-                CachedModel(target),
+                TransformersRunner(target),
                 None,
                 prompt,
                 max_new_tokens=max_new_tokens,
                 params=SamplingParams(),
-                draft_length=DraftLength(0),
+                draft_length=DraftLengthPolicy(0),
             )
         )

@@ -1,12 +1,17 @@
 """Sampling through the whole engine preserves the target's distribution (chi-squared).
 
-A one-layer causal LM with a 12-token vocabulary makes the exact distribution of the
-first tokens cheap to compute (one batched forward pass) and each of the thousands of
-generations cheap to run, so the test is both fast and powerful.
+A 12-token vocabulary makes the exact distribution of the first tokens cheap to
+compute and each of the thousands of generations cheap to run, so the test is both
+fast and powerful. On the transformers runner the target is a one-layer causal LM (its
+exact distribution from one batched forward pass); on the llama.cpp runner a tiny Llama
+in a GGUF file (its exact distribution from one-token passes of llama.cpp itself: what
+speculative sampling must reproduce is the runner's own plain decoding).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,19 +20,20 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from chi_squared import chi_squared_pvalue  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from local_runners import require_llama_cpp  # noqa: E402
 from speculative_llm.backends.local.drafters import (  # noqa: E402
     Drafter,
     DraftModelDrafter,
     PromptLookupDrafter,
 )
-from speculative_llm.backends.local.engine import DraftLength, generate_steps  # noqa: E402
+from speculative_llm.backends.local.engine import DraftLengthPolicy, generate_steps  # noqa: E402
 from speculative_llm.backends.local.sampling import (  # noqa: E402
     SamplingParams,
     Verdict,
     logits_to_probs,
 )
-from tiny_models import build_mini_causal_lm, perturbed_copy  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
+from tiny_models import build_mini_causal_lm, build_tiny_llama, perturbed_copy, write_gguf  # noqa: E402
 
 VOCAB = 12
 PROMPT = [1, 5, 7, 3, 5, 7]
@@ -36,22 +42,55 @@ K = 2
 NEW_TOKENS = K + 2  # the prefill's token x1, then a step drafting x2, x3 (+ a bonus)
 
 
-@pytest.fixture(scope="module")
-def target() -> Any:
-    return build_mini_causal_lm(VOCAB, seed=5)
+@dataclass(frozen=True)
+class Case:
+    """A runner's target and draft, and the target's exact distribution."""
+
+    target: Any
+    draft: Any
+    exact_joint: torch.Tensor
 
 
-@pytest.fixture(scope="module")
-def draft(target: Any) -> Any:
+def _transformers_case() -> Case:
+    target = build_mini_causal_lm(VOCAB, seed=5)
     # Overlaps the target by ~40%: often accepted, often rejected. The broken rule
     # below then shifts P(x2, x3) far enough to fail with p ~1e-9 at 600 samples,
     # while the exact rule passes with p ~0.4-0.9.
-    return perturbed_copy(target, noise=0.2, seed=4)
+    draft = perturbed_copy(target, noise=0.2, seed=4)
+    return Case(TransformersRunner(target), TransformersRunner(draft), exact_distribution(target))
 
 
-@pytest.fixture(scope="module")
-def exact_joint(target: Any) -> torch.Tensor:
-    return exact_distribution(target)
+def _llama_cpp_case(directory: Path) -> Case:
+    require_llama_cpp()
+    pytest.importorskip("gguf", reason="writing a GGUF needs the gguf package (extra 'local')")
+    from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+
+    vocabulary = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: 3 + i for i, c in enumerate("abcdefghi")}}
+    # Soft weights: the next-token distributions spread over several tokens (x1's
+    # entropy is about 2 nats). Q8_0, 64 wide: its multi-token passes are exact (see
+    # conftest's GGUF fixtures). The broken rule then fails with p ~1e-11 at 600
+    # samples, while the exact rule passes with p ~0.3.
+    model = build_tiny_llama(VOCAB, seed=5, hidden_size=64, init_std=0.12, attention_scale=1.0)
+    target_path = write_gguf(directory / "target.gguf", model, vocabulary, quantization="Q8_0")
+    draft = perturbed_copy(model, noise=0.6, seed=4)
+    draft_path = write_gguf(directory / "draft.gguf", draft, vocabulary, quantization="Q8_0")
+    target = LlamaCppModel(target_path, threads=1)
+    return Case(
+        target.new_runner(),
+        LlamaCppModel(draft_path, threads=1).new_runner(),
+        runner_distribution(target.new_runner()),
+    )
+
+
+@pytest.fixture(scope="module", params=["transformers", "llamacpp"])
+def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+    if request.param == "llamacpp":
+        chosen = _llama_cpp_case(tmp_path_factory.mktemp("sampling-gguf"))
+    else:
+        chosen = _transformers_case()
+    # Otherwise the engine would not draft, and the test would prove nothing.
+    assert (chosen.target.max_verify_tokens or K + 1) >= K + 1
+    return chosen
 
 
 def exact_distribution(target: Any) -> torch.Tensor:
@@ -66,8 +105,22 @@ def exact_distribution(target: Any) -> torch.Tensor:
     return first[:, None, None] * second[:, :, None] * third
 
 
-def _sample(target: Any, drafter: Drafter, trials: int, rule: Any = None) -> list[tuple[int, ...]]:
-    runner = CachedModel(target)
+def runner_distribution(runner: Any) -> torch.Tensor:
+    """P(x1, x2, x3) under PARAMS from a runner's one-token passes (1 + V + V^2 of them)."""
+    runner.reset()
+    first = logits_to_probs(runner.forward(PROMPT, 1)[0], PARAMS)
+    joint = torch.zeros(VOCAB, VOCAB, VOCAB)
+    for x1 in range(VOCAB):
+        runner.crop(len(PROMPT))
+        second = logits_to_probs(runner.forward([x1], 1)[0], PARAMS)
+        for x2 in range(VOCAB):
+            runner.crop(len(PROMPT) + 1)
+            third = logits_to_probs(runner.forward([x2], 1)[0], PARAMS)
+            joint[x1, x2] = first[x1] * second[x2] * third
+    return joint
+
+
+def _sample(runner: Any, drafter: Drafter, trials: int, rule: Any = None) -> list[tuple[int, ...]]:
     generator = torch.Generator().manual_seed(2024)
     extra = {} if rule is None else {"rule": rule}
     samples = []
@@ -79,7 +132,7 @@ def _sample(target: Any, drafter: Drafter, trials: int, rule: Any = None) -> lis
             PROMPT,
             max_new_tokens=NEW_TOKENS,
             params=PARAMS,
-            draft_length=DraftLength(K),
+            draft_length=DraftLengthPolicy(K),
             generator=generator,
             **extra,
         ):
@@ -117,26 +170,22 @@ def _broken_rule(
     return Verdict(len(draft_tokens), [*draft_tokens, bonus])
 
 
-def test_draft_model_sampling_matches_the_target(
-    target: Any, draft: Any, exact_joint: torch.Tensor
-) -> None:
-    samples = _sample(target, DraftModelDrafter(draft, VOCAB), 1000)
+def test_draft_model_sampling_matches_the_target(case: Case) -> None:
+    samples = _sample(case.target, DraftModelDrafter(case.draft, VOCAB), 1000)
     assert all(len(sample) == NEW_TOKENS for sample in samples)
-    assert _pvalue(_pair_counts(samples, 0, 1), exact_joint.sum(dim=2)) > 1e-3  # x1, x2
-    assert _pvalue(_pair_counts(samples, 1, 2), exact_joint.sum(dim=0)) > 1e-3  # x2, x3
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3  # x1, x2
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3  # x2, x3
 
 
-def test_prompt_lookup_sampling_matches_the_target(target: Any, exact_joint: torch.Tensor) -> None:
+def test_prompt_lookup_sampling_matches_the_target(case: Case) -> None:
     # The prompt repeats "5 7": prompt lookup drafts deterministically (one-hot q).
-    samples = _sample(target, PromptLookupDrafter(1, 2), 600)
-    assert _pvalue(_pair_counts(samples, 0, 1), exact_joint.sum(dim=2)) > 1e-3
-    assert _pvalue(_pair_counts(samples, 1, 2), exact_joint.sum(dim=0)) > 1e-3
+    samples = _sample(case.target, PromptLookupDrafter(1, 2), 600)
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3
 
 
-def test_the_engine_test_catches_a_broken_rule(
-    target: Any, draft: Any, exact_joint: torch.Tensor
-) -> None:
+def test_the_engine_test_catches_a_broken_rule(case: Case) -> None:
     """Test of the test: the same check fails when the residual distribution is wrong."""
-    samples = _sample(target, DraftModelDrafter(draft, VOCAB), 600, rule=_broken_rule)
+    samples = _sample(case.target, DraftModelDrafter(case.draft, VOCAB), 600, rule=_broken_rule)
     # The bias compounds over draft positions: strongest on (x2, x3).
-    assert _pvalue(_pair_counts(samples, 1, 2), exact_joint.sum(dim=0)) < 1e-6
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) < 1e-6

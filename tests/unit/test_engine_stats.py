@@ -15,15 +15,15 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import expected_tokens_per_step  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.drafters import Draft, PromptLookupDrafter  # noqa: E402
 from speculative_llm.backends.local.engine import (  # noqa: E402
-    DraftLength,
+    DraftLengthPolicy,
     StepCounters,
     StepResult,
     generate_steps,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 
@@ -77,12 +77,12 @@ class OracleDrafter:
 def _run(target: Any, drafter: Any, k: int, max_new_tokens: int) -> list[StepResult]:
     return list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             drafter,
             PROMPT,
             max_new_tokens=max_new_tokens,
             params=SamplingParams(),
-            draft_length=DraftLength(k),
+            draft_length=DraftLengthPolicy(k),
         )
     )
 
@@ -153,20 +153,69 @@ def test_prefill_counts_as_a_step_but_not_as_decoding_time() -> None:
     assert counters.draft_s == pytest.approx(0.01)
 
 
-def test_partial_record_keeps_counts_consistent() -> None:
+def test_a_cut_inside_the_accepted_drafts_counts_only_what_was_kept() -> None:
     counters = StepCounters()
-    step = StepResult([5, 6, 7, 8], num_drafted=4, num_accepted=3, draft_s=0.0, verify_s=0.0)
-    counters.record(step, kept=2)
-    assert counters.generated_tokens == 2
+    counters.record(StepResult([4], 0, 0, draft_s=0.0, verify_s=1.0, prefill=True))
+    counters.record(
+        StepResult([5, 6, 7, 8], num_drafted=4, num_accepted=3, draft_s=0.0, verify_s=0.5)
+    )
+    counters.keep_first(3)  # the prefill's token and two accepted drafts
+    assert counters.generated_tokens == 3
     assert counters.accepted_tokens == 2
-    assert counters.target_tokens == 0
-    assert counters.accepted_per_position == [1, 1, 0, 0]
-    assert counters.drafted_per_position == [1, 1, 1, 1]
+    assert counters.target_tokens == 1
+    # The step drafted (and accepted) only what it kept: positions 3 and 4 are gone.
+    assert counters.draft_tokens == 2
+    assert counters.accepted_per_position == [1, 1]
+    assert counters.drafted_per_position == [1, 1]
+    assert counters.rejected_steps == 0
+    # The pass happened: it still counts, with its time.
+    assert counters.verify_steps == 2
+    assert counters.verify_s == pytest.approx(0.5)
+
+
+def test_a_cut_after_the_target_token_keeps_the_rejection() -> None:
+    counters = StepCounters()
+    counters.record(StepResult([5, 6, 7], num_drafted=4, num_accepted=2, draft_s=0.0, verify_s=0.0))
+    counters.record(StepResult([8, 9], num_drafted=3, num_accepted=1, draft_s=0.0, verify_s=0.0))
+    counters.keep_first(4)  # the first step whole, the next one's accepted draft
+    assert (counters.generated_tokens, counters.accepted_tokens, counters.target_tokens) == (
+        4,
+        3,
+        1,
+    )
+    assert counters.draft_tokens == 5
+    assert counters.drafted_per_position == [2, 1, 1, 1]
+    assert counters.accepted_per_position == [2, 1, 0, 0]
     assert counters.rejected_steps == 1
 
 
+def test_a_cut_across_steps_empties_the_last_and_can_be_repeated() -> None:
+    counters = StepCounters()
+    counters.record(StepResult([1], 0, 0, draft_s=0.0, verify_s=0.0, prefill=True))
+    counters.record(StepResult([2, 3, 4], num_drafted=2, num_accepted=2, draft_s=0.0, verify_s=0.0))
+    counters.record(StepResult([5, 6], num_drafted=1, num_accepted=1, draft_s=0.0, verify_s=0.0))
+    counters.keep_first(3)
+    assert (counters.generated_tokens, counters.accepted_tokens, counters.target_tokens) == (
+        3,
+        2,
+        1,
+    )
+    assert counters.draft_tokens == 2 and counters.draft_steps == 1
+    assert counters.verify_steps == 3
+    counters.keep_first(2)
+    assert (counters.generated_tokens, counters.accepted_tokens, counters.target_tokens) == (
+        2,
+        1,
+        1,
+    )
+    assert counters.accepted_per_position == [1] and counters.drafted_per_position == [1]
+    counters.keep_first(5)  # nothing to take back
+    assert counters.generated_tokens == 2
+    assert sum(counters.accepted_per_position) == counters.accepted_tokens
+
+
 def test_adaptive_draft_length_grows_and_shrinks() -> None:
-    length = DraftLength(3, adaptive=True, min_k=2, max_k=4)
+    length = DraftLengthPolicy(3, adaptive=True, min_k=2, max_k=4)
     length.update(3, 3)
     assert length.k == 4
     length.update(4, 4)
@@ -178,17 +227,17 @@ def test_adaptive_draft_length_grows_and_shrinks() -> None:
     assert length.k == 2  # floored
     length.update(0, 0)
     assert length.k == 2  # no draft: no information
-    fixed = DraftLength(3)
+    fixed = DraftLengthPolicy(3)
     fixed.update(3, 3)
     assert fixed.k == 3
 
 
 def test_adaptive_k_reaches_its_bounds_in_a_real_run(target: Any) -> None:
     """A repetitive prompt: prompt lookup is accepted in full, so k climbs to max_k."""
-    draft_length = DraftLength(1, adaptive=True, min_k=1, max_k=6)
+    draft_length = DraftLengthPolicy(1, adaptive=True, min_k=1, max_k=6)
     steps = list(
         generate_steps(
-            CachedModel(target),
+            TransformersRunner(target),
             PromptLookupDrafter(1, 3),
             PROMPT,
             max_new_tokens=120,

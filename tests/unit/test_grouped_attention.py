@@ -16,7 +16,7 @@ from speculative_llm.backends.local.attention import (  # noqa: E402
     GroupedAttention,
     grouped_sdpa_attention,
 )
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     DECODE_PROMPT,
     build_tiny_llama,
@@ -34,12 +34,12 @@ def target(tiny_model_dir: Path) -> Any:
     return model
 
 
-def _plain(model: Any) -> CachedModel:
-    return CachedModel(model, fast_head=False, fast_linears=False, fast_attention=False)
+def _plain(model: Any) -> TransformersRunner:
+    return TransformersRunner(model, fast_head=False, fast_linears=False, fast_attention=False)
 
 
-def _grouped(model: Any) -> CachedModel:
-    runner = CachedModel(model, fast_head=False, fast_linears=False)
+def _grouped(model: Any) -> TransformersRunner:
+    runner = TransformersRunner(model, fast_head=False, fast_linears=False)
     assert runner.attention is not None
     return runner
 

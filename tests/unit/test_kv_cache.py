@@ -19,8 +19,8 @@ if not hasattr(cache_utils, "DynamicLayer"):
     )
 
 from speculative_llm.backends.local import kv_cache  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.kv_cache import growing_layer_class, new_cache  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32, logits_along_a_decode  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def _states(seed: int, length: int) -> tuple[Any, Any]:
 
 
 def test_the_engine_cache_grows_its_full_attention_layers_in_place(target: Any) -> None:
-    runner = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
+    runner = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
     runner.reset()
     assert [type(layer) for layer in runner.cache.layers] == [growing_layer_class()] * len(
         target.model.layers
@@ -48,8 +48,8 @@ def test_passes_give_the_same_logits_as_a_dynamic_cache(
     target: Any, min_capacity: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kv_cache, "_MIN_CAPACITY", min_capacity)
-    growing = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
-    plain = CachedModel(target, fast_head=False, fast_linears=False, fast_attention=False)
+    growing = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
+    plain = TransformersRunner(target, fast_head=False, fast_linears=False, fast_attention=False)
     plain.cache = transformers.DynamicCache(config=target.config)
     for ours, theirs in zip(
         logits_along_a_decode(growing), logits_along_a_decode(plain), strict=True

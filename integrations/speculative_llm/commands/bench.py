@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
 from speculative_llm.errors import MissingDependencyError
 
 __all__ = ["add_arguments", "options_from_args", "run"]
@@ -77,13 +78,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "prompt_lookup_num_tokens=k and assistant_model=",
     )
     parser.add_argument(
+        "--compare-llama-server",
+        action="store_true",
+        help="local backend: add managed llama-servers on the same GGUF, prompts and threads: "
+        "plain, and each n-gram type of --llama-server-types at every k",
+    )
+    parser.add_argument(
+        "--llama-server-types",
+        default=",".join(LLAMA_SERVER_NGRAM_TYPES),
+        help="llama-server n-gram spec types for --compare-llama-server (default "
+        f"{','.join(LLAMA_SERVER_NGRAM_TYPES)})",
+    )
+    parser.add_argument(
+        "--runner",
+        choices=("auto", "llamacpp", "transformers"),
+        default="auto",
+        help="local engine runner (default auto: llama.cpp for .gguf files and packaged models)",
+    )
+    parser.add_argument(
         "--cost-aware",
         action="store_true",
         help="local engine: k is the longest draft; draft only what pays for its verification",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     parser.add_argument(
-        "--dtype", default="auto", help="weights of in-process models: auto, float32, bfloat16"
+        "--dtype",
+        default="auto",
+        help="weights of in-process transformers models: auto, float32, bfloat16",
     )
     parser.add_argument("--device", default="cpu", help="torch device of in-process models")
     parser.add_argument(
@@ -129,10 +150,15 @@ def options_from_args(args: argparse.Namespace) -> Any:
         max_tokens=chosen("max_tokens", 128),
         warmup=not args.no_warmup,
         compare_transformers=args.compare_transformers,
+        compare_llama_server=args.compare_llama_server,
+        llama_server_types=tuple(
+            t.strip() for t in args.llama_server_types.split(",") if t.strip()
+        ),
+        runner=args.runner,
         cost_aware=args.cost_aware,
         dtype=args.dtype,
         device=args.device,
-        torch_threads=args.threads,
+        threads=args.threads,
         progress=not args.no_progress,
     )
 
@@ -143,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         from speculative_llm.bench.report import (
+            llama_server_comparison,
             peer_comparison,
+            render_llama_server_table,
             render_peer_table,
             render_table,
             write_reports,
@@ -170,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
     peers = peer_comparison(result.summary)
     if peers:
         console.print(render_peer_table(peers))
+    servers = llama_server_comparison(result.summary)
+    if servers:
+        console.print(render_llama_server_table(servers))
     paths = write_reports(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}", file=sys.stderr)

@@ -46,15 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-k",
         "--num-speculative-tokens",
         type=int,
-        default=5,
+        default=12,
         dest="k",
-        help="draft tokens per verify step (default 5)",
+        help="draft tokens per verify step; with --cost-aware (the default) the longest "
+        "draft (default 12)",
     )
     parser.add_argument("--adaptive", action="store_true", help="adapt k while generating")
     parser.add_argument(
         "--cost-aware",
-        action="store_true",
-        help="k is the longest draft; draft only what pays for its verification",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="k is the longest draft; draft only what pays for its verification (default "
+        "on; --no-cost-aware drafts k tokens whenever it can)",
     )
     parser.add_argument("--ngram-max", type=int, default=3, help="longest n-gram to match")
     parser.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
@@ -75,11 +78,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run without speculation and print the measured speedup",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument(
-        "--dtype", default="auto", help="auto (default), float32, bfloat16 or float16"
+        "--runner",
+        choices=("auto", "llamacpp", "transformers"),
+        default="auto",
+        help="auto (default: llama.cpp for .gguf files and packaged models, transformers for "
+        "Hugging Face ids and directories), llamacpp or transformers",
     )
-    parser.add_argument("--threads", type=int, help="torch threads")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device of the transformers runner (default cpu)"
+    )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="transformers runner: auto (default; float32 on a CPU), float32, bfloat16 or float16",
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads (llama.cpp's or torch's)")
 
 
 def build_spec(args: argparse.Namespace) -> SpecConfig:
@@ -97,9 +111,10 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         )
     if method == "none":
         return SpecConfig.baseline()
-    bounds: dict[str, Any] = {}
+    bounds: dict[str, Any] = {"cost_aware": args.cost_aware}
     if args.adaptive:
         bounds = {
+            "cost_aware": False,  # adaptive is the other way of choosing k
             "adaptive": True,
             "min_speculative_tokens": 1,
             "max_speculative_tokens": max(16, args.k),
@@ -109,7 +124,6 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,
-        cost_aware=args.cost_aware,
         **bounds,
     )
 
@@ -183,6 +197,8 @@ def _stream_to(backend: Any, request: GenerationRequest, out: TextIO | None) -> 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``generate``; returns the exit code."""
+    from speculative_llm.backends.local import LocalBackend
+
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     spec = build_spec(args)
     request = build_request(args, prompt, spec)
@@ -193,14 +209,16 @@ def run(args: argparse.Namespace) -> int:
         speculative=spec,
         options={
             "draft_model": args.draft,
+            "runner": args.runner,
             "device": args.device,
             "dtype": args.dtype,
-            "torch_threads": args.threads,
+            "threads": args.threads,
         },
     )
     with setup.backend as backend:
+        assert isinstance(backend, LocalBackend)  # what the registry's "local" entry builds
         if show:
-            print(f"--- {backend.model_name}, {spec.method} ---", file=sys.stderr)
+            print(f"--- {backend.runner_description}; {spec.method} ---", file=sys.stderr)
         completion = _stream_to(backend, request, sys.stdout if show else None)
         baseline: Completion | None = None
         if args.compare and spec.speculative:

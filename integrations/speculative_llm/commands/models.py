@@ -64,9 +64,15 @@ def run(args: argparse.Namespace) -> int:
     if args.models_command == "path":
         print(packaged_model_path(args.alias, progress=sys.stderr.isatty()))
         return 0
-    from speculative_llm.backends.local.models import export_hf_checkpoint, load_model
+    from speculative_llm.backends.local.models import load_model
+    from speculative_llm.backends.local.tokenizers import HfTokenizer
+    from speculative_llm.backends.local.transformers_model import export_hf_checkpoint
 
-    loaded = load_model(args.model, dtype=args.dtype)
-    out_dir = export_hf_checkpoint(loaded.model, args.out_dir, tokenizer=loaded.tokenizer)
+    # A checkpoint is written from transformers' weights (GGUF files dequantised).
+    loaded = load_model(args.model, runner="transformers", dtype=args.dtype)
+    assert isinstance(loaded.tokenizer, HfTokenizer)
+    out_dir = export_hf_checkpoint(
+        loaded.model, args.out_dir, tokenizer=loaded.tokenizer.hf_tokenizer
+    )
     print(out_dir)
     return 0

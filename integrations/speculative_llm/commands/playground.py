@@ -50,8 +50,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline-url", help="URL of a second server without speculation, for the baseline"
     )
-    parser.add_argument("--device", default="cpu", help="local engine device (default cpu)")
-    parser.add_argument("--dtype", default="auto", help="local engine dtype (default auto)")
+    parser.add_argument(
+        "--runner",
+        choices=("auto", "llamacpp", "transformers"),
+        default="auto",
+        help="local engine runner (default auto: llama.cpp for .gguf files and packaged models)",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="local engine device, transformers runner (default cpu)"
+    )
+    parser.add_argument(
+        "--dtype", default="auto", help="local engine dtype, transformers runner (default auto)"
+    )
+    parser.add_argument("--threads", type=int, help="local engine CPU threads")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument(
@@ -137,7 +148,12 @@ def run(args: argparse.Namespace) -> int:
     pool = BackendPool(
         policy=policy,
         offered_models=models,
-        local_options={"device": args.device, "dtype": args.dtype},
+        local_options={
+            "runner": args.runner,
+            "device": args.device,
+            "dtype": args.dtype,
+            "threads": args.threads,
+        },
     )
     app = build_app(
         policy=policy,

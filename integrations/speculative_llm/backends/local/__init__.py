@@ -1,23 +1,23 @@
 """The in-process speculative decoding engine (the embedded default backend).
 
-``LocalBackend`` runs exact speculative decoding on Hugging Face transformers models:
-prompt lookup (``ngram``), a draft model (``draft_model``) or none (the baseline), with
-exact per-request statistics and per-token provenance. Needs the ``local`` extra
-(torch, transformers, gguf, accelerate).
+``LocalBackend`` runs exact speculative decoding in this process: prompt lookup
+(``ngram``), a draft model (``draft_model``) or none (the baseline), with exact
+per-request statistics and per-token provenance. One decoding loop (``engine``) drives
+either runner: llama.cpp's kernels for GGUF files and packaged aliases
+(``LlamaCppRunner``), or Hugging Face transformers (``TransformersRunner``). Needs the
+``local`` extra.
 """
 
 from speculative_llm.errors import MissingDependencyError
 
 try:
     import torch  # noqa: F401
-    import transformers  # noqa: F401
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(
         _error.name or "torch", "local", "The local speculative engine"
     ) from _error
 
-from speculative_llm.backends.local.backend import DEFAULT_MODEL, LocalBackend
-from speculative_llm.backends.local.cached_model import CachedModel
+from speculative_llm.backends.local.backend import DEFAULT_MODEL, DEFAULT_SPEC, LocalBackend
 from speculative_llm.backends.local.drafters import (
     Draft,
     Drafter,
@@ -25,40 +25,53 @@ from speculative_llm.backends.local.drafters import (
     PromptLookupDrafter,
 )
 from speculative_llm.backends.local.engine import (
-    DraftLength,
+    DraftLengthPolicy,
     StepCounters,
     StepResult,
     generate_steps,
     prefill,
     speculative_step,
 )
+from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel, LlamaCppTokenizer
+from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner
 from speculative_llm.backends.local.models import (
     PACKAGED_MODELS,
+    RUNNER_CHOICES,
     LoadedModel,
     PackagedModel,
     check_vocabulary,
-    export_hf_checkpoint,
     load_model,
     packaged_model_path,
-    resolve_dtype,
 )
+from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
+from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype
+from speculative_llm.backends.local.transformers_runner import TransformersRunner
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_SPEC",
     "PACKAGED_MODELS",
-    "CachedModel",
+    "RUNNER_CHOICES",
     "Draft",
-    "DraftLength",
+    "DraftLengthPolicy",
     "DraftModelDrafter",
     "Drafter",
+    "HfTokenizer",
+    "LlamaCppModel",
+    "LlamaCppRunner",
+    "LlamaCppTokenizer",
     "LoadedModel",
     "LocalBackend",
     "PackagedModel",
     "PromptLookupDrafter",
+    "Runner",
     "SamplingParams",
     "StepCounters",
     "StepResult",
+    "Tokenizer",
+    "TransformersRunner",
     "check_vocabulary",
     "export_hf_checkpoint",
     "generate_steps",

@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
-from speculative_llm.backends.local.cached_model import CachedModel
-from speculative_llm.backends.local.draft_cost import VerifyCost
+from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.engine import DraftLength, StepCounters, generate_steps
-from speculative_llm.backends.local.models import LoadedModel, check_vocabulary, load_model
+from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
+from speculative_llm.backends.local.grammar import (
+    Constraint,
+    GrammarVocabulary,
+    response_format_grammar,
+)
+from speculative_llm.backends.local.models import (
+    LoadedModel,
+    check_draft_vocabulary,
+    load_model,
+    resolve_model,
+)
+from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,
-    PendingToken,
     StopStringFilter,
     make_pending,
 )
@@ -29,10 +39,21 @@ from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Message, Usage
 
-__all__ = ["DEFAULT_MODEL", "LocalBackend"]
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.tokenizers import Tokenizer
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
 """The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
+
+DEFAULT_SPEC = SpecConfig(method="ngram", num_speculative_tokens=12, cost_aware=True)
+"""Cost-aware prompt lookup: drafts of up to 12 tokens, only as long as they pay for
+their verification on this model and machine (on a CPU an extra verified row costs a
+good part of a one-token pass), so free text decodes at the baseline's speed and copied
+text faster."""
 
 _FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
@@ -46,10 +67,16 @@ class _Job:
     prompt_tokens: list[int]
     drafter: Drafter | None
     params: SamplingParams
+    grammar: Any = None
+    """The compiled grammar the output must follow, or None."""
 
 
 class LocalBackend(Backend):
-    """Speculative decoding in this process, on Hugging Face transformers models.
+    """Speculative decoding in this process, on llama.cpp's kernels or transformers.
+
+    GGUF files and the packaged aliases run on the llama.cpp runner (llama.cpp's C API
+    under our own decoding loop) when its binding is installed; Hugging Face ids and
+    checkpoint directories run on the transformers runner (any torch device).
 
     Exact: greedy output equals the target's greedy output, and sampled output follows
     the target's distribution (speculative sampling with the min(1, p/q) rule). Every
@@ -68,12 +95,20 @@ class LocalBackend(Backend):
         draft_model: Draft model for ``method="draft_model"`` (same vocabulary). When
             given without ``speculative``, the default method is ``draft_model``.
         speculative: Default speculative configuration (``SpecConfig``, dict or method
-            name); requests may override it with ``request.spec``. Default: prompt
-            lookup (``ngram``) with k=5.
-        device: Torch device (``cpu``, ``cuda``...).
-        dtype: Weight dtype: ``auto`` (bfloat16 where the hardware computes it natively,
-            else float32), ``float32``, ``bfloat16`` or ``float16``.
-        torch_threads: Threads torch may use (``torch.set_num_threads``; process-wide).
+            name); requests may override it with ``request.spec``. Default:
+            ``DEFAULT_SPEC``, cost-aware prompt lookup (``ngram``) with drafts of up to
+            12 tokens.
+        runner: ``auto`` (the default: llama.cpp for GGUF files and packaged aliases,
+            transformers otherwise), ``llamacpp`` or ``transformers``.
+        device: Torch device of the transformers runner (``cpu``, ``cuda``...).
+        dtype: Transformers runner's weight dtype: ``auto`` (float32 on a CPU, which
+            keeps greedy output identical to the baseline; bfloat16 on CUDA),
+            ``float32``, ``bfloat16`` or ``float16``.
+        threads: CPU threads: llama.cpp's per runner, or torch's (process-wide).
+        context_window: llama.cpp runner: tokens its KV cache holds (default: the
+            model's training context, at most 8192).
+        weight_layout: llama.cpp runner: ``auto`` (probe which layout keeps verify
+            passes exact), ``repacked`` or ``plain``.
         progress: Show download progress when a packaged model is fetched.
 
     Raises:
@@ -90,34 +125,48 @@ class LocalBackend(Backend):
         *,
         draft_model: str | None = None,
         speculative: SpecConfig | Mapping[str, Any] | str | None = None,
+        runner: str = "auto",
         device: str = "cpu",
         dtype: str | torch.dtype = "auto",
-        torch_threads: int | None = None,
+        threads: int | None = None,
+        context_window: int | None = None,
+        weight_layout: str = "auto",
         progress: bool = True,
     ) -> None:
-        if torch_threads is not None:
-            if torch_threads < 1:
-                raise ConfigError(
-                    f"torch_threads must be >= 1, got {torch_threads}.", field="torch_threads"
-                )
-            torch.set_num_threads(torch_threads)
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+            raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
+        if threads is not None and threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}.", field="threads")
         self._default_spec = self._default_config(speculative, draft_model)
-        self._device = device
-        self._dtype = dtype
-        self._progress = progress
+        self._options: dict[str, Any] = {
+            "device": device,
+            "dtype": dtype,
+            "threads": threads,
+            "progress": progress,
+        }
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._closed = False
         self._target: LoadedModel | None = load_model(
-            model, device=device, dtype=dtype, progress=progress
+            model,
+            runner=runner,
+            context_window=context_window,
+            weight_layout=weight_layout,
+            **self._options,
         )
         self._model_name = model
-        self._runner = CachedModel(self._target.model)
-        # Verify-pass timings of this model on this machine, shared by every request:
-        # cost-aware requests choose their draft lengths from it.
+        self._runner: Runner = self._target.new_runner()
+        logger.info("local engine: %s", self._target.description)
+        # Verify-pass timings of this model on this machine, and the acceptance learned
+        # per method, shared by every request: cost-aware requests choose their draft
+        # lengths from them.
         self._verify_cost = VerifyCost()
-        self._eos_token_ids = self._find_eos_ids(self._target)
-        self._draft_drafters: dict[str, DraftModelDrafter] = {}
+        self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
+        self._eos_token_ids = self._target.tokenizer.eos_token_ids
+        self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
+        self._grammar: GrammarVocabulary | None = None
+        self.grammar_seconds = 0.0
+        """Seconds spent on grammars (cutting drafts, masking rows), all requests."""
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self._draft_drafter(self._default_spec)
@@ -130,8 +179,8 @@ class LocalBackend(Backend):
     ) -> SpecConfig:
         if speculative is None:
             if draft_model:
-                return SpecConfig(method="draft_model", draft_model=draft_model)
-            return SpecConfig(method="ngram", num_speculative_tokens=5)
+                return DEFAULT_SPEC.replace(method="draft_model", draft_model=draft_model)
+            return DEFAULT_SPEC
         if isinstance(speculative, str) and speculative == "draft_model" and draft_model:
             return SpecConfig(method="draft_model", draft_model=draft_model)
         if (
@@ -150,17 +199,6 @@ class LocalBackend(Backend):
             )
         return config
 
-    @staticmethod
-    def _find_eos_ids(loaded: LoadedModel) -> frozenset[int]:
-        ids: set[int] = set()
-        for source in (loaded.model.generation_config, loaded.model.config, loaded.tokenizer):
-            value = getattr(source, "eos_token_id", None)
-            if isinstance(value, int):
-                ids.add(value)
-            elif isinstance(value, list | tuple):
-                ids.update(int(v) for v in value)
-        return frozenset(ids)
-
     @property
     def default_spec(self) -> SpecConfig:
         """The speculative configuration used when a request has none."""
@@ -168,13 +206,14 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Methods none/draft_model/ngram, exact per-request stats, token provenance."""
+        """Methods none/draft_model/ngram, exact stats, token provenance, structured output."""
         return Capabilities(
             methods=frozenset(LOCAL_METHODS),
             per_request_stats=True,
             live_stats=True,
             token_provenance=True,
             per_request_toggle=True,
+            structured_output=True,
         )
 
     @property
@@ -183,14 +222,38 @@ class LocalBackend(Backend):
         return self._model_name
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The target's tokenizer."""
         return self._loaded().tokenizer
 
     @property
     def model(self) -> Any:
-        """The target's transformers model."""
+        """The target model: a transformers model, or a ``LlamaCppModel``."""
         return self._loaded().model
+
+    @property
+    def runner_name(self) -> str:
+        """The runner in use: ``llamacpp`` or ``transformers``."""
+        return self._loaded().runner_name
+
+    @property
+    def kernel_seconds(self) -> float | None:
+        """Seconds the runners spent in llama.cpp's decode while decoding, all requests.
+
+        Each sequence's first pass (the prompt) is left out. The rest of a request's
+        decode time is the engine's own work (drafting, acceptance, text assembly,
+        statistics): the benchmark reports it per step. None on the transformers runner.
+        """
+        runners = [self._runner, *(drafter.runner for _, drafter in self._drafts.values())]
+        seconds: list[float | None] = [getattr(r, "kernel_seconds", None) for r in runners]
+        if seconds[0] is None:
+            return None
+        return float(sum(value for value in seconds if value is not None))
+
+    @property
+    def runner_description(self) -> str:
+        """One line saying how the target runs (runner, weights, exactness limit...)."""
+        return self._loaded().description
 
     def model_info(self) -> ModelInfo:
         """Name and context window of the target."""
@@ -212,21 +275,25 @@ class LocalBackend(Backend):
                 field="draft_model",
             )
         with self._load_lock:
-            drafter = self._draft_drafters.get(name)
-            if drafter is None:
+            known = self._drafts.get(name)
+            if known is None:
                 target = self._loaded()
-                draft = load_model(
-                    name, device=self._device, dtype=self._dtype, progress=self._progress
+                # Refused from the files' vocabularies before any weight loads.
+                check_draft_vocabulary(target, name, progress=bool(self._options["progress"]))
+                source = resolve_model(name, progress=False)
+                same_files = (source.location, source.gguf_file) == (
+                    target.source.location,
+                    target.source.gguf_file,
                 )
-                check_vocabulary(
-                    target.tokenizer,
-                    draft.tokenizer,
-                    target_name=self._model_name,
-                    draft_name=name,
+                # A model drafting for itself shares its weights (a cache of its own).
+                draft = (
+                    target
+                    if same_files
+                    else load_model(name, runner=target.runner_name, **self._options)
                 )
-                drafter = DraftModelDrafter(draft.model, self._runner.vocab_size)
-                self._draft_drafters[name] = drafter
-            return drafter
+                known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
+                self._drafts[name] = known
+            return known[1]
 
     def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
         if spec.method == "none":
@@ -242,24 +309,21 @@ class LocalBackend(Backend):
 
         Models without a chat template (base models such as gemma3-270m) get a plain
         transcript: ``User: ...`` lines followed by ``Assistant:``.
+
+        Raises:
+            ConfigError: Text that cannot be encoded (a lone surrogate), or a chat
+                template that refuses the messages.
         """
         tokenizer = self._loaded().tokenizer
         if request.messages is None:
             assert request.prompt is not None
-            ids: list[int] = tokenizer(request.prompt).input_ids
-            return ids
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template(
-                [self._template_message(m) for m in request.messages],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
+            return tokenizer.encode(request.prompt)
+        if tokenizer.chat_template:
+            text = tokenizer.render_chat([self._template_message(m) for m in request.messages])
             # The template already holds the special tokens (BOS included).
-            ids = tokenizer(text, add_special_tokens=False).input_ids
-            return ids
+            return tokenizer.encode(text, add_special_tokens=False)
         transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in request.messages)
-        ids = tokenizer(transcript + "Assistant:").input_ids
-        return ids
+        return tokenizer.encode(transcript + "Assistant:")
 
     @staticmethod
     def _template_message(message: Message) -> dict[str, Any]:
@@ -275,7 +339,21 @@ class LocalBackend(Backend):
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
-        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params)
+        grammar = (
+            response_format_grammar(request.response_format, self._grammar_vocabulary())
+            if request.response_format
+            else None
+        )
+        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params, grammar)
+
+    def _grammar_vocabulary(self) -> GrammarVocabulary:
+        """The target's vocabulary for grammars, built on the first constrained request."""
+        with self._load_lock:
+            if self._grammar is None:
+                self._grammar = GrammarVocabulary.for_tokenizer(
+                    self._loaded().tokenizer, self._runner.vocab_size
+                )
+            return self._grammar
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Generate, yielding one chunk per target forward pass; the last is final.
@@ -303,13 +381,17 @@ class LocalBackend(Backend):
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
-        draft_length = DraftLength(
+        acceptance = self._acceptance.setdefault(
+            (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
+        )
+        draft_length = DraftLengthPolicy(
             k,
             adaptive=spec.adaptive and spec.speculative,
             min_k=spec.min_speculative_tokens,
             max_k=spec.max_speculative_tokens,
             cost=self._verify_cost,
             cost_aware=spec.cost_aware and spec.speculative,
+            acceptance=acceptance,
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)
@@ -318,6 +400,11 @@ class LocalBackend(Backend):
         counters = StepCounters()
         started = time.perf_counter()
         first_token_at: float | None = None
+        constraint = (
+            None
+            if job.grammar is None
+            else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
+        )
         steps = generate_steps(
             self._runner,
             job.drafter,
@@ -328,6 +415,7 @@ class LocalBackend(Backend):
             eos_token_ids=self._eos_token_ids,
             generator=generator,
             max_length=target.context_window,
+            constraint=constraint,
         )
 
         def snapshot(now: float) -> SpecStats:
@@ -358,12 +446,13 @@ class LocalBackend(Backend):
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 counters.record(step)
+                self.grammar_seconds += step.grammar_s
                 released, dropped = stop_filter.add(
                     make_pending(step.tokens, step.num_accepted, detokenizer)
                 )
                 finish: FinishReason | None = None
                 if stop_filter.stopped:
-                    self._forget(counters, dropped)
+                    counters.keep_first(counters.generated_tokens - len(dropped))
                     finish = "stop"
                 elif step.finish_reason is not None:
                     tail = detokenizer.flush()
@@ -392,17 +481,6 @@ class LocalBackend(Backend):
         finally:
             steps.close()
 
-    @staticmethod
-    def _forget(counters: StepCounters, dropped: list[PendingToken]) -> None:
-        """Take tokens cut by a stop string out of the counts (they are not returned)."""
-        for item in dropped:
-            counters.generated_tokens -= 1
-            if item.draft_position is None:
-                counters.target_tokens -= 1
-            else:
-                counters.accepted_tokens -= 1
-                counters.accepted_per_position[item.draft_position] -= 1
-
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.
 
@@ -417,8 +495,13 @@ class LocalBackend(Backend):
                 self._lock.release()
 
     def _release_models(self) -> None:
-        self._target = None
-        self._draft_drafters.clear()
-        # The runner references the model and its cache: let both be collected.
-        self._runner.model = None
-        self._runner.cache = None
+        target, self._target = self._target, None
+        drafts = list(self._drafts.values())
+        self._drafts.clear()
+        self._runner.close()
+        for draft, drafter in drafts:
+            drafter.runner.close()
+            if draft is not target:
+                draft.close()
+        if target is not None:
+            target.close()

@@ -1,33 +1,42 @@
 """Cost-aware draft length: draft only as many tokens as pay for their verification.
 
 Leviathan's analysis assumes that verifying k + 1 tokens costs one target pass. On a
-CPU it does not: measured here (SmolLM2-135M, float32, 2 cores, MKL) one token took
-106 ms, two 183 ms and six 210 ms, because a one-row matrix product runs as a fast
-matrix-vector kernel and two rows already need the general one. A draft then pays
-off only when enough of it is accepted, and on open questions it rarely is.
+CPU it does not: a small model's pass is compute-bound there, so every extra row of a
+verify pass costs a good part of a one-token pass (measured per model and machine by
+``VerifyCost``). A draft then pays off only when enough of it is accepted, and on
+open questions it rarely is.
 
-The policy picks, before each step, the draft length d in ``[0, k]`` with the most
-expected tokens per unit of time:
+The policy picks the draft length d in ``[0, k]`` with the most expected tokens per
+unit of time:
 
-    d* = argmax_d  E(d) / (r(d + 1) + d * c),   E(d) = (1 - a^(d+1)) / (1 - a)
+    d* = argmax_d  (1 + sum_{j<=d} S(j)) / (r(d + 1) + d * c)
 
-where ``a`` is the request's running acceptance (accepted drafts per position tried,
-recent steps weighing more), ``r(n)`` the measured time of an n-token pass over a
-one-token pass, and ``c`` the drafting time per token over a one-token pass. For
-prompt lookup, ``a`` is kept per n-gram match length and the choice is made again
-once the match is known: on the quick benchmark's outputs, 1-token matches were
-accepted far less often than 3-token ones, and verifying them cost more than they
-returned on the AVX2 machine. Any draft length keeps decoding exact, so this changes
-speed, never the output.
+where ``S(j)`` is the probability that the first j draft tokens are all accepted,
+``r(n)`` the measured time of an n-token pass over a one-token pass, and ``c`` the
+drafting time per token over a one-token pass. ``S`` is learned per draft position
+(``PositionAcceptance``: P(position j accepted | the ones before it were)), not from
+one geometric rate, and separately for each *match quality* of prompt lookup: the
+n-gram plus the earlier tokens that agree with the source (``Draft.match_length``).
+A longer match predicts a longer accepted run by far (docs/backends/local.md has
+the figures measured on the benchmark's outputs). Any draft length keeps decoding
+exact, so this changes speed, never the output.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["AcceptanceEstimate", "VerifyCost", "best_draft_length", "expected_tokens"]
+__all__ = [
+    "MATCH_QUALITY_EDGES",
+    "PositionAcceptance",
+    "VerifyCost",
+    "best_draft_length",
+    "expected_tokens",
+    "match_quality_bucket",
+]
 
 
 @dataclass(slots=True)
@@ -98,55 +107,87 @@ class VerifyCost:
         return statistics.median(self.draft_samples) / one
 
 
-@dataclass(slots=True)
-class AcceptanceEstimate:
-    """The running per-position acceptance ``a`` of one request.
+MATCH_QUALITY_EDGES: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 20, 32)
+"""Upper edges of the match-quality buckets (matches longer than 32 share the last)."""
 
-    Accepted drafts form a prefix, so a step that drafted d tokens and kept m tried
-    ``m + 1`` positions (``m`` when all d were kept) and accepted ``m``:
-    ``a = (accepted + prior_accepted) / (tried + prior_tried)``. The prior is
-    optimistic (0.75: a drafter proposes only when it has a reason, such as an n-gram
-    match), so a request starts by drafting. Counts decay by ``decay`` per drafting
-    step (recent steps weigh more) and by ``idle_decay`` per step without a draft, so
-    after a run of rejections the estimate drifts back to the prior slowly and drafting
-    is tried again every few dozen steps, not every few.
+
+def match_quality_bucket(match_length: int | None) -> int | None:
+    """The bucket of a draft's ``match_length`` (None: drafts without one, a draft model)."""
+    if match_length is None:
+        return None
+    for index, edge in enumerate(MATCH_QUALITY_EDGES):
+        if match_length <= edge:
+            return index
+    return len(MATCH_QUALITY_EDGES)
+
+
+@dataclass(slots=True)
+class PositionAcceptance:
+    """How often each draft position is accepted, given the positions before it were.
+
+    Accepted drafts form a prefix, so a step that drafted d tokens and accepted m
+    tried positions 1..min(m + 1, d) and accepted 1..m. Per bucket (see
+    ``match_quality_bucket``) and position j, ``P(j | j - 1) = (accepted_j + prior *
+    weight) / (tried_j + weight)``; ``S(j)`` is their running product. The prior is
+    optimistic (0.9) so that untried positions get tried: a long draft is attempted
+    until the evidence says it does not pay. A property of model, drafter and content
+    rather than of one request, so a backend shares one per method across requests.
+    A bucket's counts decay by ``decay`` at each of its drafts, so a change of content
+    (a model that stops copying) is followed within a few dozen drafts.
+
+    Args:
+        prior: Acceptance assumed for a position never tried.
+        weight: How many observations the prior counts for.
+        decay: Factor on a bucket's counts before each of its drafts is added.
     """
 
-    decay: float = 0.9
-    idle_decay: float = 0.97
-    prior_accepted: float = 1.5
-    prior_tried: float = 2.0
-    accepted: float = 0.0
-    tried: float = 0.0
+    prior: float = 0.9
+    weight: float = 2.0
+    decay: float = 0.97
+    counts: dict[int | None, list[list[float]]] = field(default_factory=dict)
 
-    @property
-    def alpha(self) -> float:
-        """The estimate of the per-position acceptance probability."""
-        return (self.accepted + self.prior_accepted) / (self.tried + self.prior_tried)
+    def survival(self, bucket: int | None, length: int) -> list[float]:
+        """``[S(1), ..., S(length)]``: the chance that the first j drafts are accepted."""
+        table = self.counts.get(bucket, [])
+        chance, survival = 1.0, []
+        for position in range(length):
+            accepted, tried = table[position] if position < len(table) else (0.0, 0.0)
+            chance *= (accepted + self.prior * self.weight) / (tried + self.weight)
+            survival.append(chance)
+        return survival
 
-    def update(self, num_drafted: int, num_accepted: int) -> None:
-        """Account for one step (a step without a draft only lets the evidence fade)."""
-        factor = self.decay if num_drafted else self.idle_decay
-        self.accepted *= factor
-        self.tried *= factor
-        if num_drafted:
-            self.accepted += num_accepted
-            self.tried += num_accepted + (1 if num_accepted < num_drafted else 0)
+    def record(self, bucket: int | None, num_drafted: int, num_accepted: int) -> None:
+        """Account for one verified draft."""
+        if num_drafted < 1:
+            return
+        table = self.counts.setdefault(bucket, [])
+        for row in table:
+            row[0] *= self.decay
+            row[1] *= self.decay
+        while len(table) < num_drafted:
+            table.append([0.0, 0.0])
+        for position in range(min(num_accepted + 1, num_drafted)):
+            table[position][1] += 1.0
+            if position < num_accepted:
+                table[position][0] += 1.0
+
+    def buckets(self) -> list[int | None]:
+        """The buckets seen so far."""
+        return list(self.counts)
 
 
-def expected_tokens(alpha: float, draft_length: int) -> float:
-    """E(d) = (1 - a^(d+1)) / (1 - a): tokens a step emits with d drafts, bonus included."""
-    if alpha >= 1.0:
-        return float(draft_length + 1)
-    return (1.0 - alpha ** (draft_length + 1)) / (1.0 - alpha)
+def expected_tokens(survival: Sequence[float], draft_length: int) -> float:
+    """Tokens a step emits with d drafts: ``1 + S(1) + ... + S(d)`` (the bonus included)."""
+    return 1.0 + sum(survival[:draft_length])
 
 
-def best_draft_length(alpha: float, max_length: int, cost: VerifyCost) -> int:
-    """The draft length in ``[0, max_length]`` with the most expected tokens per second."""
+def best_draft_length(survival: Sequence[float], cost: VerifyCost) -> int:
+    """The draft length in ``[0, len(survival)]`` with the most expected tokens per second."""
     draft_ratio = cost.draft_ratio()
-    best, best_rate = 0, 1.0  # d = 0: one token for one one-token pass
-    for length in range(1, max_length + 1):
-        rate = expected_tokens(alpha, length) / (cost.ratio(length + 1) + length * draft_ratio)
+    best, best_rate, tokens = 0, 1.0, 1.0  # d = 0: one token for one one-token pass
+    for length, chance in enumerate(survival, start=1):
+        tokens += chance
+        rate = tokens / (cost.ratio(length + 1) + length * draft_ratio)
         if rate > best_rate:
             best, best_rate = length, rate
     return best

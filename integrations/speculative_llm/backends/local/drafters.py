@@ -5,19 +5,28 @@
   ``ngram_min``) and proposes what followed it. Deterministic: its ``q`` is one-hot.
   An incremental dict index keeps a lookup at a few microseconds.
 * ``DraftModelDrafter``: a smaller model with the target's vocabulary and its own
-  KV cache, cropped to the accepted prefix before each proposal.
+  KV cache (a runner of either kind), cropped to the accepted prefix before each
+  proposal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from speculative_llm.backends.local.cached_model import CachedModel
-from speculative_llm.backends.local.sampling import SamplingParams, logits_to_probs, sample_from
+from speculative_llm.backends.local.runner import Runner
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.grammar import Constraint
+from speculative_llm.backends.local.sampling import (
+    SamplingParams,
+    argmax_rows,
+    logits_to_probs,
+    sample_from,
+)
 from speculative_llm.errors import ConfigError
 
 __all__ = ["Draft", "DraftModelDrafter", "Drafter", "PromptLookupDrafter"]
@@ -32,9 +41,11 @@ class Draft:
         probs: Draft distributions ``q`` of shape ``(len(tokens), vocab)`` the tokens
             were sampled from, or None for a deterministic drafter (one-hot ``q``) or
             greedy decoding.
-        match_length: For prompt lookup, the length n of the n-gram match the tokens
-            were copied after (a longer match predicts a longer accepted run); None for
-            other drafters. Cost-aware drafting keeps one acceptance estimate per n.
+        match_length: For prompt lookup, how many tokens before the draft equal those
+            before its source: the n-gram plus the earlier tokens that agree (at most
+            ``ngram_max + context``). A longer match predicts a longer accepted run;
+            cost-aware drafting learns acceptance per match quality. None for other
+            drafters.
     """
 
     tokens: list[int]
@@ -58,8 +69,15 @@ class Drafter(Protocol):
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
-        """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far)."""
+        """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far).
+
+        ``constraint`` (only passed when the request has a grammar) lets a drafter that
+        samples draft from the allowed tokens; the engine cuts every proposal at its
+        first forbidden token either way.
+        """
 
 
 class PromptLookupDrafter:
@@ -149,7 +167,11 @@ class PromptLookupDrafter:
         return None if match is None else match[0]
 
     def _find_match(self, sequence: Sequence[int]) -> tuple[int, int] | None:
-        """``(position after the best occurrence, n)`` of the longest matching n-gram."""
+        """``(position after the best occurrence, matched tokens)``, the n-gram included.
+
+        The occurrence is the best one of the longest matching n-gram; matched tokens
+        are n plus its agreement with the tokens before the trailing n-gram.
+        """
         length = len(sequence)
         # Index n-grams ending before the last position, so the trailing n-gram
         # cannot match itself.
@@ -167,7 +189,7 @@ class PromptLookupDrafter:
                     best, best_agreement = stop, agreement
                     if agreement == self.context:
                         break
-            return best, n
+            return best, n + best_agreement
         return None
 
     def propose(
@@ -176,6 +198,8 @@ class PromptLookupDrafter:
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
         """Propose the ``k`` tokens that followed the best earlier match.
 
@@ -187,13 +211,13 @@ class PromptLookupDrafter:
         match = self._find_match(sequence)
         if match is None:
             return Draft([])
-        start, n = match
+        start, matched = match
         length = len(sequence)
         tokens: list[int] = []
         for offset in range(k):
             source = start + offset
             tokens.append(sequence[source] if source < length else tokens[source - length])
-        return Draft(tokens, match_length=n)
+        return Draft(tokens, match_length=matched)
 
 
 class DraftModelDrafter:
@@ -204,15 +228,16 @@ class DraftModelDrafter:
     fed, so the prompt is processed once.
 
     Args:
-        model: The draft causal LM (same vocabulary as the target).
+        runner: A runner of the draft model (same vocabulary as the target), used by
+            this drafter alone.
         target_vocab_size: Width of the target's logits; draft distributions are padded
             or cut to it (embedding matrices are often padded to different sizes).
     """
 
     name = "draft_model"
 
-    def __init__(self, model: Any, target_vocab_size: int) -> None:
-        self.runner = CachedModel(model)
+    def __init__(self, runner: Runner, target_vocab_size: int) -> None:
+        self.runner = runner
         self.target_vocab_size = target_vocab_size
         self._cached_tokens: list[int] = []
         self._confirmed = 0
@@ -250,8 +275,14 @@ class DraftModelDrafter:
         k: int,
         params: SamplingParams,
         generator: torch.Generator | None,
+        *,
+        constraint: Constraint | None = None,
     ) -> Draft:
-        """Run the draft model k times, sampling (or taking the argmax of) each token."""
+        """Run the draft model k times, sampling (or taking the argmax of) each token.
+
+        With a ``constraint`` each position's logits are masked first, so the draft
+        distribution q puts no mass on tokens the grammar forbids.
+        """
         if k < 1:
             return Draft([])
         shared = self._shared_prefix(sequence)
@@ -266,16 +297,39 @@ class DraftModelDrafter:
         self._confirmed = len(sequence)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        try:
+            self._draft(pending, k, params, generator, constraint, tokens, rows)
+        finally:
+            if constraint is not None:
+                constraint.rewind()
+        return Draft(tokens, torch.stack(rows) if rows else None)
+
+    def _draft(
+        self,
+        pending: list[int],
+        k: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        constraint: Constraint | None,
+        tokens: list[int],
+        rows: list[torch.Tensor],
+    ) -> None:
         for position in range(k):
             logits = self.runner.forward(pending, 1)[0]
+            if constraint is not None:
+                constraint.mask_next(logits)
             if params.greedy:
-                token = int(logits.argmax())
+                token = argmax_rows(logits[None])[0]
             else:
                 probs = self._fit_vocab(logits_to_probs(logits, params))
                 token = sample_from(probs, generator)
                 rows.append(probs)
             tokens.append(token)
-            if position < k - 1:
-                self._cached_tokens.append(token)
-                pending = [token]
-        return Draft(tokens, torch.stack(rows) if rows else None)
+            if position == k - 1:
+                break
+            if constraint is not None:
+                if constraint.stops(token):
+                    break  # the grammar ends here: the target decides whether it does
+                constraint.advance(token)
+            self._cached_tokens.append(token)
+            pending = [token]

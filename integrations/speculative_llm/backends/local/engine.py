@@ -1,7 +1,7 @@
 """The speculative decoding loop: prefill, draft, verify, crop; no I/O.
 
 The loop is a generator of ``StepResult`` (one per target forward pass) driven by
-plain arguments: a target ``CachedModel``, a drafter (or none), the prompt tokens, the
+plain arguments: a target ``Runner`` (see ``runner``), a drafter (or none), the prompt tokens, the
 sampling parameters and a random generator. The baseline is the same loop with no
 drafter (k = 0), so a comparison measures speculation and nothing else.
 
@@ -16,23 +16,29 @@ One step, with the sequence ``s`` of length L and the target cache holding ``s[:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from speculative_llm.backends.local.cached_model import CachedModel
 from speculative_llm.backends.local.draft_cost import (
-    AcceptanceEstimate,
+    PositionAcceptance,
     VerifyCost,
     best_draft_length,
+    match_quality_bucket,
 )
 from speculative_llm.backends.local.drafters import Draft, Drafter
+from speculative_llm.backends.local.runner import Runner
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.grammar import Constraint
 from speculative_llm.backends.local.sampling import (
     AcceptanceRule,
     SamplingParams,
+    argmax_rows,
     logits_to_probs,
     sample_from,
     verify_draft,
@@ -41,7 +47,7 @@ from speculative_llm.backends.local.sampling import (
 from speculative_llm.errors import ConfigError
 
 __all__ = [
-    "DraftLength",
+    "DraftLengthPolicy",
     "EngineFinish",
     "StepCounters",
     "StepResult",
@@ -67,7 +73,9 @@ class StepResult:
         verify_s: Seconds spent in the target forward pass and the acceptance rule.
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
-        match_length: The draft's ``Draft.match_length`` (prompt lookup's n), if any.
+        match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.
+        grammar_s: Seconds of ``verify_s`` spent on the grammar (cutting the draft,
+            masking the rows, following the emitted tokens).
     """
 
     tokens: list[int]
@@ -78,10 +86,11 @@ class StepResult:
     prefill: bool = False
     finish_reason: EngineFinish | None = None
     match_length: int | None = None
+    grammar_s: float = 0.0
 
 
 @dataclass(slots=True)
-class DraftLength:
+class DraftLengthPolicy:
     """The draft length k: fixed, adaptive or cost-aware.
 
     Adaptive: after a step whose draft was accepted in full, k grows by one; after a
@@ -90,10 +99,11 @@ class DraftLength:
 
     Cost-aware (``cost_aware`` with a ``cost`` model): k is the longest draft, and the
     length in ``[0, k]`` with the most expected tokens per second is chosen from the
-    request's running acceptance and the measured verify cost (see ``draft_cost``):
-    before the proposal (``next_k``, which spares a draft model's work), and for prompt
-    lookup again after it (``keep``), with the acceptance measured for matches of the
-    same n-gram length: a 3-token match is worth drafting where a 1-token match is not.
+    acceptance learned per draft position and the measured verify cost (see
+    ``draft_cost``): before the proposal (``next_k``, which spares a draft model's
+    work), and for prompt lookup again after it (``keep``), from the acceptance of
+    drafts with the same match quality: a long match is worth drafting far where a
+    1-token match is not. ``acceptance`` may be shared by the requests of a backend.
     The loop feeds ``cost`` with every step's timings whenever it is given, so baseline
     requests measure the one-token pass too.
     """
@@ -104,8 +114,7 @@ class DraftLength:
     max_k: int = 16
     cost: VerifyCost | None = None
     cost_aware: bool = False
-    acceptance: AcceptanceEstimate = field(default_factory=AcceptanceEstimate)
-    by_match_length: dict[int, AcceptanceEstimate] = field(default_factory=dict)
+    acceptance: PositionAcceptance = field(default_factory=PositionAcceptance)
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -117,27 +126,24 @@ class DraftLength:
                 field="num_speculative_tokens",
             )
 
-    def _estimate(self, match_length: int | None) -> AcceptanceEstimate:
-        if match_length is None:
-            return self.acceptance
-        return self.by_match_length.setdefault(match_length, AcceptanceEstimate())
+    def _best(self, bucket: int | None, longest: int) -> int:
+        assert self.cost is not None
+        return best_draft_length(self.acceptance.survival(bucket, longest), self.cost)
 
     def next_k(self) -> int:
         """How many tokens to ask the drafter for in the next step."""
         if not self.cost_aware or self.cost is None or self.k == 0:
             return self.k
-        # Before the proposal its match length is unknown: ask for as much as the most
-        # promising estimate would verify; ``keep`` cuts a prompt-lookup draft after.
-        alpha = max(e.alpha for e in (self.acceptance, *self.by_match_length.values()))
-        return best_draft_length(alpha, self.k, self.cost)
+        # Before the proposal its match quality is unknown: ask for as much as the most
+        # promising kind of draft would verify; ``keep`` cuts a prompt-lookup draft after.
+        return max(self._best(bucket, self.k) for bucket in (None, *self.acceptance.buckets()))
 
     def keep(self, draft: Draft) -> int:
         """How many of a proposal's tokens to verify (all, unless cost-aware says fewer)."""
         proposed = len(draft.tokens)
         if not self.cost_aware or self.cost is None or draft.match_length is None:
             return proposed
-        alpha = self._estimate(draft.match_length).alpha
-        return best_draft_length(alpha, proposed, self.cost)
+        return self._best(match_quality_bucket(draft.match_length), proposed)
 
     def record(self, step: StepResult) -> None:
         """Account for one verify step: its outcome, and its timings when ``cost`` is kept."""
@@ -147,14 +153,9 @@ class DraftLength:
             self.cost.observe_draft(step.num_drafted, step.draft_s)
 
     def update(self, num_drafted: int, num_accepted: int, match_length: int | None = None) -> None:
-        """Adapt k (or the acceptance estimates) to the outcome of a step."""
+        """Adapt k (or the learned acceptance) to the outcome of a step."""
         if self.cost_aware:
-            if num_drafted:
-                self._estimate(match_length).update(num_drafted, num_accepted)
-            else:
-                # Nothing verified: every estimate's evidence fades toward its prior.
-                for estimate in (self.acceptance, *self.by_match_length.values()):
-                    estimate.update(0, 0)
+            self.acceptance.record(match_quality_bucket(match_length), num_drafted, num_accepted)
         if not self.adaptive or num_drafted == 0:
             return
         if num_accepted == num_drafted:
@@ -163,15 +164,31 @@ class DraftLength:
             self.k = max(self.k - 1, self.min_k)
 
 
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    """What one step added to the counters (after any cut)."""
+
+    emitted: int
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+    prefill: bool
+    grammar_s: float = 0.0
+
+
 @dataclass(slots=True)
 class StepCounters:
     """Running totals of a generation, from which ``SpecStats`` is built.
 
-    ``record`` takes how many of a step's tokens were kept (a stop string may cut the
-    last step), so ``generated == accepted + target`` always holds for the tokens
-    actually returned. The prefill counts as a verify step (it emits the first token,
-    so plain decoding has exactly one token per step) but its time is not decoding
-    time and stays out of ``verify_s``.
+    Every count describes the tokens returned: when a stop string cuts the output,
+    ``keep_first`` takes back what the cut tokens had added, as if the step that emitted
+    the stop string had ended there (its draft positions after the cut count neither as
+    drafted nor as rejected; the verify pass and its time still count, it happened). So
+    ``generated == accepted + target`` and ``sum(accepted_per_position) == accepted``
+    always hold. The prefill counts as a verify step (it emits the first token, so plain
+    decoding has exactly one token per step) but its time is not decoding time and
+    stays out of ``verify_s``.
     """
 
     generated_tokens: int = 0
@@ -183,64 +200,115 @@ class StepCounters:
     rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    grammar_s: float = 0.0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
+    _steps: list[_Counted] = field(default_factory=list, repr=False)
 
-    def record(self, step: StepResult, kept: int | None = None) -> None:
-        """Add one step, of which the first ``kept`` tokens were returned (default all)."""
-        kept = len(step.tokens) if kept is None else kept
-        accepted = min(step.num_accepted, kept)
-        self.generated_tokens += kept
-        self.accepted_tokens += accepted
-        self.target_tokens += kept - accepted
-        self.verify_steps += 1
-        self.draft_s += step.draft_s
-        if not step.prefill:
+    def record(self, step: StepResult) -> None:
+        """Add one step."""
+        counted = _Counted(
+            len(step.tokens),
+            step.num_drafted,
+            step.num_accepted,
+            step.draft_s,
+            step.verify_s,
+            step.prefill,
+            step.grammar_s,
+        )
+        self._steps.append(counted)
+        self._apply(counted, 1)
+
+    def keep_first(self, tokens: int) -> None:
+        """Count only the first ``tokens`` generated tokens (a stop string cut the rest)."""
+        before = self.generated_tokens
+        for index in range(len(self._steps) - 1, -1, -1):
+            counted = self._steps[index]
+            if counted.emitted == 0:
+                continue  # already cut away entirely
+            before -= counted.emitted
+            keep = max(tokens - before, 0)
+            if keep >= counted.emitted:
+                return
+            # A cut inside the accepted drafts: the positions after it were not shown,
+            # so the step drafted (and accepted) only what it kept.
+            drafted = counted.drafted if keep > counted.accepted else keep
+            truncated = dataclasses.replace(
+                counted, emitted=keep, drafted=drafted, accepted=min(counted.accepted, keep)
+            )
+            self._apply(counted, -1)
+            self._apply(truncated, 1)
+            self._steps[index] = truncated
+
+    def _apply(self, counted: _Counted, sign: int) -> None:
+        """Add (sign 1) or take back (sign -1) one step's contribution."""
+        self.generated_tokens += sign * counted.emitted
+        self.accepted_tokens += sign * counted.accepted
+        self.target_tokens += sign * (counted.emitted - counted.accepted)
+        self.verify_steps += sign
+        self.draft_s += sign * counted.draft_s
+        self.grammar_s += sign * counted.grammar_s
+        if not counted.prefill:
             # The prompt's pass is time to first token, not decoding: kept out of
             # verify_s so that verify_s / verify_steps estimates one decoding pass.
-            self.verify_s += step.verify_s
-        if step.num_drafted:
-            self.draft_steps += 1
-            self.draft_tokens += step.num_drafted
-            if step.num_accepted < step.num_drafted:
-                self.rejected_steps += 1
-            width = step.num_drafted
+            self.verify_s += sign * counted.verify_s
+        if counted.drafted:
+            self.draft_steps += sign
+            self.draft_tokens += sign * counted.drafted
+            if counted.accepted < counted.drafted:
+                self.rejected_steps += sign
             for row in (self.accepted_per_position, self.drafted_per_position):
-                if len(row) < width:
-                    row.extend([0] * (width - len(row)))
-            for position in range(width):
-                self.drafted_per_position[position] += 1
-            for position in range(accepted):
-                self.accepted_per_position[position] += 1
+                if len(row) < counted.drafted:
+                    row.extend([0] * (counted.drafted - len(row)))
+            for position in range(counted.drafted):
+                self.drafted_per_position[position] += sign
+            for position in range(counted.accepted):
+                self.accepted_per_position[position] += sign
+            while sign < 0 and self.drafted_per_position and not self.drafted_per_position[-1]:
+                # A cut step was the only one to draft that far: the position is gone.
+                self.drafted_per_position.pop()
+                self.accepted_per_position.pop()
 
 
 def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     if params.greedy:
-        return int(logits.argmax())
+        return argmax_rows(logits[None])[0]
     return sample_from(logits_to_probs(logits, params), generator)
 
 
 @torch.inference_mode()
 def prefill(
-    target: CachedModel,
+    target: Runner,
     prompt_tokens: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None,
+    constraint: Constraint | None = None,
 ) -> StepResult:
     """Process the prompt with the target and choose the first token.
 
-    The target cache is reset and then holds the whole prompt.
+    The target cache is reset and then holds the whole prompt. With a ``constraint``,
+    the first token is chosen from the masked distribution.
     """
     started = time.perf_counter()
     target.reset()
-    logits = target.forward(list(prompt_tokens), 1)[0]
-    token = _choose(logits, params, generator)
-    return StepResult([token], 0, 0, 0.0, time.perf_counter() - started, prefill=True)
+    logits = target.forward(list(prompt_tokens), 1)
+    grammar_s = 0.0
+    if constraint is not None:
+        masking = time.perf_counter()
+        constraint.cut([])
+        constraint.mask(logits)
+        grammar_s = time.perf_counter() - masking
+    token = _choose(logits[0], params, generator)
+    if constraint is not None:
+        constraint.commit(0, token)
+    return StepResult(
+        [token], 0, 0, 0.0, time.perf_counter() - started, prefill=True, grammar_s=grammar_s
+    )
 
 
 @torch.inference_mode()
 def speculative_step(
-    target: CachedModel,
+    target: Runner,
     drafter: Drafter | None,
     sequence: Sequence[int],
     k: int,
@@ -248,8 +316,13 @@ def speculative_step(
     generator: torch.Generator | None,
     rule: AcceptanceRule = verify_sampled,
     keep: Callable[[Draft], int] | None = None,
+    constraint: Constraint | None = None,
 ) -> StepResult:
     """Draft up to k tokens, verify them in one target forward pass, crop the cache.
+
+    With a ``constraint`` the proposal is cut at its first token the grammar forbids,
+    the target's rows are masked before the acceptance rule, and the grammar follows
+    the emitted tokens (see ``grammar``).
 
     Args:
         target: The target model; its cache must hold ``sequence[:-1]``.
@@ -260,6 +333,7 @@ def speculative_step(
         generator: Random generator for sampling.
         rule: Sampled acceptance rule (the exact ``verify_sampled`` unless testing).
         keep: How many of the proposed tokens to verify (default: all, up to k).
+        constraint: The request's grammar, or None.
 
     Returns:
         The step's emitted tokens and counts; the target cache then holds the new
@@ -272,16 +346,33 @@ def speculative_step(
             "the engine state is corrupt"
         )
     started = time.perf_counter()
-    draft = drafter.propose(sequence, k, params, generator) if drafter and k > 0 else Draft([])
+    if drafter is None or k <= 0:
+        draft = Draft([])
+    elif constraint is None:
+        draft = drafter.propose(sequence, k, params, generator)
+    else:
+        draft = drafter.propose(sequence, k, params, generator, constraint=constraint)
     drafted = time.perf_counter()
     kept = min(k, len(draft.tokens) if keep is None else keep(draft))
+    grammar_s = 0.0
+    if constraint is not None:
+        kept = constraint.cut(draft.tokens[:kept])
+        grammar_s = time.perf_counter() - drafted
     draft_tokens = draft.tokens[:kept]
     # A shortened draft is still exact: its q rows are the first ones of the proposal.
     draft_probs = None if draft.probs is None else draft.probs[:kept]
     logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
+    if constraint is not None:
+        masking = time.perf_counter()
+        constraint.mask(logits)
+        grammar_s += time.perf_counter() - masking
     verdict = verify_draft(draft_tokens, draft_probs, logits, params, generator, rule)
     # Drop the rejected drafts from the cache; the new last token is not fed yet.
     target.crop(length + verdict.num_accepted)
+    if constraint is not None:
+        committing = time.perf_counter()
+        constraint.commit(verdict.num_accepted, verdict.tokens[-1])
+        grammar_s += time.perf_counter() - committing
     finished = time.perf_counter()
     return StepResult(
         verdict.tokens,
@@ -290,6 +381,7 @@ def speculative_step(
         drafted - started,
         finished - drafted,
         match_length=draft.match_length,
+        grammar_s=grammar_s,
     )
 
 
@@ -297,31 +389,28 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
     for position, token in enumerate(step.tokens):
         if token in eos_token_ids:
             kept = step.tokens[: position + 1]
-            return StepResult(
-                kept,
-                step.num_drafted,
-                min(step.num_accepted, len(kept)),
-                step.draft_s,
-                step.verify_s,
-                step.prefill,
-                "stop",
-                step.match_length,
+            return dataclasses.replace(
+                step,
+                tokens=kept,
+                num_accepted=min(step.num_accepted, len(kept)),
+                finish_reason="stop",
             )
     return step
 
 
 def generate_steps(
-    target: CachedModel,
+    target: Runner,
     drafter: Drafter | None,
     prompt_tokens: Sequence[int],
     *,
     max_new_tokens: int,
     params: SamplingParams,
-    draft_length: DraftLength,
+    draft_length: DraftLengthPolicy,
     eos_token_ids: frozenset[int] = frozenset(),
     generator: torch.Generator | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
+    constraint: Constraint | None = None,
 ) -> Generator[StepResult, None, None]:
     """Generate speculatively, yielding one ``StepResult`` per target forward pass.
 
@@ -342,6 +431,9 @@ def generate_steps(
         max_length: Context window of the target: prompt + generated tokens never
             exceed it.
         rule: Sampled acceptance rule (the exact one unless testing).
+        constraint: A grammar the output must follow (see ``grammar``), or None. The
+            generation stops once the grammar accepts a stop token; when
+            ``max_new_tokens`` comes first the output is a prefix of a sentence of it.
 
     Raises:
         ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
@@ -361,30 +453,34 @@ def generate_steps(
             )
         max_new_tokens = min(max_new_tokens, room)
     sequence = list(prompt_tokens)
+    verify_limit = target.max_verify_tokens or max_new_tokens + 1
     if drafter is not None:
         drafter.reset(sequence)
-    step = _cut_at_eos(prefill(target, sequence, params, generator), eos_token_ids)
+    step = _cut_at_eos(prefill(target, sequence, params, generator, constraint), eos_token_ids)
     generated = 1
     while True:
         sequence.extend(step.tokens)
         if step.finish_reason is None and generated >= max_new_tokens:
-            step = StepResult(
-                step.tokens,
-                step.num_drafted,
-                step.num_accepted,
-                step.draft_s,
-                step.verify_s,
-                step.prefill,
-                "length",
-                step.match_length,
-            )
+            step = dataclasses.replace(step, finish_reason="length")
+        elif step.finish_reason is None and constraint is not None and constraint.finished:
+            # The grammar accepted a stop token that is not one of the model's own.
+            step = dataclasses.replace(step, finish_reason="stop")
         yield step
         if step.finish_reason is not None:
             return
-        # A step emits at most k + 1 tokens: never draft past the budget.
-        k = min(draft_length.next_k(), max_new_tokens - generated - 1)
+        # A step emits at most k + 1 tokens: never draft past the budget, nor verify more
+        # tokens in one pass than the runner scores exactly as one-token passes would.
+        k = min(draft_length.next_k(), max_new_tokens - generated - 1, verify_limit - 1)
         step = speculative_step(
-            target, drafter, sequence, k, params, generator, rule, keep=draft_length.keep
+            target,
+            drafter,
+            sequence,
+            k,
+            params,
+            generator,
+            rule,
+            keep=draft_length.keep,
+            constraint=constraint,
         )
         draft_length.record(step)
         step = _cut_at_eos(step, eos_token_ids)

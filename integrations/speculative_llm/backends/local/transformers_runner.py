@@ -26,8 +26,9 @@ from speculative_llm.backends.local.attention import GroupedAttention
 from speculative_llm.backends.local.kv_cache import new_cache
 from speculative_llm.backends.local.logits import VocabularyHead
 from speculative_llm.backends.local.onednn import OneDnnLinears
+from speculative_llm.errors import BackendError
 
-__all__ = ["CachedModel"]
+__all__ = ["TransformersRunner"]
 
 
 def _forward_parameters(model: Any) -> set[str]:
@@ -39,7 +40,7 @@ def _cache_keyword(parameters: set[str]) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
-class CachedModel:
+class TransformersRunner:
     """A causal LM and the KV cache of one sequence.
 
     Invariant: the cache holds the keys and values of the first ``length`` tokens of
@@ -64,8 +65,10 @@ class CachedModel:
         fast_head: bool = True,
         fast_linears: bool = True,
         fast_attention: bool = True,
+        fast_cache: bool = True,
     ) -> None:
         self.model = model
+        self._fast_cache = fast_cache
         parameters = _forward_parameters(model)
         self._cache_argument = _cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
@@ -103,8 +106,23 @@ class CachedModel:
         """Width of the model's output logits."""
         return int(self.model.get_output_embeddings().weight.shape[0])
 
+    @property
+    def max_verify_tokens(self) -> None:
+        """No limit: any draft length is verified in one pass."""
+        return None
+
+    def close(self) -> None:
+        """Drop the model and its cache (the runner is unusable afterwards)."""
+        self.model = None
+        self.cache = None
+
+    def _check_open(self) -> None:
+        if self.model is None:
+            raise BackendError("This transformers runner is closed.")
+
     def reset(self) -> None:
         """Start a new sequence with an empty cache."""
+        self._check_open()
         if self.cache is not None and hasattr(self.cache, "layers"):
             # Reuse the cache object: building one inspects the config, which costs
             # more than a forward pass of a small model.
@@ -112,8 +130,12 @@ class CachedModel:
             for layer in self.cache.layers:
                 if hasattr(layer, "record_past"):
                     layer.record_past = False
-        else:
+        elif self._fast_cache:
             self.cache = new_cache(self.model.config)
+        else:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
         self.length = 0
         self._recording = False
 
@@ -127,6 +149,7 @@ class CachedModel:
         Returns:
             Logits of shape ``(num_logits, vocab)``.
         """
+        self._check_open()
         if self.cache is None:
             self.reset()
         input_ids = torch.tensor([tokens], dtype=torch.long, device=self.device)

@@ -1,0 +1,228 @@
+"""A runner on llama.cpp's kernels: one llama.cpp context (KV cache) over a GGUF model.
+
+Each ``forward`` is one ``llama_decode`` of a batch with logits for the rows the engine
+verifies; ``crop`` is ``llama_memory_seq_rm`` (rejected drafts leave the cache, the
+prefix stays); logits are read in place from llama.cpp's output buffer (a NumPy view
+turned into a tensor without a copy). The batch's token, position and output arrays
+are filled through NumPy views of llama.cpp's own buffers, so a step costs a few
+microseconds of Python around the decode.
+
+``exact_verify_rows`` measures how many rows one pass may score with logits bitwise
+equal to one-token decoding: the layout of the weights (llama.cpp repacks some
+quantisation types for its batched kernels) and the kernels chosen per batch size
+decide it, so ``LlamaCppModel`` probes it per model and layout.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from speculative_llm.errors import BackendError, ConfigError
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+
+__all__ = ["LlamaCppRunner", "exact_verify_rows"]
+
+_CPU = torch.device("cpu")
+
+_BATCH_CAPACITY = 512
+"""Tokens per ``llama_decode`` (prompts are fed in chunks of this many)."""
+
+
+def _free(api: Any, context: Any, batch: Any) -> None:
+    api.llama_batch_free(batch)
+    api.llama_free(context)
+
+
+class LlamaCppRunner:
+    """A llama.cpp context of one sequence over a loaded GGUF model.
+
+    Args:
+        model: The loaded model (weights are shared by every runner made from it).
+
+    Raises:
+        BackendError: llama.cpp could not create the context (out of memory).
+    """
+
+    def __init__(self, model: LlamaCppModel) -> None:
+        api = model.api
+        self.model = model
+        self._api = api
+        params = api.llama_context_default_params()
+        params.n_ctx = model.context_window
+        self._capacity = min(_BATCH_CAPACITY, model.context_window)
+        params.n_batch = params.n_ubatch = self._capacity
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = model.threads
+        # Sliding-window layers otherwise reuse the cells of tokens that left the
+        # window, which a crop after a verify pass may need back.
+        params.swa_full = True
+        params.no_perf = True
+        self._context = api.llama_init_from_model(model.pointer, params)
+        if not self._context:
+            raise BackendError(
+                f"llama.cpp could not create a context of {model.context_window} tokens for "
+                f"{model.name}: {model.last_errors() or 'out of memory?'} Pass a smaller "
+                "context_window."
+            )
+        self._memory = api.llama_get_memory(self._context)
+        self._batch = api.llama_batch_init(self._capacity, 0, 1)
+        capacity = self._capacity
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
+        self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
+        self._outputs = np.ctypeslib.as_array(self._batch.logits, shape=(capacity,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))[:] = 1
+        for index in range(capacity):
+            self._batch.seq_id[index][0] = 0
+        self._vocab_size = model.vocab_size
+        self._length = 0
+        self.kernel_seconds = 0.0
+        """Seconds inside ``llama_decode`` after each sequence's first pass, added up
+        (the prompt's pass is time to first token, not decoding)."""
+        self._prompt_pass = True
+        self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache."""
+        return self._length
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logit rows."""
+        return self._vocab_size
+
+    @property
+    def max_verify_tokens(self) -> int | None:
+        """Rows one pass scores exactly as one-token passes would (the model's probe)."""
+        return self.model.exact_rows
+
+    @property
+    def device(self) -> torch.device:
+        """The CPU: llama.cpp's logits are read from host memory."""
+        return _CPU
+
+    @property
+    def context_window(self) -> int:
+        """Most tokens the cache holds."""
+        return self.model.context_window
+
+    def reset(self) -> None:
+        """Empty the cache."""
+        self._check_open()
+        self._api.llama_memory_clear(self._memory, True)
+        self._length = 0
+        self._prompt_pass = True
+
+    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+        """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions.
+
+        The rows are a view of llama.cpp's buffer: valid until this runner's next call.
+
+        Raises:
+            ConfigError: The tokens would overflow the context window.
+            BackendError: llama.cpp failed to decode.
+        """
+        self._check_open()
+        count = len(tokens)
+        if count == 0 or not 1 <= num_logits <= min(count, self._capacity):
+            raise ValueError(f"cannot return {num_logits} logit rows for {count} new tokens")
+        if self._length + count > self.model.context_window:
+            raise ConfigError(
+                f"{self._length + count} tokens do not fit the context window of "
+                f"{self.model.context_window}: shorten the prompt or max_tokens, or load the "
+                "model with a larger context_window.",
+                field="max_tokens",
+            )
+        for start in range(0, count, self._capacity):
+            chunk = tokens[start : start + self._capacity]
+            size = len(chunk)
+            last = start + size == count
+            self._tokens[:size] = chunk
+            self._positions[:size] = np.arange(self._length, self._length + size)
+            self._outputs[:size] = 0
+            if last:
+                self._outputs[size - num_logits : size] = 1
+            self._batch.n_tokens = size
+            self._decode()
+            self._length += size
+        self._prompt_pass = False
+        rows = self._api.llama_get_logits(self._context)
+        return torch.from_numpy(np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size)))
+
+    def _decode(self) -> None:
+        started = time.perf_counter()
+        status = self._api.llama_decode(self._context, self._batch)
+        if not self._prompt_pass:
+            self.kernel_seconds += time.perf_counter() - started
+        if status == 0:
+            return
+        if status == 1:
+            message = "no room left in the KV cache"
+        elif status == 2:
+            message = "the decode was aborted"
+        else:
+            message = f"error {status}: {self.model.last_errors() or 'see the log'}"
+        # A failed decode may leave part of the batch in the cache: drop it.
+        self._api.llama_memory_seq_rm(self._memory, 0, self._length, -1)
+        raise BackendError(f"llama.cpp could not decode a batch for {self.model.name}: {message}.")
+
+    def crop(self, length: int) -> None:
+        """Forget every cached token after the first ``length``.
+
+        Raises:
+            BackendError: The model's memory cannot drop a suffix (recurrent models).
+        """
+        self._check_open()
+        if length > self._length:
+            raise ValueError(f"cannot crop a cache of {self._length} tokens to {length}")
+        if length == self._length:
+            return
+        if not self._api.llama_memory_seq_rm(self._memory, 0, length, -1):
+            raise BackendError(
+                f"{self.model.name}'s cache cannot forget its last tokens (a recurrent or "
+                "hybrid architecture): decode it with method='none'."
+            )
+        self._length = length
+
+    def close(self) -> None:
+        """Free the context (the model stays loaded)."""
+        self._finalizer()
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise BackendError("This llama.cpp runner is closed.")
+
+
+def exact_verify_rows(runner: LlamaCppRunner, probe: Sequence[int], max_rows: int) -> int:
+    """How many rows one pass scores with logits bitwise equal to one-token decoding.
+
+    Decodes ``probe[:-max_rows]`` as a prompt, then its last ``max_rows`` tokens one at
+    a time (the reference), then the same tokens again in passes of 2, 3, ... rows after
+    cropping back to the prompt. Returns the largest size up to which every size matched
+    (1 when two rows already differ). The runner is reset afterwards.
+    """
+    if max_rows < 1 or len(probe) <= max_rows:
+        raise ValueError("the probe needs a prompt before its max_rows tokens")
+    prompt, tail = list(probe[:-max_rows]), list(probe[-max_rows:])
+    runner.reset()
+    try:
+        runner.forward(prompt, 1)
+        reference = [runner.forward([token], 1)[0].clone() for token in tail]
+        exact = 1
+        for rows in range(2, max_rows + 1):
+            runner.crop(len(prompt))
+            scored = runner.forward(tail[:rows], rows)
+            if not all(torch.equal(scored[row], reference[row]) for row in range(rows)):
+                break
+            exact = rows
+        return exact
+    finally:
+        runner.reset()

