@@ -277,15 +277,21 @@ def to_message_chunk(chunk: Chunk, *, model_name: str) -> ChatGenerationChunk:
     )
 
 
-def to_ai_message(completion: Completion, *, model_name: str) -> ChatGeneration:
-    """Convert a whole ``Completion`` to a ``ChatGeneration`` holding an ``AIMessage``."""
-    response_metadata = _final_metadata(
+def _completion_metadata(completion: Completion, model_name: str) -> dict[str, Any]:
+    """A whole completion's model, finish reason, statistics and (when known) tokens."""
+    metadata = _final_metadata(
         model_name=completion.model or model_name,
         finish_reason=completion.finish_reason,
         stats=completion.stats,
     )
     if completion.tokens:
-        response_metadata[TOKENS_KEY] = token_provenance(completion.tokens)
+        metadata[TOKENS_KEY] = token_provenance(completion.tokens)
+    return metadata
+
+
+def to_ai_message(completion: Completion, *, model_name: str) -> ChatGeneration:
+    """Convert a whole ``Completion`` to a ``ChatGeneration`` holding an ``AIMessage``."""
+    response_metadata = _completion_metadata(completion, model_name)
     message = AIMessage(
         content=completion.text,
         tool_calls=[
@@ -317,13 +323,7 @@ def to_generation_chunk(chunk: Chunk, *, model_name: str) -> GenerationChunk:
 
 def to_generation(completion: Completion, *, model_name: str) -> Generation:
     """Convert a whole ``Completion`` to a text ``Generation`` (metadata in generation_info)."""
-    generation_info = _final_metadata(
-        model_name=completion.model or model_name,
-        finish_reason=completion.finish_reason,
-        stats=completion.stats,
-    )
-    if completion.tokens:
-        generation_info[TOKENS_KEY] = token_provenance(completion.tokens)
+    generation_info = _completion_metadata(completion, model_name)
     generation_info["usage_metadata"] = dict(_usage_metadata(completion.usage, completion.stats))
     return Generation(text=completion.text, generation_info=generation_info)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -10,8 +9,9 @@ from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
 
-from langchain_speculative._backend import BackendSetup, build_backend
+from speculative_llm.arguments import reject_unknown_arguments
 from speculative_llm.backends.base import Backend
+from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -93,13 +93,13 @@ class SpeculativeParams(BaseModel):
                 missing ``base_url``, or invalid sampling values.
             ModelNotFoundError: The model cannot be found.
         """
-        _reject_unknown(type(self), data)
+        reject_unknown_arguments(type(self), data)
         super().__init__(**data)
         self._setup = build_backend(
             self.backend,
             model=self.model_name,
             speculative=self.speculative,
-            backend_options=self.backend_options,
+            options=self.backend_options,
             base_url=self.base_url,
             api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
             timeout=self.timeout,
@@ -175,8 +175,9 @@ class SpeculativeParams(BaseModel):
         """Build a request from the model's parameters and per-call keyword arguments.
 
         Per-call ``temperature``, ``max_tokens``, ``top_p``, ``top_k``, ``seed``,
-        ``model``, ``speculative``, ``tools``, ``tool_choice`` and ``response_format``
-        override the model's; any other keyword goes to the backend unchanged
+        ``model``, ``speculative``, ``tools``, ``tool_choice``, ``response_format`` and
+        ``prediction`` (Predicted Outputs, as ``ChatOpenAI`` takes it) override the
+        model's; any other keyword goes to the backend unchanged
         (``GenerationRequest.extra``).
         """
         options: dict[str, Any] = {}
@@ -196,6 +197,7 @@ class SpeculativeParams(BaseModel):
         tools = kwargs.pop("tools", None)
         tool_choice = kwargs.pop("tool_choice", None)
         response_format = kwargs.pop("response_format", None)
+        prediction = kwargs.pop("prediction", None)
         kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
         return GenerationRequest(
             messages=tuple(messages) if messages is not None else None,
@@ -203,6 +205,7 @@ class SpeculativeParams(BaseModel):
             tools=tuple(tools) if tools else None,
             tool_choice=tool_choice,
             response_format=response_format,
+            prediction=prediction,
             spec=spec,
             model=model,
             extra=kwargs,
@@ -220,23 +223,3 @@ class SpeculativeParams(BaseModel):
         """Async twin of ``close``."""
         if self._setup.owned:
             await self._setup.backend.aclose()
-
-
-def _reject_unknown(cls: type[BaseModel], data: dict[str, Any]) -> None:
-    """Refuse misspelt parameters instead of silently ignoring them (LangChain's default)."""
-    known: set[str] = set()
-    for name, field in cls.model_fields.items():
-        known.add(name)
-        if field.alias:
-            known.add(field.alias)
-    unknown = sorted(set(data) - known)
-    if not unknown:
-        return
-    first = unknown[0]
-    close = difflib.get_close_matches(first, sorted(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(
-        f"Unknown parameter(s) {', '.join(repr(u) for u in unknown)} for {cls.__name__}.{hint} "
-        "Backend-specific options go in backend_options={...}.",
-        field=first,
-    )

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import dataclasses
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Literal
@@ -29,7 +27,6 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel
 from pydantic.v1 import BaseModel as BaseModelV1
 
-from langchain_speculative._backend import IN_PROCESS_BACKENDS
 from langchain_speculative._convert import (
     to_ai_message,
     to_core_messages,
@@ -37,14 +34,10 @@ from langchain_speculative._convert import (
     to_core_tools,
     to_message_chunk,
 )
-from langchain_speculative._json_tools import (
-    json_tool_format,
-    json_tool_messages,
-    parse_json_tool_answer,
-)
 from langchain_speculative._params import SpeculativeParams
-from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS
+from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
+from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
@@ -168,44 +161,12 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any
     ) -> tuple[GenerationRequest, bool]:
         """The request, and whether its answer is a JSON tool call to parse (json_schema)."""
-        core_messages = to_core_messages(messages)
-        json_tools = self.tool_calling == "json_schema" and bool(kwargs.get("tools"))
-        if json_tools:
-            tools = kwargs.pop("tools")
-            tool_choice = kwargs.pop("tool_choice", None)
-            if tool_choice == "none":
-                json_tools = False
-            else:
-                allow_answer = tool_choice in (None, "auto")
-                core_messages = json_tool_messages(core_messages, tools, allow_answer=allow_answer)
-                kwargs["response_format"] = json_tool_format(tools, allow_answer=allow_answer)
-        request = self._build_request(messages=core_messages, stop=stop, **kwargs)
+        request = self._build_request(messages=to_core_messages(messages), stop=stop, **kwargs)
+        json_tools = False
+        if self.tool_calling == "json_schema":
+            request, json_tools = as_json_tool_request(request)
         self.client.check_request(request)
         return request, json_tools
-
-    @staticmethod
-    def _parse_json_tools(completion: Completion) -> Completion:
-        content, calls = parse_json_tool_answer(
-            completion.text, call_id=f"call_{uuid.uuid4().hex[:24]}"
-        )
-        return dataclasses.replace(
-            completion,
-            text=content,
-            tool_calls=calls,
-            finish_reason="tool_calls" if calls else completion.finish_reason,
-        )
-
-    @staticmethod
-    def _as_final_chunk(completion: Completion) -> Chunk:
-        return Chunk(
-            text=completion.text,
-            tokens=completion.tokens,
-            stats=completion.stats,
-            finish_reason=completion.finish_reason,
-            tool_calls=completion.tool_calls,
-            usage=completion.usage,
-            final=True,
-        )
 
     def _response_model_name(self, request: GenerationRequest) -> str:
         return request.model or self.resolved_model_name
@@ -229,7 +190,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         completion = self.client.generate(request)
         if json_tools:
-            completion = self._parse_json_tools(completion)
+            completion = json_tool_completion(completion)
         return ChatResult(
             generations=[to_ai_message(completion, model_name=self._response_model_name(request))]
         )
@@ -244,7 +205,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         completion = await self.client.agenerate(request)
         if json_tools:
-            completion = self._parse_json_tools(completion)
+            completion = json_tool_completion(completion)
         return ChatResult(
             generations=[to_ai_message(completion, model_name=self._response_model_name(request))]
         )
@@ -264,7 +225,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
             completion = Completion.from_chunks(
                 self.client.stream(request), model=model_name, backend=self.client.name
             )
-            final = self._as_final_chunk(self._parse_json_tools(completion))
+            final = final_chunk_of(json_tool_completion(completion))
             yield to_message_chunk(final, model_name=model_name)
             return
         saw_final = False
@@ -285,7 +246,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         if json_tools:
             chunks = [chunk async for chunk in self.client.astream(request)]
             completion = Completion.from_chunks(chunks, model=model_name, backend=self.client.name)
-            final = self._as_final_chunk(self._parse_json_tools(completion))
+            final = final_chunk_of(json_tool_completion(completion))
             yield to_message_chunk(final, model_name=model_name)
             return
         saw_final = False

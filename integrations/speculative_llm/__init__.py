@@ -1,14 +1,17 @@
 """speculative-llm: speculative decoding as a drop-in, with one normalised SpecStats record.
 
 The core is framework-free: ``GenerationRequest`` in, ``Completion`` / ``Chunk`` out,
-through any ``Backend`` made by ``create_backend``.
+through any ``Backend`` made by ``create_backend`` (or ``build_backend``, which adds the
+checks the framework adapters share).
 """
 
 from speculative_llm.backends import (
     Backend,
+    BackendSetup,
     Capabilities,
     ModelInfo,
     available_backends,
+    build_backend,
     create_backend,
     register_backend,
 )
@@ -28,6 +31,7 @@ from speculative_llm.errors import (
     SpeculativeError,
     StreamInterruptedError,
     UnsupportedFeatureError,
+    UnsupportedMethodError,
     VocabularyMismatchError,
 )
 from speculative_llm.stats import (
@@ -57,6 +61,7 @@ __all__ = [
     "Backend",
     "BackendError",
     "BackendHTTPError",
+    "BackendSetup",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "Capabilities",
@@ -84,10 +89,12 @@ __all__ = [
     "Token",
     "ToolCall",
     "UnsupportedFeatureError",
+    "UnsupportedMethodError",
     "Usage",
     "VocabularyMismatchError",
     "__version__",
     "available_backends",
+    "build_backend",
     "create_backend",
     "expected_tokens_per_step",
     "expected_walltime_factor",

@@ -22,6 +22,7 @@ __all__ = [
     "SpeculativeError",
     "StreamInterruptedError",
     "UnsupportedFeatureError",
+    "UnsupportedMethodError",
     "VocabularyMismatchError",
 ]
 
@@ -64,6 +65,14 @@ class MissingDependencyError(SpeculativeError, ImportError):
 
 class UnsupportedFeatureError(SpeculativeError):
     """The backend cannot do what was asked (a method, tools, structured output...)."""
+
+
+class UnsupportedMethodError(ConfigError, UnsupportedFeatureError):
+    """The speculative method asked for is one the backend cannot run.
+
+    Both a ``ConfigError`` (the configuration names the method) and an
+    ``UnsupportedFeatureError`` (the backend lacks it): code that catches either sees it.
+    """
 
 
 class SpeculationNotEnabledError(UnsupportedFeatureError):

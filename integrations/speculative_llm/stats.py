@@ -70,6 +70,13 @@ def _mean_expected_tokens(alpha: float, steps_by_length: dict[int, int]) -> floa
     return total / sum(steps_by_length.values())
 
 
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    """Part / whole; None when either is unknown or the whole is zero."""
+    if part is None or not whole:
+        return None
+    return part / whole
+
+
 def _sum_optional(values: Iterable[int | float | None]) -> Any:
     items = list(values)
     if not items or any(v is None for v in items):
@@ -103,6 +110,9 @@ class SpecStats:
         generated_tokens: Tokens generated (the completion length).
         draft_tokens: Tokens proposed by the drafter.
         accepted_tokens: Proposed tokens accepted by the target.
+        ignored_draft_tokens: Proposed tokens the backend counts as neither accepted nor
+            rejected (LM Studio's ``ignored_draft_tokens_count``); part of
+            ``draft_tokens``. None where a backend does not report it.
         verify_steps: Target forward passes while decoding (one per emitted step).
         draft_steps: Verify steps that carried at least one draft token.
         rejected_steps: Verify steps in which the target rejected a draft token.
@@ -126,6 +136,7 @@ class SpecStats:
     generated_tokens: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
+    ignored_draft_tokens: int | None = None
     verify_steps: int | None = None
     draft_steps: int | None = None
     rejected_steps: int | None = None
@@ -144,23 +155,17 @@ class SpecStats:
     @property
     def acceptance_rate(self) -> float | None:
         """accepted_tokens / draft_tokens (None when unknown or nothing was drafted)."""
-        if self.accepted_tokens is None or not self.draft_tokens:
-            return None
-        return self.accepted_tokens / self.draft_tokens
+        return _ratio(self.accepted_tokens, self.draft_tokens)
 
     @property
     def mean_accepted_length(self) -> float | None:
         """generated_tokens / verify_steps: tokens per target forward pass, bonus included."""
-        if self.generated_tokens is None or not self.verify_steps:
-            return None
-        return self.generated_tokens / self.verify_steps
+        return _ratio(self.generated_tokens, self.verify_steps)
 
     @property
     def tokens_per_second(self) -> float | None:
         """generated_tokens / decode_s."""
-        if self.generated_tokens is None or not self.decode_s:
-            return None
-        return self.generated_tokens / self.decode_s
+        return _ratio(self.generated_tokens, self.decode_s)
 
     @property
     def acceptance_by_position(self) -> tuple[float, ...] | None:
@@ -323,6 +328,7 @@ class SpecStats:
                 "generated_tokens",
                 "draft_tokens",
                 "accepted_tokens",
+                "ignored_draft_tokens",
                 "verify_steps",
                 "draft_steps",
                 "rejected_steps",

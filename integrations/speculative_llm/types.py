@@ -22,6 +22,7 @@ __all__ = [
     "Token",
     "ToolCall",
     "Usage",
+    "prediction_text",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -32,6 +33,30 @@ Provenance = Literal["draft", "target", "unknown"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]
 
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+def prediction_text(value: object) -> str | None:
+    """The predicted text of a ``prediction``: a string, or OpenAI's content form.
+
+    Example:
+        >>> prediction_text({"type": "content", "content": "class User {}"})
+        'class User {}'
+
+    Raises:
+        ConfigError: ``value`` is neither (or the text is empty).
+    """
+    if value is None:
+        return None
+    text = value.get("content") if isinstance(value, Mapping) else value
+    if isinstance(value, Mapping) and value.get("type", "content") != "content":
+        text = None
+    if not isinstance(text, str) or not text:
+        raise ConfigError(
+            "prediction must be the text the answer is expected to repeat, as a string or "
+            f"as {{'type': 'content', 'content': text}}; got {value!r}.",
+            field="prediction",
+        )
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +144,10 @@ class GenerationRequest:
         tools: Tool definitions in OpenAI format.
         tool_choice: ``auto``, ``none``, ``required`` or an OpenAI tool-choice dict.
         response_format: OpenAI ``response_format`` (``json_object`` or ``json_schema``).
+        prediction: Predicted Outputs: text the answer is expected to repeat mostly (a file
+            being edited), sent as OpenAI's ``prediction`` to backends that take it
+            (``capabilities.predicted_outputs``); its tokens serve as the drafts. OpenAI's
+            ``{"type": "content", "content": text}`` form is accepted too.
         spec: Speculative configuration; None uses the backend's default;
             ``SpecConfig.baseline()`` turns speculation off.
         model: Model name to send to a server that serves several.
@@ -139,6 +168,7 @@ class GenerationRequest:
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    prediction: str | None = None
     spec: SpecConfig | None = None
     model: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -182,6 +212,8 @@ class GenerationRequest:
             raise ConfigError("stop strings must not be empty.", field="stop")
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
+        if self.prediction is not None:
+            object.__setattr__(self, "prediction", prediction_text(self.prediction))
 
     @property
     def is_chat(self) -> bool:

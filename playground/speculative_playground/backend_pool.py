@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.backends.registry import create_backend
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.types import GenerationRequest, Message
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import PACKAGED_MODELS, RunSettings
 
-__all__ = ["BackendPair", "BackendPool", "LeaseCache"]
+__all__ = ["BackendPair", "BackendPool", "LeaseCache", "build_backend_by_name"]
 
 _Value = TypeVar("_Value")
 
@@ -146,6 +146,19 @@ class BackendPair:
     speculative_spec: SpecConfig | None
     shared_machine: bool
 
+    @classmethod
+    def on_one_machine(
+        cls, baseline: Backend, speculative: Backend, speculative_spec: SpecConfig | None
+    ) -> BackendPair:
+        """Both sides on this machine, the baseline turning speculation off per request."""
+        return cls(
+            baseline=baseline,
+            speculative=speculative,
+            baseline_spec=SpecConfig.baseline(),
+            speculative_spec=speculative_spec,
+            shared_machine=True,
+        )
+
     def requests(self, request: GenerationRequest) -> tuple[GenerationRequest, GenerationRequest]:
         """The baseline and speculative requests, checked against each backend.
 
@@ -157,6 +170,11 @@ class BackendPair:
         self.baseline.check_request(baseline)
         self.speculative.check_request(speculative)
         return baseline, speculative
+
+
+def build_backend_by_name(name: str, **options: Any) -> Backend:
+    """The pool's default factory: the core's ``build_backend`` (its rules, its errors)."""
+    return build_backend(name, options=options).backend
 
 
 def _close_backend(backend: Backend) -> None:
@@ -181,7 +199,8 @@ class BackendPool:
             ``threads``).
         capacity: Idle local backends and managed servers kept loaded.
         warm_up: Run a tiny generation after loading a local backend.
-        backend_factory: ``create_backend`` (replaceable in tests).
+        backend_factory: Builds a backend from a name and options (default
+            ``build_backend_by_name``; replaceable in tests).
         server_factory: Makes a managed llama-server (default ``servers.LlamaServer``).
     """
 
@@ -193,7 +212,7 @@ class BackendPool:
         local_options: dict[str, Any] | None = None,
         capacity: int = 2,
         warm_up: bool = True,
-        backend_factory: Callable[..., Backend] = create_backend,
+        backend_factory: Callable[..., Backend] = build_backend_by_name,
         server_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.policy = policy or SecurityPolicy()
@@ -249,13 +268,7 @@ class BackendPool:
                 self._local.lease(("local-baseline", model), lambda: self._load_local(model))
             )
             self._warm(("local-baseline", model), baseline, None)
-        return BackendPair(
-            baseline=baseline,
-            speculative=speculative,
-            baseline_spec=SpecConfig.baseline(),
-            speculative_spec=spec,
-            shared_machine=True,
-        )
+        return BackendPair.on_one_machine(baseline, speculative, spec)
 
     def _load_local(self, model: str) -> Backend:
         return self._backend_factory(
@@ -363,13 +376,7 @@ class BackendPool:
                 "one request, so it cannot run the baseline itself. Start a second server "
                 "without speculative flags and enter its URL as the baseline URL."
             )
-        return BackendPair(
-            baseline=speculative,
-            speculative=speculative,
-            baseline_spec=SpecConfig.baseline(),
-            speculative_spec=speculative_spec,
-            shared_machine=True,
-        )
+        return BackendPair.on_one_machine(speculative, speculative, speculative_spec)
 
 
 def _server_side_spec(backend: Backend) -> SpecConfig | None:

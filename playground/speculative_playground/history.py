@@ -49,22 +49,13 @@ HISTORY_COLUMNS: tuple[str, ...] = (
 )
 """Columns of the CSV export, in order (the speedup next to its timing mode)."""
 
-TABLE_HEADERS: tuple[str, ...] = (
-    "time",
-    "prompt",
-    "method",
-    "k",
-    "speedup",
-    "timing",
-    "expected",
-    "acceptance",
-    "mean acc. length",
-    "base tok/s",
-    "spec. tok/s",
-    "backend",
-    "model",
-    "status",
-)
+_SHORT_HEADERS = {
+    "expected speedup": "expected",
+    "mean accepted length": "mean acc. length",
+    "baseline tok/s": "base tok/s",
+    "speculative tok/s": "spec. tok/s",
+}
+TABLE_HEADERS: tuple[str, ...] = tuple(_SHORT_HEADERS.get(c, c) for c in HISTORY_COLUMNS)
 """The same columns with the shorter headers of the page's table."""
 
 _PROMPT_PREVIEW = 60

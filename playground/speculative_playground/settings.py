@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from speculative_llm.backends.registry import BUILTIN_BACKENDS
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -35,12 +36,7 @@ BACKEND_KINDS: dict[str, str] = {
 """Backend kinds and their labels in the page."""
 
 SERVER_KINDS: dict[str, str] = {
-    "llamacpp": "llama.cpp llama-server",
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "lmstudio": "LM Studio",
-    "tgi": "Text Generation Inference",
-    "openai": "OpenAI-compatible",
+    entry.name: entry.label for entry in BUILTIN_BACKENDS if entry.server
 }
 """Names accepted by ``create_backend`` for servers reached by URL, and their labels."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fakeserver import FakeServer
 from speculative_llm.errors import MissingDependencyError
 from speculative_llm.servers import (
     LlamaServer,
@@ -130,3 +131,10 @@ def vllm_server(vllm_python: Path, server_logs: Path) -> Iterator[VLLMServer]:
     )
     with server:
         yield server
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    """A fake engine server on a free port of 127.0.0.1 (tests/fakeserver.py)."""
+    with FakeServer() as fake:
+        yield fake

@@ -292,6 +292,36 @@ async def test_function_agent_step_calls_the_tool(tool_server_llm: Speculative) 
     assert all(stats.backend == "llamacpp" for stats in collected.records)
 
 
+async def test_function_agent_in_json_schema_mode_on_the_models_own_template(
+    llama_server_ngram: Any,
+) -> None:
+    # SmolLM2's own template renders no tools, so natively it calls none; a JSON answer
+    # constrained by response_format calls one, as LangChain's json_schema agent does.
+    llm = Speculative(
+        "llamacpp",
+        base_url=llama_server_ngram.base_url,
+        tool_calling="json_schema",
+        max_tokens=64,
+    )
+    tool = FunctionTool.from_defaults(fn=add, return_direct=True)
+    agent = FunctionAgent(tools=[tool], llm=llm, initial_tool_choice="add")
+
+    with collect_spec_stats() as collected:
+        handler = agent.run(user_msg="Use the add tool to add 17 and 25.")
+        results = [
+            event async for event in handler.stream_events() if isinstance(event, ToolCallResult)
+        ]
+        await handler
+    llm.close()
+
+    (result,) = results
+    assert result.tool_name == "add"
+    assert set(result.tool_kwargs) == {"a", "b"}
+    assert result.tool_output.raw_output == result.tool_kwargs["a"] + result.tool_kwargs["b"]
+    assert collected.requests >= 1
+    assert all(stats.backend == "llamacpp" for stats in collected.records)
+
+
 class City(BaseModel):
     """A city and the country it lies in."""
 

@@ -46,7 +46,9 @@ def test_bad_speculative_dict_fails_before_anything_is_loaded() -> None:
 
 
 def test_method_the_backend_cannot_run_is_refused_at_construction() -> None:
-    with pytest.raises(ConfigError, match="cannot run speculative method 'eagle'; it supports: "):
+    with pytest.raises(
+        ConfigError, match="does not support speculative method 'eagle'; it supports: "
+    ):
         ChatSpeculative(backend=scripted(), speculative="eagle")
 
 

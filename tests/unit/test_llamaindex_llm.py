@@ -245,8 +245,18 @@ def test_method_the_backend_lacks_fails_at_construction(tiny_backend: LocalBacke
 
 
 def test_backend_instance_with_backend_options_is_refused(tiny_backend: LocalBackend) -> None:
-    with pytest.raises(ConfigError, match="configure the instance instead"):
-        Speculative(tiny_backend, model="other-model")
+    with pytest.raises(ConfigError, match="configure the instance itself"):
+        Speculative(tiny_backend, backend_options={"dtype": "float32"})
+    with pytest.raises(ConfigError, match="configure the instance itself"):
+        Speculative(tiny_backend, base_url="http://127.0.0.1:9")
+
+
+def test_model_with_a_backend_instance_is_the_model_sent_with_each_request(
+    tiny_backend: LocalBackend,
+) -> None:
+    # As with LangChain's ChatSpeculative: the instance serves, model names what to ask for.
+    llm = Speculative(tiny_backend, model="served-name", max_tokens=2)
+    assert llm._request(messages=None, prompt=PROMPT, kwargs={}).model == "served-name"
 
 
 def test_bad_call_time_option_names_the_field(llm: Speculative) -> None:

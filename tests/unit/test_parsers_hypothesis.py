@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from fakeserver import fixture_bytes
 from speculative_llm import Chunk, GenerationRequest, Message, SpeculativeError
-from speculative_llm.backends._http import extract_server_message, parse_retry_after
+from speculative_llm.backends.http import extract_server_message, parse_retry_after
+from speculative_llm.backends.http.sse import SSEParser
 from speculative_llm.backends.llamacpp import LlamaCppBackend
 from speculative_llm.backends.lmstudio import LMStudioBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
 from speculative_llm.backends.prometheus import parse_prometheus_text
 from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.sse import SSEParser
 from speculative_llm.backends.tgi import TGIBackend
 from speculative_llm.backends.vllm import VLLMBackend
 
@@ -47,6 +47,7 @@ REQUESTS = [CHAT, PROMPT]
 
 STREAM_FIXTURES = [
     "openai/chat_stream.sse",
+    "openai/chat_stream_prediction.sse",
     "openai/chat_tool_calls_stream.sse",
     "vllm/chat_stream_spec.sse",
     "sglang/generate_stream.sse",
@@ -61,10 +62,13 @@ STREAM_FIXTURES = [
 ANSWER_FIXTURES = [
     "openai/chat_completion.json",
     "openai/chat_tool_calls.json",
+    "openai/chat_prediction.json",
     "openai/completion.json",
     "vllm/chat_spec_detailed.json",
     "vllm/chat_spec_summary.json",
+    "vllm/chat_timing_metrics.json",
     "sglang/generate.json",
+    "sglang/generate_canonical.json",
     "sglang/generate_legacy.json",
     "sglang/chat_spec_details.json",
     "lmstudio/chat_speculative.json",

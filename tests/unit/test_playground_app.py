@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -66,3 +67,33 @@ def test_launch_passes_the_policy_theme_and_css(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(app, "launch", lambda **options: default.update(options))
     launch(app)
     assert default["server_name"] == "127.0.0.1" and default["auth"] is None
+
+
+def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
+    from speculative_playground.handlers import ResultViews, RunInputs
+
+    app = build_app(pool=BackendPool(warm_up=False))
+    (compare,) = [fn for fn in app.fns.values() if fn.api_name == "compare"]
+    labels = [getattr(block, "label", None) for block in compare.inputs]
+    # The /compare API's positional order, which gradio_client callers rely on.
+    assert labels == [
+        "Prompt",
+        "Backend",
+        "Target model",
+        "Draft model",
+        "Speculative method",
+        "Draft length k",
+        "Temperature",
+        "Max tokens",
+        "Timing mode",
+        "Server type",
+        "Server URL",
+        "Baseline URL (optional)",
+        "Served model name (optional)",
+        "API key (optional)",
+        None,  # the history, a gr.State (not part of the public API)
+    ]
+    assert len(compare.inputs) == len(RunInputs.names())
+    assert isinstance(compare.inputs[-1], gr.State)
+    ids = [block._id for block in compare.outputs]
+    assert len(ids) == len(set(ids)) == len(dataclasses.fields(ResultViews))

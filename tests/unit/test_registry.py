@@ -1,4 +1,5 @@
 import asyncio
+import importlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -16,7 +17,13 @@ from speculative_llm import (
     create_backend,
     register_backend,
 )
+from speculative_llm.backends import base, registry
 from speculative_llm.backends.base import iterate_in_thread
+from speculative_llm.backends.local import LocalBackend
+from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
+from speculative_llm.backends.registry import BUILTIN_BACKENDS, BackendEntry
+from speculative_llm.cli import build_parser
+from speculative_playground.settings import SERVER_KINDS
 
 
 class EchoBackend(Backend):
@@ -118,3 +125,68 @@ async def test_iterate_in_thread_closes_the_iterator_on_early_exit() -> None:
             break
     # the worker closes the generator in its own thread
     assert await asyncio.to_thread(closed.wait, 5.0)
+
+
+# ---- the registry's table against the backends themselves ---------------------------------
+
+URL = "http://127.0.0.1:9"
+
+
+def _entry_class(entry: BackendEntry) -> type[Backend]:
+    module, _, attribute = entry.factory.partition(":")
+    cls: type[Backend] = getattr(importlib.import_module(module), attribute)
+    return cls
+
+
+@pytest.fixture
+def builtin_backends(tiny_backend: LocalBackend) -> Iterator[dict[str, Backend]]:
+    """One instance of every built-in backend (HTTP ones send nothing)."""
+    backends: dict[str, Backend] = {}
+    for entry in BUILTIN_BACKENDS:
+        if entry.server:
+            backends[entry.name] = create_backend(entry.name, base_url=URL)
+        else:
+            assert isinstance(tiny_backend, _entry_class(entry))
+            backends[entry.name] = tiny_backend
+    yield backends
+    for backend in backends.values():
+        if backend is not tiny_backend:
+            backend.close()
+
+
+def test_each_entry_says_what_its_backend_declares(builtin_backends: dict[str, Backend]) -> None:
+    for entry in BUILTIN_BACKENDS:
+        backend = builtin_backends[entry.name]
+        assert type(backend) is _entry_class(entry)
+        assert backend.name == entry.name
+        assert isinstance(backend, OpenAICompatibleBackend) is entry.server, entry.name
+        assert backend.capabilities.tool_calling is entry.tool_calling, entry.name
+        assert backend.capabilities.predicted_outputs is entry.predicted_outputs, entry.name
+
+
+def test_every_derived_list_agrees_with_the_backends(
+    builtin_backends: dict[str, Backend],
+) -> None:
+    servers = {n for n, b in builtin_backends.items() if isinstance(b, OpenAICompatibleBackend)}
+    tool_callers = {n for n, b in builtin_backends.items() if b.capabilities.tool_calling}
+    assert set(registry.SERVER_BACKENDS) == servers
+    assert set(registry.IN_PROCESS_BACKENDS) == set(builtin_backends) - servers
+    assert set(registry.TOOL_CAPABLE_BACKENDS) == tool_callers
+    predictors = {n for n, b in builtin_backends.items() if b.capabilities.predicted_outputs}
+    assert set(registry.PREDICTION_BACKENDS) == predictors
+    assert registry.TOOL_CAPABLE_BACKENDS == base.TOOL_CAPABLE_BACKENDS
+    assert tuple(SERVER_KINDS) == registry.SERVER_BACKENDS  # the playground's server list
+    parser = build_parser()
+    for name in servers:  # the CLI's playground reaches every server kind by URL
+        assert parser.parse_args(["playground", "--backend", name, "--url", URL]).backend == name
+    with pytest.raises(SystemExit):
+        parser.parse_args(["playground", "--backend", "nonsense"])
+
+
+@pytest.mark.parametrize(("alias", "name"), sorted(registry.BACKEND_ALIASES.items()))
+def test_aliases_create_the_backend_they_stand_for(alias: str, name: str) -> None:
+    assert registry.resolve_backend_name(alias) == name
+    entry = registry.backend_entry(alias)
+    assert entry is not None and entry.name == name
+    with create_backend(alias, base_url=URL) as backend:
+        assert backend.name == name

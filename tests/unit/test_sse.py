@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from fakeserver import fixture_bytes
-from speculative_llm.backends.sse import SSEEvent, SSEParser, aiter_sse_events, iter_sse_events
+from speculative_llm.backends.http.sse import SSEEvent, SSEParser, aiter_sse_events, iter_sse_events
 
 
 def parse_all(*pieces: bytes) -> list[SSEEvent]:

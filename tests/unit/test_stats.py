@@ -183,3 +183,12 @@ def test_dict_round_trip() -> None:
     assert record["accepted_per_position"] == [2, 1, 0]
     assert math.isclose(record["mean_accepted_length"], 2.25)
     assert SpecStats.from_dict(record) == stats
+
+
+def test_ignored_draft_tokens_add_up_and_survive_a_round_trip() -> None:
+    lm_studio = make(draft_tokens=20, accepted_tokens=15, ignored_draft_tokens=1)
+    total = SpecStats.aggregate([lm_studio, lm_studio])
+    assert total is not None and total.ignored_draft_tokens == 2
+    assert SpecStats.from_dict(lm_studio.to_dict()).ignored_draft_tokens == 1
+    unknown = SpecStats.aggregate([lm_studio, make(draft_tokens=3)])
+    assert unknown is not None and unknown.ignored_draft_tokens is None

@@ -7,16 +7,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import ClassVar, Self, TypeVar
 
-from speculative_llm.errors import UnsupportedFeatureError
+from speculative_llm.backends.registry import PREDICTION_BACKENDS, TOOL_CAPABLE_BACKENDS
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import UnsupportedFeatureError, UnsupportedMethodError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 __all__ = ["TOOL_CAPABLE_BACKENDS", "Backend", "Capabilities", "ModelInfo", "iterate_in_thread"]
-
-TOOL_CAPABLE_BACKENDS = ("llamacpp", "vllm", "sglang", "openai")
-"""Backends that can call tools, named in errors of backends that cannot."""
 
 _Item = TypeVar("_Item")
 
@@ -37,6 +35,8 @@ class Capabilities:
             baseline side); when False, the baseline needs a second server.
         tool_calling: The backend maps tools and returns tool calls.
         structured_output: The backend honours ``response_format``.
+        predicted_outputs: The backend sends a request's ``prediction`` (OpenAI's
+            Predicted Outputs) and reports how much of it was accepted.
     """
 
     methods: frozenset[str]
@@ -46,6 +46,7 @@ class Capabilities:
     per_request_toggle: bool
     tool_calling: bool = False
     structured_output: bool = False
+    predicted_outputs: bool = False
 
     @classmethod
     def of_server(
@@ -56,6 +57,7 @@ class Capabilities:
         token_provenance: bool = False,
         methods: frozenset[str] = frozenset({"server"}),
         per_request_toggle: bool = False,
+        predicted_outputs: bool = False,
     ) -> Capabilities:
         """An HTTP server's capabilities: tools and structured output pass through.
 
@@ -71,6 +73,7 @@ class Capabilities:
             per_request_toggle=per_request_toggle,
             tool_calling=True,
             structured_output=True,
+            predicted_outputs=predicted_outputs,
         )
 
 
@@ -126,25 +129,38 @@ class Backend(ABC):
         chunks = [chunk async for chunk in self.astream(request)]
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
+    def check_spec(self, spec: SpecConfig | None) -> None:
+        """Raise ``UnsupportedMethodError`` when ``spec`` asks for a method this backend lacks."""
+        methods = self.capabilities.methods
+        if spec is None or spec.method in methods:
+            return
+        hint = (
+            " This server cannot switch speculation off per request: start a second server "
+            "without speculative flags and point the baseline at it."
+            if spec.method == "none"
+            else " Change the speculative method, or pick a backend that runs this one."
+        )
+        raise UnsupportedMethodError(
+            f"Backend {self.name!r} does not support speculative method {spec.method!r}; it "
+            f"supports: {', '.join(sorted(methods))}.{hint}",
+            field="speculative",
+        )
+
     def check_request(self, request: GenerationRequest) -> None:
         """Raise ``UnsupportedFeatureError`` when the request asks for what this backend lacks."""
         caps = self.capabilities
-        if request.spec is not None and request.spec.method not in caps.methods:
-            hint = (
-                " This server cannot switch speculation off per request: start a second server "
-                "without speculative flags and point the baseline at it."
-                if request.spec.method == "none"
-                else ""
-            )
-            raise UnsupportedFeatureError(
-                f"Backend {self.name!r} does not support speculative method "
-                f"{request.spec.method!r}; it supports: {', '.join(sorted(caps.methods))}.{hint}"
-            )
+        self.check_spec(request.spec)
         if request.tools and not caps.tool_calling:
             raise UnsupportedFeatureError(
                 f"Backend {self.name!r} cannot call tools. Use one that can: "
                 f"{', '.join(TOOL_CAPABLE_BACKENDS)} (for example a llama-server started with "
                 "--jinja)."
+            )
+        if request.prediction is not None and not caps.predicted_outputs:
+            raise UnsupportedFeatureError(
+                f"Backend {self.name!r} does not send a prediction (Predicted Outputs). Use one "
+                f"that does: {', '.join(PREDICTION_BACKENDS)} (a server with OpenAI's "
+                "Predicted Outputs, such as the OpenAI API), or leave prediction out."
             )
         if request.response_format and not caps.structured_output:
             raise UnsupportedFeatureError(
@@ -162,23 +178,13 @@ class Backend(ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
 

@@ -7,8 +7,9 @@ top-level ``stats`` object: ``tokens_per_second``, ``time_to_first_token`` and
 0.3.10 "Speculative Decoding API": a request field ``"draft_model"`` turns speculative
 decoding on for that request, and ``stats`` then adds ``draft_model``,
 ``total_draft_tokens_count``, ``accepted_draft_tokens_count``,
-``rejected_draft_tokens_count`` and ``ignored_draft_tokens_count``. When streaming, the
-last chunk carries ``usage`` and ``stats``.
+``rejected_draft_tokens_count`` and ``ignored_draft_tokens_count`` (``SpecStats``'s
+``draft_tokens``, ``accepted_tokens`` and ``ignored_draft_tokens``; the rejected count
+goes in the note). When streaming, the last chunk carries ``usage`` and ``stats``.
 
 Speculation is chosen per request (leave ``draft_model`` out for the baseline); the
 draft must share the target's vocabulary (LM Studio lists compatible drafts).
@@ -19,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Unpack
 
-from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.openai_compat import (
-    HTTPOptions,
-    OpenAICompatibleBackend,
+from speculative_llm.backends.fields import count, non_negative
+from speculative_llm.backends.http import EngineHints
+from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.responses import (
+    AnswerFigures,
     RequestContext,
     ResponseSummary,
+    with_server_timings,
 )
 from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
@@ -46,113 +49,69 @@ HINTS = EngineHints(
 )
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _seconds(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if number == number and number >= 0 else None
-
-
 def lmstudio_stats(
     stats: Mapping[str, Any] | None,
     *,
     draft_model: str | None,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
+    **figures: Unpack[AnswerFigures],
 ) -> SpecStats:
     """``SpecStats`` from LM Studio's ``stats`` object.
 
     Args:
         stats: The response's ``stats`` (None when absent).
         draft_model: The draft model the request asked for (None: no speculation).
-        prompt_tokens: From ``usage``.
-        generated_tokens: From ``usage``.
-        ttft_s: Client-measured time to first token (used when ``stats`` has none).
-        decode_s: Client-measured decode time (used when ``stats`` has none).
-        total_s: Client-measured request time.
+        **figures: Token counts from ``usage`` and client-measured timings; LM Studio's
+            own ``time_to_first_token`` and ``generation_time`` win when it sends them.
     """
+    method = "draft_model" if draft_model else "none"
     if not isinstance(stats, Mapping):
         return SpecStats.unavailable(
             "lmstudio",
-            method="draft_model" if draft_model else "none",
-            prompt_tokens=prompt_tokens,
-            generated_tokens=generated_tokens,
-            ttft_s=ttft_s,
-            decode_s=decode_s,
-            total_s=total_s,
+            method=method,
             note="LM Studio sent no stats object (use the REST API v0 endpoints /api/v0/...)",
+            **figures,
         )
-    ttft = _seconds(stats.get("time_to_first_token"))
-    decode = _seconds(stats.get("generation_time"))
-    drafted = _count(stats.get("total_draft_tokens_count"))
-    accepted = _count(stats.get("accepted_draft_tokens_count"))
-    used_draft = stats.get("draft_model") if isinstance(stats.get("draft_model"), str) else None
-    if ttft is None:
-        ttft = ttft_s
-    if decode is None:
-        decode = decode_s
+    figures = with_server_timings(
+        figures,
+        ttft_s=non_negative(stats.get("time_to_first_token")),
+        decode_s=non_negative(stats.get("generation_time")),
+    )
+    drafted = count(stats.get("total_draft_tokens_count"))
+    accepted = count(stats.get("accepted_draft_tokens_count"))
     if drafted is None and accepted is None:
         if draft_model:
-            return SpecStats(
-                backend="lmstudio",
-                method="draft_model",
-                source="unavailable",
-                prompt_tokens=prompt_tokens,
-                generated_tokens=generated_tokens,
-                note=(
-                    f"LM Studio reported no draft counts although draft model "
-                    f"{draft_model!r} was requested; it may have refused the draft "
-                    "(incompatible vocabulary)"
-                ),
-                ttft_s=ttft,
-                decode_s=decode,
-                total_s=total_s,
+            note = (
+                f"LM Studio reported no draft counts although draft model {draft_model!r} was "
+                "requested; it may have refused the draft (incompatible vocabulary)"
             )
+            return SpecStats.unavailable("lmstudio", method=method, note=note, **figures)
         # No draft model was asked for: plain decoding, nothing was drafted.
         return SpecStats(
             backend="lmstudio",
             method="none",
             source="exact",
-            prompt_tokens=prompt_tokens,
-            generated_tokens=generated_tokens,
             draft_tokens=0,
             accepted_tokens=0,
             note="no draft model: plain decoding",
-            ttft_s=ttft,
-            decode_s=decode,
-            total_s=total_s,
+            **figures,
         )
-    rejected = _count(stats.get("rejected_draft_tokens_count"))
-    ignored = _count(stats.get("ignored_draft_tokens_count"))
+    used_draft = stats.get("draft_model") if isinstance(stats.get("draft_model"), str) else None
+    rejected = count(stats.get("rejected_draft_tokens_count"))
+    ignored = count(stats.get("ignored_draft_tokens_count"))
     return SpecStats(
         backend="lmstudio",
         method="draft_model",
         source="exact",
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
+        ignored_draft_tokens=ignored,
         note=(
             f"LM Studio stats (draft model {used_draft or draft_model!r}): "
             f"{rejected if rejected is not None else '?'} drafts rejected, "
             f"{ignored if ignored is not None else '?'} ignored (never verified); LM Studio "
             "reports no step count"
         ),
-        ttft_s=ttft,
-        decode_s=decode,
-        total_s=total_s,
+        **figures,
     )
 
 
@@ -164,9 +123,7 @@ class LMStudioBackend(OpenAICompatibleBackend):
         draft_model: Default draft model key; a request's ``spec`` overrides it
             (``SpecConfig.baseline()`` sends none, ``method="draft_model"`` sends its own).
         require_speculation: Refuse requests that would run without a draft model.
-        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
-            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
-            verify).
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
 
     Raises:
         ConfigError: An option is invalid.
@@ -230,14 +187,9 @@ class LMStudioBackend(OpenAICompatibleBackend):
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """Exact draft counts from ``stats``."""
-        usage = summary.usage
         stats = summary.extras.get("stats")
         return lmstudio_stats(
             stats if isinstance(stats, Mapping) else None,
             draft_model=self.draft_model_for(context.request),
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            generated_tokens=usage.completion_tokens if usage else None,
-            ttft_s=summary.client_ttft_s,
-            decode_s=summary.client_decode_s,
-            total_s=summary.client_total_s,
+            **summary.figures(),
         )

@@ -31,26 +31,19 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Unpack
 
-from speculative_llm.backends._http import (
-    EngineHints,
-    JSONResponse,
-    StreamDecoder,
-    error_for_status,
-)
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.openai_compat import (
-    HTTPOptions,
-    OpenAICompatibleBackend,
+from speculative_llm.backends.fields import count, counts, first_present, usage_of
+from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder, error_for_status
+from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.requests import response_schema, sampling_fields
+from speculative_llm.backends.openai_compat.responses import (
+    AnswerFigures,
     RequestContext,
     ResponseSummary,
-    StreamDecoderBase,
     map_finish_reason,
 )
-from speculative_llm.errors import (
-    ConfigError,
-    MalformedResponseError,
-    SpeculationNotEnabledError,
-)
+from speculative_llm.backends.openai_compat.stream import StreamDecoderBase
+from speculative_llm.errors import ConfigError, MalformedResponseError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
 
@@ -80,29 +73,12 @@ _ALGORITHM_METHODS = {
 }
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _counts(value: object) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    items = [_count(v) for v in value]
-    if not items or any(v is None for v in items):
-        return None
-    return [v for v in items if v is not None]
-
-
-def _first(details: Mapping[str, Any], *keys: str) -> object:
-    for key in keys:
-        if key in details and details[key] is not None:
-            return details[key]
-    return None
+# Each figure under its current name, then the backward-compatible alias SGLang still
+# writes ("FIXME: backward-compat aliases, remove in next release" in
+# tokenizer_manager.py), then the name of releases before the rename.
+_CORRECT_DRAFTS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+_PROPOSED_DRAFTS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_CORRECT_DRAFTS_HISTOGRAM = ("spec_correct_drafts_histogram", "spec_accept_histogram")
 
 
 def parse_server_info(payload: Mapping[str, Any] | None) -> tuple[bool | None, str, int | None]:
@@ -113,7 +89,7 @@ def parse_server_info(payload: Mapping[str, Any] | None) -> tuple[bool | None, s
     if algorithm in (None, "", "None", "NONE"):
         return False, "none", None
     method = _ALGORITHM_METHODS.get(str(algorithm).upper(), "server")
-    draft_tokens = _count(payload.get("speculative_num_draft_tokens"))
+    draft_tokens = count(payload.get("speculative_num_draft_tokens"))
     k = draft_tokens - 1 if draft_tokens else None
     return True, method, k
 
@@ -123,36 +99,24 @@ def sglang_stats(
     *,
     method: str = "server",
     num_speculative_tokens: int | None = None,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
+    **figures: Unpack[AnswerFigures],
 ) -> SpecStats:
     """``SpecStats`` from SGLang's ``spec_*`` fields (``meta_info`` or ``spec_tokens_details``)."""
     if not isinstance(details, Mapping) or not any(str(k).startswith("spec_") for k in details):
         return SpecStats.unavailable(
             "sglang",
             method=method,
-            prompt_tokens=prompt_tokens,
-            generated_tokens=generated_tokens,
             note=(
                 "SGLang sent no spec_* figures: the server may run without speculative "
                 f"decoding. {HINTS.speculation_hint}"
             ),
-            ttft_s=ttft_s,
-            decode_s=decode_s,
-            total_s=total_s,
+            **figures,
         )
-    accepted = _count(
-        _first(details, "spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-    )
-    drafted = _count(
-        _first(details, "spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-    )
-    histogram = _counts(_first(details, "spec_correct_drafts_histogram", "spec_accept_histogram"))
-    accepted_by_position = _counts(details.get("spec_num_correct_drafts_by_position"))
-    drafted_by_position = _counts(details.get("spec_num_proposed_drafts_by_position"))
+    accepted = count(first_present(details, *_CORRECT_DRAFTS))
+    drafted = count(first_present(details, *_PROPOSED_DRAFTS))
+    histogram = counts(first_present(details, *_CORRECT_DRAFTS_HISTOGRAM))
+    accepted_by_position = counts(details.get("spec_num_correct_drafts_by_position"))
+    drafted_by_position = counts(details.get("spec_num_proposed_drafts_by_position"))
     if accepted_by_position is None and histogram is not None:
         # Accepted drafts are a prefix: position i was accepted by every step that
         # accepted more than i drafts.
@@ -167,31 +131,24 @@ def sglang_stats(
         method=method,
         source="exact",
         num_speculative_tokens=num_speculative_tokens,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
-        verify_steps=_count(details.get("spec_verify_ct")),
+        verify_steps=count(details.get("spec_verify_ct")),
         accepted_per_position=tuple(accepted_by_position) if accepted_by_position else None,
         drafted_per_position=tuple(drafted_by_position) if drafted_by_position else None,
         note="spec_verify_ct counted by SGLang (its accept length includes the bonus token)",
-        ttft_s=ttft_s,
-        decode_s=decode_s,
-        total_s=total_s,
+        **figures,
     )
 
 
 class _NativeDecoder(StreamDecoderBase):
     """``/generate`` stream: cumulative (or incremental) ``text`` + ``meta_info``."""
 
-    def __init__(
-        self, *, backend: SGLangBackend, context: RequestContext, incremental: bool, **kwargs: Any
-    ) -> None:
-        super().__init__(**kwargs)
-        self._backend = backend
-        self._context = context
+    def __init__(self, *, incremental: bool, **options: Any) -> None:
+        super().__init__(**options)
         self._incremental = incremental
         self.meta_info: dict[str, Any] = {}
+        self.extras["meta_info"] = self.meta_info
 
     def feed_payload(self, payload: dict[str, Any], now: float) -> list[Chunk]:
         text = payload.get("text", "")
@@ -227,22 +184,9 @@ class _NativeDecoder(StreamDecoderBase):
         self.add_text(delta, now)
         return [Chunk(text=delta)]
 
-    def final_chunk(self, now: float) -> Chunk:
-        summary = self.summary(now)
-        return Chunk(
-            stats=self._backend.native_stats(self._context, summary, self.meta_info),
-            finish_reason=self.finish_reason,
-            usage=self.usage,
-            final=True,
-        )
-
 
 def _usage_of(meta: Mapping[str, Any]) -> Usage | None:
-    prompt = _count(meta.get("prompt_tokens"))
-    completion = _count(meta.get("completion_tokens"))
-    if prompt is None and completion is None:
-        return None
-    return Usage(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+    return usage_of(meta.get("prompt_tokens"), meta.get("completion_tokens"))
 
 
 class SGLangBackend(OpenAICompatibleBackend):
@@ -258,9 +202,8 @@ class SGLangBackend(OpenAICompatibleBackend):
             started with ``--incremental-streaming-output``).
         require_speculation: Raise ``SpeculationNotEnabledError`` when ``/server_info``
             shows no speculative algorithm.
-        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
-            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
-            verify). ``endpoint`` also accepts ``native`` (SGLang's ``/generate``).
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+            ``endpoint`` also accepts ``native`` (SGLang's ``/generate``).
 
     Raises:
         ConfigError: An option is invalid.
@@ -296,9 +239,6 @@ class SGLangBackend(OpenAICompatibleBackend):
         """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
         return Capabilities.of_server(per_request_stats=True)
 
-    def _is_native(self, request: GenerationRequest) -> bool:
-        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
-
     def _is_chat(self, request: GenerationRequest) -> bool:
         if self.endpoint == "native":
             return False
@@ -319,18 +259,8 @@ class SGLangBackend(OpenAICompatibleBackend):
         if not self._is_native(request):
             return super().build_body(request, stream=stream)
         assert request.prompt is not None
-        sampling: dict[str, Any] = {
-            "max_new_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-        }
-        if request.top_k > 0:
-            sampling["top_k"] = request.top_k
-        if request.stop:
-            sampling["stop"] = list(request.stop)
-        if request.seed is not None:
-            sampling["sampling_seed"] = request.seed
-        schema = _schema_of(request.response_format)
+        sampling = sampling_fields(request, max_tokens="max_new_tokens", seed="sampling_seed")
+        schema = response_schema(request.response_format)
         if schema is not None:
             sampling["json_schema"] = json.dumps(schema)
         body: dict[str, Any] = {
@@ -373,31 +303,19 @@ class SGLangBackend(OpenAICompatibleBackend):
         return self._server[1], self._server[2]
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
-        """Exact figures from ``sglext.spec_tokens_details``."""
-        sglext = summary.extras.get("sglext")
-        details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
+        """Exact figures from a native answer's ``meta_info``, else ``sglext``'s details."""
+        details = summary.extras.get("meta_info")
+        if details is None:
+            sglext = summary.extras.get("sglext")
+            details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
         if isinstance(details, list):  # n > 1: one entry per choice
             details = details[0] if details else None
-        return self._stats(details if isinstance(details, Mapping) else None, summary)
-
-    def native_stats(
-        self, context: RequestContext, summary: ResponseSummary, meta_info: Mapping[str, Any]
-    ) -> SpecStats:
-        """Exact figures from a native answer's ``meta_info``."""
-        return self._stats(meta_info, summary)
-
-    def _stats(self, details: Mapping[str, Any] | None, summary: ResponseSummary) -> SpecStats:
         method, k = self._server_method()
-        usage = summary.usage
         return sglang_stats(
-            details,
+            details if isinstance(details, Mapping) else None,
             method=method,
             num_speculative_tokens=k,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            generated_tokens=usage.completion_tokens if usage else None,
-            ttft_s=summary.client_ttft_s,
-            decode_s=summary.client_decode_s,
-            total_s=summary.client_total_s,
+            **summary.figures(),
         )
 
     def make_decoder(self, context: RequestContext) -> StreamDecoder:
@@ -405,12 +323,7 @@ class SGLangBackend(OpenAICompatibleBackend):
         if not self._is_native(context.request):
             return super().make_decoder(context)
         return _NativeDecoder(
-            backend=self,
-            context=context,
-            incremental=self.native_stream_text == "incremental",
-            url=context.url,
-            hints=self.hints,
-            started=context.started,
+            incremental=self.native_stream_text == "incremental", **self.decoder_options(context)
         )
 
     def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
@@ -428,33 +341,11 @@ class SGLangBackend(OpenAICompatibleBackend):
                 "an SGLang server?",
                 url=context.url,
             )
-        usage = _usage_of(meta)
-        summary = ResponseSummary.of_whole_answer(
+        return self.native_completion(
             context,
-            response.headers,
+            response,
             text=text,
-            usage=usage,
+            usage=_usage_of(meta),
             extras={"meta_info": meta},
             finish_reason=map_finish_reason(meta.get("finish_reason")),
         )
-        return Completion(
-            text=text,
-            stats=self.native_stats(context, summary, meta),
-            finish_reason=summary.finish_reason,
-            usage=usage or Usage(),
-            model=self.model_name,
-            raw=data,
-        )
-
-
-def _schema_of(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if response_format is None:
-        return None
-    kind = response_format.get("type")
-    if kind == "json_schema":
-        spec = response_format.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, Mapping) else None
-        return dict(schema) if isinstance(schema, Mapping) else {"type": "object"}
-    if kind == "json_object":
-        return {"type": "object"}
-    return None

@@ -25,23 +25,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Unpack
 
-from speculative_llm.backends._http import (
-    EngineHints,
-    JSONResponse,
-    StreamDecoder,
-)
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.openai_compat import (
-    HTTPOptions,
-    OpenAICompatibleBackend,
-    RequestContext,
-    ResponseSummary,
-    StreamDecoderBase,
-    map_finish_reason,
-)
+from speculative_llm.backends.fields import count, header_count, usage_of
+from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder
+from speculative_llm.backends.openai_compat import responses
+from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.responses import RequestContext, ResponseSummary
+from speculative_llm.backends.openai_compat.stream import StreamDecoderBase
 from speculative_llm.errors import MalformedResponseError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, GenerationRequest, Token, Usage
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Token
 
 __all__ = ["TGIBackend", "tgi_grammar"]
 
@@ -61,26 +54,6 @@ _NOTE = (
     "TGI reports no speculative-decoding figures (start it with --speculate N to speculate); "
     "token counts and timings only"
 )
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _header_count(headers: Mapping[str, str], name: str) -> int | None:
-    value = headers.get(name)
-    if value is None:
-        return None
-    try:
-        number = int(value.strip())
-    except ValueError:
-        return None
-    return number if number >= 0 else None
 
 
 def tgi_grammar(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -124,11 +97,6 @@ def _tokens_of(raw: object) -> tuple[Token, ...]:
 class _NativeDecoder(StreamDecoderBase):
     """``/generate_stream``: one event per token, the last one has ``generated_text``."""
 
-    def __init__(self, *, backend: TGIBackend, context: RequestContext, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._backend = backend
-        self._context = context
-
     def feed_payload(self, payload: dict[str, Any], now: float) -> list[Chunk]:
         token = payload.get("token")
         if not isinstance(token, dict):
@@ -144,11 +112,11 @@ class _NativeDecoder(StreamDecoderBase):
             self.mark_done()
             details = payload.get("details")
             if isinstance(details, dict):
-                self.finish_reason = map_finish_reason(details.get("finish_reason")) or "stop"
-                generated = _count(details.get("generated_tokens"))
-                prompt = _count(details.get("input_length"))
-                if generated is not None or prompt is not None:
-                    self.usage = Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
+                self.finish_reason = (
+                    responses.map_finish_reason(details.get("finish_reason")) or "stop"
+                )
+                usage = usage_of(details.get("input_length"), details.get("generated_tokens"))
+                self.usage = usage or self.usage
             else:
                 self.finish_reason = "stop"
         if token.get("special") is True:
@@ -170,23 +138,14 @@ class _NativeDecoder(StreamDecoderBase):
             )
         ]
 
-    def final_chunk(self, now: float) -> Chunk:
-        return Chunk(
-            stats=self._backend.build_stats(self._context, self.summary(now)),
-            finish_reason=self.finish_reason,
-            usage=self.usage,
-            final=True,
-        )
-
 
 class TGIBackend(OpenAICompatibleBackend):
     """A TGI server: chat through its OpenAI route, prompts through native ``/generate``.
 
     Args:
         base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
-        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
-            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
-            verify). ``endpoint`` is ``auto`` (chat -> OpenAI route, prompt ->
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+            ``endpoint`` is ``auto`` (chat -> OpenAI route, prompt ->
             ``/generate``), ``chat`` or ``native``; natively ``extra_body`` goes inside
             ``parameters``.
 
@@ -206,9 +165,6 @@ class TGIBackend(OpenAICompatibleBackend):
     def capabilities(self) -> Capabilities:
         """No acceptance figures, no provenance, no per-request toggle."""
         return Capabilities.of_server(per_request_stats=False)
-
-    def _is_native(self, request: GenerationRequest) -> bool:
-        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
 
     def _is_chat(self, request: GenerationRequest) -> bool:
         return not self._is_native(request)
@@ -259,8 +215,8 @@ class TGIBackend(OpenAICompatibleBackend):
         stats = self.timing_stats(context, summary, source_note=_NOTE)
         if summary.streamed or not self._is_native(context.request):
             return stats
-        inference_ms = _header_count(summary.headers, "x-inference-time")
-        prompt = _header_count(summary.headers, "x-prompt-tokens")
+        inference_ms = header_count(summary.headers, "x-inference-time")
+        prompt = header_count(summary.headers, "x-prompt-tokens")
         return stats.replace(
             decode_s=inference_ms / 1000.0 if inference_ms is not None else None,
             prompt_tokens=prompt if prompt is not None else stats.prompt_tokens,
@@ -271,51 +227,32 @@ class TGIBackend(OpenAICompatibleBackend):
         """The native decoder for ``/generate_stream``, else the OpenAI one."""
         if not self._is_native(context.request):
             return super().make_decoder(context)
-        return _NativeDecoder(
-            backend=self,
-            context=context,
-            url=context.url,
-            hints=self.hints,
-            started=context.started,
-        )
+        return _NativeDecoder(**self.decoder_options(context))
 
     def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
         """Native ``generated_text`` + ``details``, else OpenAI parsing."""
         if not self._is_native(context.request):
             return super().parse_completion(context, response)
         data = response.data
-        text = data.get("generated_text")
-        if not isinstance(text, str):
-            raise MalformedResponseError(
-                f"The /generate answer from {context.url} has no 'generated_text'; is this a "
-                "TGI server?",
-                url=context.url,
-            )
+        text = responses.required_text(
+            data,
+            "generated_text",
+            url=context.url,
+            answer="/generate answer",
+            server="a TGI server",
+        )
         raw_details = data.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        generated = _count(details.get("generated_tokens"))
+        generated = count(details.get("generated_tokens"))
         if generated is None:
-            generated = _header_count(response.headers, "x-generated-tokens")
-        prompt = _header_count(response.headers, "x-prompt-tokens")
-        usage = (
-            Usage(prompt_tokens=prompt or 0, completion_tokens=generated or 0)
-            if generated is not None or prompt is not None
-            else None
-        )
-        summary = ResponseSummary.of_whole_answer(
+            generated = header_count(response.headers, "x-generated-tokens")
+        prompt = header_count(response.headers, "x-prompt-tokens")
+        return self.native_completion(
             context,
-            response.headers,
+            response,
             text=text,
-            usage=usage,
+            usage=usage_of(prompt, generated),
             extras={"details": details},
-            finish_reason=map_finish_reason(details.get("finish_reason")),
-        )
-        return Completion(
-            text=text,
-            stats=self.build_stats(context, summary),
+            finish_reason=responses.map_finish_reason(details.get("finish_reason")),
             tokens=_tokens_of(details.get("tokens")),
-            finish_reason=summary.finish_reason,
-            usage=usage or Usage(),
-            model=self.model_name,
-            raw=data,
         )

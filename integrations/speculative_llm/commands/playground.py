@@ -11,25 +11,19 @@ import argparse
 import dataclasses
 from typing import Any
 
+from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
-_URL_KINDS = ("llamacpp", "vllm", "sglang", "lmstudio", "tgi", "openai")
+# A running server of each kind is reached with --url; llama-server names the one the
+# app starts itself (the managed backend), not the llamacpp alias.
+_URL_KINDS = SERVER_BACKENDS
 _BACKENDS = ("local", "llama-server", *_URL_KINDS)
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``playground`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "playground",
-        help="open the side-by-side playground (baseline vs speculative) in the browser",
-        description=(
-            "Start the Gradio playground: type a prompt and watch the baseline and the "
-            "speculative run stream side by side, with live statistics and the measured "
-            "speedup. Listens on 127.0.0.1 unless --host or --share say otherwise."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm playground``."""
     parser.add_argument(
         "--backend",
         choices=_BACKENDS,
@@ -85,7 +79,6 @@ def add_parser(subparsers: Any) -> None:
         help="comparisons run at once (default 1: honest timings; others queue)",
     )
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
-    parser.set_defaults(func=run)
 
 
 def _settings(args: argparse.Namespace) -> Any:

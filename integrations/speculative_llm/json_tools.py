@@ -1,5 +1,9 @@
 """Tool calling through structured output, for servers whose chat template renders no tools.
 
+Shared by LangChain's ``ChatSpeculative`` and LlamaIndex's ``Speculative`` in their
+``tool_calling="json_schema"`` mode: ``as_json_tool_request`` rewrites a request that
+offers tools, ``json_tool_completion`` turns the constrained answer back into tool calls.
+
 Native tool calling needs a chat template that shows the tools to the model and a model
 that answers in the template's call format. Small models served with a plain template
 (SmolLM2-135M on llama-server, for instance) do neither. In ``json_schema`` mode the tools
@@ -11,15 +15,20 @@ then guarantees a well-formed call, whatever the model's size.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from speculative_llm.types import Message, ToolCall
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Message, ToolCall
 
 __all__ = [
     "ANSWER_KEY",
     "TOOL_KEY",
+    "as_json_tool_request",
+    "final_chunk_of",
+    "json_tool_completion",
     "json_tool_format",
     "json_tool_messages",
     "parse_json_tool_answer",
@@ -141,3 +150,45 @@ def parse_json_tool_answer(text: str, *, call_id: str) -> tuple[str, tuple[ToolC
         )
     content = answer.get(ANSWER_KEY)
     return (content if isinstance(content, str) else text), ()
+
+
+def as_json_tool_request(request: GenerationRequest) -> tuple[GenerationRequest, bool]:
+    """The request to send in ``json_schema`` mode, and whether its answer is a JSON call.
+
+    A chat request that offers tools comes back with the tools described in its system
+    message and the answer constrained by ``response_format``; ``tool_choice`` ``auto``
+    (or none) also allows a plain answer, ``none`` drops the tools. Other requests are
+    returned unchanged.
+    """
+    tools = request.tools
+    if not tools or request.messages is None:
+        return request, False
+    if request.tool_choice == "none":
+        return request.replace(tools=None, tool_choice=None), False
+    allow_answer = request.tool_choice in (None, "auto")
+    rewritten = request.replace(
+        messages=json_tool_messages(request.messages, tools, allow_answer=allow_answer),
+        tools=None,
+        tool_choice=None,
+        response_format=json_tool_format(tools, allow_answer=allow_answer),
+    )
+    return rewritten, True
+
+
+def json_tool_completion(completion: Completion) -> Completion:
+    """A constrained answer with its JSON call turned into a ``ToolCall`` (a new call id)."""
+    content, calls = parse_json_tool_answer(
+        completion.text, call_id=f"call_{uuid.uuid4().hex[:24]}"
+    )
+    return dataclasses.replace(
+        completion,
+        text=content,
+        tool_calls=calls,
+        finish_reason="tool_calls" if calls else completion.finish_reason,
+    )
+
+
+def final_chunk_of(completion: Completion) -> Chunk:
+    """A whole completion as the one, final chunk of a stream."""
+    carried = ("text", "tokens", "stats", "finish_reason", "tool_calls", "usage")
+    return Chunk(final=True, **{name: getattr(completion, name) for name in carried})

@@ -1,0 +1,46 @@
+"""The HTTP layer under every server backend, one module per job.
+
+* ``urls``: check a ``base_url``; split it into the server root and the OpenAI prefix.
+* ``retry``: which failures are worth another try, and how long to wait.
+* ``errors``: what a server's error answer means, as a typed error that says what to do.
+* ``sse`` and ``streaming``: a streamed body -> server-sent events -> chunks.
+* ``transport``: ``HTTPTransport``, the pooled sync and async client that uses all of these.
+
+Everything but ``transport`` is pure (no I/O), so it is tested without sockets.
+"""
+
+from speculative_llm.backends.http.errors import (
+    EngineHints,
+    decode_json_object,
+    error_for_status,
+    extract_server_message,
+)
+from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
+from speculative_llm.backends.http.streaming import StreamDecoder, StreamSession
+from speculative_llm.backends.http.transport import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_READ_TIMEOUT_S,
+    FetchResult,
+    HTTPTransport,
+    JSONResponse,
+)
+from speculative_llm.backends.http.urls import split_base_url, validate_base_url
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_READ_TIMEOUT_S",
+    "RETRY_STATUSES",
+    "EngineHints",
+    "FetchResult",
+    "HTTPTransport",
+    "JSONResponse",
+    "RetryPolicy",
+    "StreamDecoder",
+    "StreamSession",
+    "decode_json_object",
+    "error_for_status",
+    "extract_server_message",
+    "parse_retry_after",
+    "split_base_url",
+    "validate_base_url",
+]

@@ -1,0 +1,481 @@
+"""``HTTPTransport``: the connection-pooled client every server backend talks through.
+
+It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
+timeouts, the retries (``retry.py``) and the API key, which is a ``pydantic.SecretStr``
+and appears in no repr, log line or error. The sync and async methods are thin I/O
+shells around the same decisions (``errors.py``, ``retry.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
+from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
+from speculative_llm.backends.http.urls import split_base_url, validate_base_url
+from speculative_llm.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ConfigError,
+    StreamInterruptedError,
+)
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_READ_TIMEOUT_S",
+    "FetchResult",
+    "HTTPTransport",
+    "JSONResponse",
+]
+
+logger = logging.getLogger("speculative_llm.backends.http")
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_READ_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class JSONResponse:
+    """A parsed JSON response with its headers."""
+
+    data: dict[str, Any]
+    headers: Mapping[str, str]
+    status_code: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Outcome of an auxiliary GET (``/metrics``, ``/props``...): text, or why there is none."""
+
+    path: str
+    status_code: int | None = None
+    text: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the GET succeeded with a 2xx status."""
+        return (
+            self.text is not None
+            and self.status_code is not None
+            and (200 <= self.status_code < 300)
+        )
+
+    def json_object(self) -> dict[str, Any] | None:
+        """The body as a JSON object, or None when it is not one."""
+        if not self.ok or self.text is None:
+            return None
+        try:
+            payload = json.loads(self.text)
+        except (ValueError, RecursionError):
+            return None
+        return payload if isinstance(payload, dict) else None
+
+
+def _connection_reason(error: BaseException) -> str:
+    text = str(error).strip()
+    return text or type(error).__name__
+
+
+class HTTPTransport:
+    """A connection-pooled HTTP client for one server, with sync and async methods.
+
+    Args:
+        base_url: The server URL (``http://127.0.0.1:8080`` or ``.../v1``).
+        api_key: Sent as ``Authorization: Bearer``; stored as a ``SecretStr``.
+        timeout: Read timeout in seconds: longest wait for the next bytes of an answer.
+        connect_timeout: Longest wait for a TCP connection, in seconds.
+        max_retries: Retries of connection failures and HTTP 429/502/503.
+        retry_backoff: First retry delay in seconds (doubles each time, capped at 8 s).
+        headers: Extra headers sent with every request.
+        hints: Engine wording for error messages.
+        verify: TLS certificate verification (``False`` or a CA bundle path).
+
+    Raises:
+        ConfigError: A value is invalid.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | SecretStr | None = None,
+        timeout: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        max_retries: int = 2,
+        retry_backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        hints: EngineHints | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        self.base_url = validate_base_url(base_url)
+        self.root_url, self.api_prefix = split_base_url(self.base_url)
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(
+                    f"{name} must be a number of seconds > 0, got {value!r}.", field=name
+                )
+        if api_key is not None and not isinstance(api_key, str | SecretStr):
+            raise ConfigError("api_key must be a string.", field="api_key")
+        self._api_key: SecretStr | None = (
+            api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
+        )
+        self.retry = RetryPolicy(max_retries=max_retries, backoff_s=retry_backoff)
+        self.read_timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.hints = hints or EngineHints()
+        self._headers = {"User-Agent": "speculative-llm", **dict(headers or {})}
+        self._verify = verify
+        self._timeout = httpx.Timeout(
+            self.read_timeout, connect=self.connect_timeout, pool=self.connect_timeout
+        )
+        # Auxiliary GETs (/metrics, /props...) answer at once: do not wait a generation's time.
+        self._fetch_timeout = httpx.Timeout(
+            min(self.read_timeout, 30.0), connect=self.connect_timeout
+        )
+        self._lock = threading.Lock()
+        self._client: httpx.Client | None = None
+        self._aclient: httpx.AsyncClient | None = None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        key = "SecretStr('**********')" if self._api_key is not None else "None"
+        return (
+            f"HTTPTransport(base_url={self.base_url!r}, api_key={key}, "
+            f"timeout={self.read_timeout}, connect_timeout={self.connect_timeout}, "
+            f"max_retries={self.retry.max_retries})"
+        )
+
+    @property
+    def api_key(self) -> SecretStr | None:
+        """The API key (a ``SecretStr``: call ``get_secret_value()`` to read it)."""
+        return self._api_key
+
+    def url(self, path: str) -> str:
+        """Absolute URL of ``path``: ``/v1/...`` paths go under the API prefix."""
+        if path.startswith("/v1/") and self.api_prefix != "/v1":
+            return f"{self.root_url}{path[len('/v1') :]}"
+        return f"{self.root_url}{path}"
+
+    def _request_headers(self) -> dict[str, str]:
+        headers = dict(self._headers)
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        return headers
+
+    # -- clients --
+
+    def _sync_client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None or self._client.is_closed:
+                self._client = httpx.Client(timeout=self._timeout, verify=self._verify)
+            return self._client
+
+    def _async_client(self) -> httpx.AsyncClient:
+        # An AsyncClient belongs to the event loop it was first used on.
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._aclient is None or self._aclient.is_closed or self._aclient_loop is not loop:
+                self._aclient = httpx.AsyncClient(timeout=self._timeout, verify=self._verify)
+                self._aclient_loop = loop
+            return self._aclient
+
+    def close(self) -> None:
+        """Close the pooled connections (the transport reopens them when used again)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Async twin of ``close`` (also closes the async client of the running loop)."""
+        self.close()
+        with self._lock:
+            aclient, loop = self._aclient, self._aclient_loop
+            self._aclient, self._aclient_loop = None, None
+        if aclient is not None and loop is asyncio.get_running_loop():
+            await aclient.aclose()
+
+    # -- what a failure means (shared by the sync and async paths) --
+
+    def _attempt(self, method: str, path: str, body: Any, model: str | None) -> _Attempt:
+        return _Attempt(self, method, self.url(path), body, model)
+
+    def _transport_error(self, error: Exception, url: str, retries: int) -> BackendError:
+        """The typed error of a request that got no answer (refused, timed out...)."""
+        if isinstance(error, httpx.ConnectTimeout):
+            return BackendTimeoutError(
+                f"Connecting to {self.hints.engine} at {url} timed out after "
+                f"{self.connect_timeout:g} s ({retries} retries). Is the server running and "
+                f"reachable? {self.hints.start_hint}",
+                url=url,
+            )
+        if isinstance(error, httpx.TimeoutException):
+            return BackendTimeoutError(
+                f"{self.hints.engine} at {url} did not answer within the read timeout of "
+                f"{self.read_timeout:g} s. If generation is just slow, pass a larger "
+                "timeout=...; otherwise the server may be stuck (see its log).",
+                url=url,
+            )
+        return BackendUnavailableError(
+            f"Cannot reach {self.hints.engine} at {url} ({_connection_reason(error)}; "
+            f"{retries} retries). Is it running? {self.hints.start_hint}",
+            url=url,
+        )
+
+    def _body_error(self, error: httpx.TransportError, url: str, *, streamed: bool) -> BackendError:
+        """The typed error of an answer whose body stopped arriving (a stall or a break)."""
+        if isinstance(error, httpx.TimeoutException):
+            return self._transport_error(error, url, 0)
+        if streamed:
+            return StreamInterruptedError(
+                f"The stream from {self.hints.engine} at {url} broke off "
+                f"({_connection_reason(error)}); the text received so far is in partial_text. "
+                "Did the server crash or restart?",
+                url=url,
+            )
+        return StreamInterruptedError(
+            f"The response from {self.hints.engine} at {url} was cut off "
+            f"({_connection_reason(error)}). Did the server crash or restart?",
+            url=url,
+        )
+
+    def _fetch_options(self) -> dict[str, Any]:
+        return {"headers": self._request_headers(), "timeout": self._fetch_timeout}
+
+    # -- sync I/O --
+
+    def _send(self, method: str, path: str, body: Any, *, model: str | None) -> httpx.Response:
+        attempt = self._attempt(method, path, body, model)
+        client = self._sync_client()
+        while True:
+            try:
+                response = client.send(attempt.request(client), stream=True)
+            except httpx.TransportError as error:
+                time.sleep(attempt.delay_after(error))
+                continue
+            if attempt.answered(response):
+                return response
+            time.sleep(attempt.delay_after(response, _read_error_body(response)))
+
+    def request_json(
+        self, method: str, path: str, body: Any = None, *, model: str | None = None
+    ) -> JSONResponse:
+        """Send a request and parse its JSON object answer.
+
+        Raises:
+            BackendError: A typed subclass saying what went wrong and what to do.
+        """
+        response = self._send(method, path, body, model=model)
+        try:
+            content = response.read()
+        except httpx.TransportError as error:
+            raise self._body_error(error, self.url(path), streamed=False) from None
+        finally:
+            response.close()
+        return _json_response(response, content, self.url(path))
+
+    def fetch(self, path: str) -> FetchResult:
+        """GET an auxiliary endpoint without retries; failures become a ``FetchResult``."""
+        try:
+            response = self._sync_client().get(self.url(path), **self._fetch_options())
+        except httpx.HTTPError as error:
+            return FetchResult(path, error=_connection_reason(error))
+        return FetchResult(path, response.status_code, response.text)
+
+    @contextmanager
+    def open_stream(
+        self, path: str, body: Any, *, model: str | None = None
+    ) -> Iterator[Iterator[bytes]]:
+        """POST ``body`` and yield an iterator over the response body's bytes.
+
+        Errors while reading become ``BackendTimeoutError`` (the server stalled) or
+        ``StreamInterruptedError`` (the connection broke).
+        """
+        response = self._send("POST", path, body, model=model)
+        try:
+            yield self._iter_body(response, self.url(path))
+        finally:
+            response.close()
+
+    def _iter_body(self, response: httpx.Response, url: str) -> Iterator[bytes]:
+        try:
+            yield from response.iter_bytes()
+        except httpx.TransportError as error:
+            raise self._body_error(error, url, streamed=True) from None
+
+    # -- async I/O --
+
+    async def _asend(
+        self, method: str, path: str, body: Any, *, model: str | None
+    ) -> httpx.Response:
+        attempt = self._attempt(method, path, body, model)
+        client = self._async_client()
+        while True:
+            try:
+                response = await client.send(attempt.request(client), stream=True)
+            except httpx.TransportError as error:
+                await asyncio.sleep(attempt.delay_after(error))
+                continue
+            if attempt.answered(response):
+                return response
+            await asyncio.sleep(attempt.delay_after(response, await _aread_error_body(response)))
+
+    async def arequest_json(
+        self, method: str, path: str, body: Any = None, *, model: str | None = None
+    ) -> JSONResponse:
+        """Async twin of ``request_json``."""
+        response = await self._asend(method, path, body, model=model)
+        try:
+            content = await response.aread()
+        except httpx.TransportError as error:
+            raise self._body_error(error, self.url(path), streamed=False) from None
+        finally:
+            await response.aclose()
+        return _json_response(response, content, self.url(path))
+
+    async def afetch(self, path: str) -> FetchResult:
+        """Async twin of ``fetch``."""
+        try:
+            response = await self._async_client().get(self.url(path), **self._fetch_options())
+        except httpx.HTTPError as error:
+            return FetchResult(path, error=_connection_reason(error))
+        return FetchResult(path, response.status_code, response.text)
+
+    @asynccontextmanager
+    async def aopen_stream(
+        self, path: str, body: Any, *, model: str | None = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Async twin of ``open_stream``."""
+        response = await self._asend("POST", path, body, model=model)
+        try:
+            yield self._aiter_body(response, self.url(path))
+        finally:
+            await response.aclose()
+
+    async def _aiter_body(self, response: httpx.Response, url: str) -> AsyncIterator[bytes]:
+        try:
+            async for raw in response.aiter_bytes():
+                yield raw
+        except httpx.TransportError as error:
+            raise self._body_error(error, url, streamed=True) from None
+
+
+class _Attempt:
+    """One request and its retries: the decisions the sync and async loops share.
+
+    ``delay_after`` says how long to wait before the next try, or raises the typed
+    error: connection errors and HTTP 429/502/503 are retried with backoff
+    (``Retry-After`` honoured) until ``max_retries``; anything else raises at once.
+    """
+
+    def __init__(
+        self, transport: HTTPTransport, method: str, url: str, body: Any, model: str | None
+    ) -> None:
+        self.transport = transport
+        self.method = method
+        self.url = url
+        self.body = body
+        self.model = model
+        self.retries = 0
+        self.started = 0.0
+
+    def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request of the next try (its clock starts now)."""
+        self.started = time.perf_counter()
+        return client.build_request(
+            self.method, self.url, json=self.body, headers=self.transport._request_headers()
+        )
+
+    def answered(self, response: httpx.Response) -> bool:
+        """Whether ``response`` is the answer (any status below 400)."""
+        if response.status_code >= 400:
+            return False
+        self._log_response(response)
+        return True
+
+    def delay_after(
+        self, failure: httpx.TransportError | httpx.Response, error_body: bytes = b""
+    ) -> float:
+        """Seconds to wait before retrying ``failure``; raises when it is not retried."""
+        policy = self.transport.retry
+        if isinstance(failure, httpx.Response):
+            self._log_response(failure)
+            retry_after = parse_retry_after(failure.headers.get("retry-after"))
+            retryable = failure.status_code in RETRY_STATUSES
+            delay = policy.delay(self.retries, retry_after) if retryable else None
+            if delay is None:
+                raise error_for_status(
+                    failure.status_code,
+                    error_body,
+                    url=self.url,
+                    hints=self.transport.hints,
+                    model=self.model,
+                    retries=self.retries,
+                )
+            what = f"HTTP {failure.status_code}"
+        else:
+            retryable = isinstance(failure, _RETRIED_FAILURES)
+            delay = policy.delay(self.retries) if retryable else None
+            if delay is None:
+                raise self.transport._transport_error(failure, self.url, self.retries) from None
+            what = type(failure).__name__
+        logger.warning(
+            "%s from %s; retry %d/%d in %.2f s",
+            what,
+            self.url,
+            self.retries + 1,
+            policy.max_retries,
+            delay,
+        )
+        self.retries += 1
+        return delay
+
+    def _log_response(self, response: httpx.Response) -> None:
+        logger.debug(
+            "%s %s -> %d (%.3f s)",
+            self.method,
+            self.url,
+            response.status_code,
+            time.perf_counter() - self.started,
+        )
+
+
+# Failures before any answer that a new try may cure (the server was restarting...).
+_RETRIED_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+def _read_error_body(response: httpx.Response) -> bytes:
+    try:
+        return response.read()
+    except httpx.HTTPError:
+        return b""
+    finally:
+        response.close()
+
+
+async def _aread_error_body(response: httpx.Response) -> bytes:
+    try:
+        return await response.aread()
+    except httpx.HTTPError:
+        return b""
+    finally:
+        await response.aclose()
+
+
+def _json_response(response: httpx.Response, content: bytes, url: str) -> JSONResponse:
+    return JSONResponse(
+        decode_json_object(content, url=url), dict(response.headers), response.status_code
+    )

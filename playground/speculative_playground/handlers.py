@@ -1,0 +1,311 @@
+"""The page's event handlers: what each event reads, runs and shows, wired by name.
+
+``RunInputs`` names the values one comparison reads, in the ``/compare`` API's order;
+``ResultViews`` names the components a comparison updates. Handlers return a dict keyed
+by those components: a component left out keeps its value, so adding an output is one
+field of ``ResultViews`` plus the lines that fill it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from speculative_llm.errors import ConfigError, SpeculativeError
+from speculative_playground.backend_pool import BackendPool
+from speculative_playground.history import (
+    append_record,
+    history_rows,
+    make_record,
+    write_csv,
+    write_json,
+)
+from speculative_playground.render import (
+    acceptance_frame,
+    pane_html,
+    speedup_cards_html,
+    stats_table_html,
+    status_html,
+    timeline_frame,
+)
+from speculative_playground.runner import CancelRegistry, Comparison, run_comparison
+from speculative_playground.security import SecurityPolicy, redact
+from speculative_playground.settings import RunSettings
+
+__all__ = ["Handlers", "PlaygroundConfig", "ResultViews", "RunInputs", "idle_pane"]
+
+logger = logging.getLogger("speculative_playground.app")
+
+_PLOT_INTERVAL_S = 0.5
+_BASELINE_PLACEHOLDER = "The baseline answer (target model alone) appears here."
+_SPECULATIVE_PLACEHOLDER = "The speculative answer appears here, draft tokens highlighted."
+
+Updates = dict[Any, Any]
+"""New values (or Gradio updates) keyed by the component they go to."""
+
+
+@dataclass
+class PlaygroundConfig:
+    """What one app's handlers share: the policy, the backends, where exports go."""
+
+    policy: SecurityPolicy
+    pool: BackendPool
+    update_interval_s: float
+    export_dir: Path
+    registry: CancelRegistry = field(default_factory=CancelRegistry)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """The page's values a comparison reads, in the order of the ``/compare`` API."""
+
+    prompt: str
+    backend: str
+    model: str
+    draft_model: str | None
+    method: str
+    k: float
+    temperature: float
+    max_tokens: float
+    timing: str
+    server_kind: str
+    server_url: str
+    baseline_url: str
+    served_model: str
+    api_key: str
+    history: list[dict[str, Any]] | None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The inputs' names, in API order (the components of the same names feed them)."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def settings(self) -> RunSettings:
+        """The comparison's settings.
+
+        Raises:
+            ConfigError: A value is invalid (the message says which).
+        """
+        url = self.backend == "url"
+        return RunSettings(
+            backend=self.backend,  # type: ignore[arg-type]  # validated by RunSettings
+            model=(self.served_model if url else self.model) or "",
+            draft_model=self.draft_model or None,
+            method=self.method,
+            k=int(self.k),
+            temperature=float(self.temperature),
+            max_tokens=int(self.max_tokens),
+            timing=self.timing,  # type: ignore[arg-type]
+            server_kind=self.server_kind,
+            server_url=self.server_url or "",
+            baseline_url=self.baseline_url or "",
+            api_key=self.api_key or None,
+            seed=0,
+        )
+
+
+@dataclass(frozen=True)
+class ResultViews:
+    """The components a comparison updates (the ``/compare`` API's outputs, in order)."""
+
+    status: Any
+    cards: Any
+    baseline_pane: Any
+    speculative_pane: Any
+    stats_table: Any
+    acceptance_plot: Any
+    timeline_plot: Any
+    history: Any
+    history_table: Any
+    csv_button: Any
+    json_button: Any
+    details: Any
+
+    def components(self) -> list[Any]:
+        """Every component, in API order (Gradio leaves the history state out of the API)."""
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def idle_pane(side: str) -> str:
+    """An empty pane with its placeholder."""
+    return _pane(Comparison(mode="fair"), side)
+
+
+def _pane(state: Comparison, side: str) -> str:
+    if side == "baseline":
+        return pane_html(state.baseline, colour_tokens=False, placeholder=_BASELINE_PLACEHOLDER)
+    return pane_html(state.speculative, colour_tokens=True, placeholder=_SPECULATIVE_PLACEHOLDER)
+
+
+def _session_dir(config: PlaygroundConfig, session: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_-]", "", session)[:64] or "session"
+    directory = config.export_dir / safe
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, SpeculativeError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+class Handlers:
+    """The event handlers of one app, bound to its configuration and result components."""
+
+    def __init__(self, config: PlaygroundConfig, views: ResultViews) -> None:
+        self.config = config
+        self.views = views
+
+    # ---- the comparison ------------------------------------------------------------
+
+    def stop(self, request: gr.Request) -> str:
+        """Stop this session's comparison (both sides)."""
+        stopped = self.config.registry.cancel(request.session_hash or "")
+        if stopped:
+            return '<div class="sp-status sp-status-warn">Stopping both runs…</div>'
+        return status_html(None)
+
+    def compare(self, request: gr.Request, *values: Any) -> Iterator[Updates]:
+        """Run the baseline and the speculative side; stream both into the page.
+
+        ``values`` are the ``RunInputs``, in their order (Gradio passes inputs by position).
+        """
+        inputs = RunInputs(*values)
+        config = self.config
+        secrets = config.policy.secrets(inputs.api_key)
+        session = request.session_hash or ""
+        try:
+            settings = inputs.settings()
+            base_request = settings.request(inputs.prompt or "")
+        except ConfigError as error:
+            yield self._error(redact(str(error), secrets))
+            return
+
+        cancel = config.registry.start(session)
+        outputs = _ComparisonViews(config, self.views, list(inputs.history or []))
+        state: Comparison | None = None
+        try:
+            yield outputs.loading(settings)
+            with config.pool.lease(settings) as pair:
+                baseline_request, speculative_request = pair.requests(base_request)
+                states = run_comparison(
+                    pair.baseline,
+                    pair.speculative,
+                    baseline_request,
+                    speculative_request,
+                    mode=settings.timing_mode(),
+                    cancel=cancel,
+                    min_interval_s=config.update_interval_s,
+                )
+                # closing(): when Gradio closes this generator (Stop, a client's cancel),
+                # the runner is closed at once and tells its workers to free the engine.
+                with closing(states):
+                    for state in states:
+                        if not state.finished:
+                            yield outputs.progress(state)
+            assert state is not None  # run_comparison always yields a final state
+            if state.phase == "failed":
+                message = redact(state.error or "The run failed.", secrets)
+                state.error = message
+                gr.Warning(message)
+            yield outputs.final(state, settings, inputs.prompt, session)
+        except Exception as error:
+            # Server down, bad model, missing dependency...: say so, keep the app alive.
+            logger.warning("playground run failed", exc_info=True)
+            yield self._error(redact(_describe(error), secrets))
+        finally:
+            config.registry.finish(session, cancel)
+
+    def _error(self, message: str) -> Updates:
+        gr.Warning(message)
+        return {self.views.status: status_html(None, message=message)}
+
+
+class _ComparisonViews:
+    """Comparison states as updates of the result components, throttling the plots."""
+
+    def __init__(
+        self, config: PlaygroundConfig, views: ResultViews, history: list[dict[str, Any]]
+    ) -> None:
+        self.config = config
+        self.views = views
+        self.history = history
+        self._last_plot = float("-inf")
+
+    def _shown(self, state: Comparison) -> Updates:
+        """What every phase shows: status, speedup cards, both panes, the statistics."""
+        views = self.views
+        return {
+            views.status: status_html(state),
+            views.cards: speedup_cards_html(state),
+            views.baseline_pane: _pane(state, "baseline"),
+            views.speculative_pane: _pane(state, "speculative"),
+            views.stats_table: stats_table_html(state),
+        }
+
+    def _plots(self, state: Comparison) -> Updates:
+        return {
+            self.views.acceptance_plot: acceptance_frame(state.speculative.stats),
+            self.views.timeline_plot: timeline_frame(state),
+        }
+
+    def loading(self, settings: RunSettings) -> Updates:
+        """Empty results and what is being loaded."""
+        what = {
+            "local": f"Loading {settings.model} (cached after the first run)…",
+            "managed": f"Starting llama-server with {settings.model} (cached after the first run)…",
+            "url": f"Connecting to {settings.describe_backend()}…",
+        }[settings.backend]
+        empty = Comparison(mode=settings.timing_mode())
+        views = self.views
+        return {
+            views.status: f'<div class="sp-status sp-status-running">{html.escape(what)}</div>',
+            views.cards: speedup_cards_html(None),
+            views.baseline_pane: _pane(empty, "baseline"),
+            views.speculative_pane: _pane(empty, "speculative"),
+            views.stats_table: stats_table_html(None),
+            views.acceptance_plot: acceptance_frame(None),
+            views.timeline_plot: timeline_frame(None),
+        }
+
+    def progress(self, state: Comparison) -> Updates:
+        """Both sides so far; the plots at most every half second (redrawing them costs)."""
+        updates = self._shown(state)
+        now = time.monotonic()
+        if now - self._last_plot >= _PLOT_INTERVAL_S:
+            self._last_plot = now
+            updates.update(self._plots(state))
+        return updates
+
+    def final(self, state: Comparison, settings: RunSettings, prompt: str, session: str) -> Updates:
+        """The finished comparison, its history row and exports, and its record."""
+        record = make_record(state, settings, prompt)
+        updates = {**self._shown(state), **self._plots(state), self.views.details: record}
+        started = state.baseline.started_at is not None
+        if state.phase == "done" or (state.phase == "cancelled" and started):
+            self.history = append_record(self.history, record)
+            directory = _session_dir(self.config, session)
+            csv_path = write_csv(self.history, directory / "speculative-playground-history.csv")
+            json_path = write_json(self.history, directory / "speculative-playground-history.json")
+            updates.update(
+                {
+                    self.views.history: self.history,
+                    self.views.history_table: history_rows(self.history),
+                    self.views.csv_button: gr.DownloadButton(value=str(csv_path), interactive=True),
+                    self.views.json_button: gr.DownloadButton(
+                        value=str(json_path), interactive=True
+                    ),
+                }
+            )
+        return updates

@@ -1,0 +1,159 @@
+"""The HTTP layer's pure parts: URLs, retries, Retry-After, server error bodies.
+
+How the fixtures are used: see backend_parsing.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import pytest
+from backend_parsing import URL
+
+from fakeserver import fixture_bytes
+from speculative_llm import (
+    BackendHTTPError,
+    ConfigError,
+    ModelNotLoadedError,
+)
+from speculative_llm.backends.http import (
+    EngineHints,
+    RetryPolicy,
+    error_for_status,
+    extract_server_message,
+    parse_retry_after,
+    split_base_url,
+    validate_base_url,
+)
+from speculative_llm.backends.llamacpp import (
+    LlamaCppBackend,
+)
+from speculative_llm.backends.openai_compat import (
+    OpenAICompatibleBackend,
+)
+
+# ---- URL, retries, errors ----
+
+
+@pytest.mark.parametrize(
+    ("url", "normalised"),
+    [
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+        ("https://api.example.com/v1/", "https://api.example.com/v1"),
+        ("  http://localhost:1234  ", "http://localhost:1234"),
+    ],
+)
+def test_valid_base_urls_are_normalised(url: str, normalised: str) -> None:
+    assert validate_base_url(url) == normalised
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("localhost:8080", "http://"),
+        ("ftp://host:21", "http:// or https://"),
+        ("http://", "no host"),
+        ("http://host:99999", "invalid port"),
+        ("http://host:8080/v1?key=1", "query"),
+        ("", "as a string"),
+        (8080, "as a string"),
+    ],
+)
+def test_invalid_base_urls_raise_config_error_naming_the_fix(url: object, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment) as info:
+        validate_base_url(url)
+    assert info.value.field == "base_url"
+
+
+def test_split_base_url_separates_root_and_openai_prefix() -> None:
+    assert split_base_url("http://h:8080") == ("http://h:8080", "/v1")
+    assert split_base_url("http://h:8080/v1") == ("http://h:8080", "/v1")
+    assert split_base_url("https://h/openai") == ("https://h/openai", "")
+
+
+def test_backend_paths_follow_the_base_url_prefix() -> None:
+    assert OpenAICompatibleBackend("http://h:1/v1").transport.url("/v1/chat/completions") == (
+        "http://h:1/v1/chat/completions"
+    )
+    assert OpenAICompatibleBackend("https://h/openai").transport.url("/v1/models") == (
+        "https://h/openai/models"
+    )
+    # Native llama-server endpoints live at the root even when base_url ends in /v1.
+    assert LlamaCppBackend("http://h:8080/v1").transport.url("/completion") == (
+        "http://h:8080/completion"
+    )
+
+
+def test_retry_policy_backs_off_exponentially_and_stops() -> None:
+    policy = RetryPolicy(max_retries=3, backoff_s=0.5, max_backoff_s=1.5)
+    delays = [policy.delay(n) for n in range(4)]
+    assert delays[:3] == [0.5, 1.0, 1.5]
+    assert delays[3] is None
+
+
+def test_retry_policy_honours_retry_after_within_its_cap() -> None:
+    policy = RetryPolicy(max_retries=2, max_retry_after_s=10)
+    assert policy.delay(0, retry_after_s=3.0) == 3.0
+    assert policy.delay(0, retry_after_s=30.0) is None
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_retry_policy_rejects_bad_counts(bad: Any) -> None:
+    with pytest.raises(ConfigError, match="max_retries"):
+        RetryPolicy(max_retries=bad)
+
+
+def test_parse_retry_after_seconds_dates_and_garbage() -> None:
+    now = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
+    in_five = format_datetime(now + timedelta(seconds=5), usegmt=True)
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(in_five, now=now) == pytest.approx(5.0)
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("-3") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": {"message": "bad top_k", "type": "invalid_request_error"}}', "bad top_k"),
+        (b'{"error": "Model is overloaded", "error_type": "overloaded"}', "Model is overloaded"),
+        (b'{"object": "error", "message": "no such model"}', "no such model"),
+        (b'{"detail": "Not Found"}', "Not Found"),
+        (b"<html>502 Bad Gateway</html>", "<html>502 Bad Gateway</html>"),
+    ],
+)
+def test_server_messages_are_extracted_from_every_shape(body: bytes, message: str) -> None:
+    assert extract_server_message(body) == message
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "openai/error_model_not_found.json",
+        "vllm/error_model_not_found.json",
+        "lmstudio/error_model_not_found.json",
+    ],
+)
+def test_missing_model_errors_become_model_not_loaded(relative: str) -> None:
+    error = error_for_status(
+        404, fixture_bytes(relative), url=URL, hints=EngineHints("X"), model="m1"
+    )
+    assert isinstance(error, ModelNotLoadedError)
+    assert "'m1'" in str(error) and "/v1/models" in str(error)
+
+
+def test_http_errors_carry_status_server_message_and_advice() -> None:
+    hints = EngineHints("TGI")
+    error = error_for_status(422, fixture_bytes("tgi/error_validation.json"), url=URL, hints=hints)
+    assert isinstance(error, BackendHTTPError)
+    assert error.status_code == 422
+    assert error.server_message is not None and "top_p" in error.server_message
+    assert "TGI" in str(error)
+    unauthorized = error_for_status(
+        401, b'{"error": {"message": "Invalid API Key"}}', url=URL, hints=hints
+    )
+    assert isinstance(unauthorized, BackendHTTPError) and "api_key" in str(unauthorized)
