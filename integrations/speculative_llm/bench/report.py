@@ -20,16 +20,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.aggregate import (
+from speculative_llm.bench.aggregate import cross_engine_agreement
+from speculative_llm.bench.figures import ratio
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
+from speculative_llm.bench.records import (
     ALL_CATEGORIES,
     OURS,
     BenchSummary,
     CellSummary,
     Variant,
-    cross_engine_agreement,
-    ratio,
 )
-from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
 
 if TYPE_CHECKING:
     from rich.table import Table
