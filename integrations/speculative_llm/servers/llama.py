@@ -322,10 +322,10 @@ class LlamaServer(ManagedServer):
 
         return LlamaCppBackend(self.base_url, **options)
 
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return (
-            f"LlamaServer(model={self.model_path.name!r}, spec_type={self.spec_type!r}, "
-            f"draft_model={None if self.draft_model_path is None else self.draft_model_path.name!r}"
-            f", url={self.base_url!r}, {state})"
-        )
+    def _repr_fields(self) -> list[str]:
+        draft = None if self.draft_model_path is None else self.draft_model_path.name
+        return [
+            f"model={self.model_path.name!r}",
+            f"spec_type={self.spec_type!r}",
+            f"draft_model={draft!r}",
+        ]

@@ -399,6 +399,15 @@ class ManagedServer:
         except subprocess.TimeoutExpired:
             return None
 
+    def _repr_fields(self) -> list[str]:
+        """``name=value`` texts saying what this server serves, for ``repr``."""
+        return []
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        fields = [*self._repr_fields(), f"url={self.base_url!r}", state]
+        return f"{type(self).__name__}({', '.join(fields)})"
+
     def __enter__(self) -> Self:
         return self.start()
 

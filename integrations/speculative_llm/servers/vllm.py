@@ -217,9 +217,5 @@ class VLLMServer(ManagedServer):
         options.setdefault("model", self.served_model_name)
         return VLLMBackend(self.base_url, **options)
 
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return (
-            f"VLLMServer(model={self.model!r}, speculative_config={self.speculative_config!r}, "
-            f"url={self.base_url!r}, {state})"
-        )
+    def _repr_fields(self) -> list[str]:
+        return [f"model={self.model!r}", f"speculative_config={self.speculative_config!r}"]
