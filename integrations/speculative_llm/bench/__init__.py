@@ -23,6 +23,7 @@ from speculative_llm.bench.prompts import (
 )
 from speculative_llm.bench.records import (
     ALL_CATEGORIES,
+    OURS,
     BenchSummary,
     CellSummary,
     PromptResult,
@@ -41,6 +42,7 @@ from speculative_llm.bench.runner import BenchResult, resolve_prompts, run_bench
 __all__ = [
     "ALL_CATEGORIES",
     "CATEGORIES",
+    "OURS",
     "QUICK",
     "BenchOptions",
     "BenchPrompt",
