@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import MissingDependencyError
@@ -27,11 +28,13 @@ _DEFAULT_OUT = "bench-results"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``speculative-llm bench``."""
+    # The server backends bench cannot start itself, so they need --base-url.
+    *by_url, last_by_url = (name for name in SERVER_BACKENDS if name != "llamacpp")
     parser.add_argument(
         "--backend",
         default="local",
         help="local (the in-process engine, default), llamacpp (starts llama-servers itself "
-        "unless --base-url is given), vllm, sglang, lmstudio, tgi or openai (need --base-url)",
+        f"unless --base-url is given), {', '.join(by_url)} or {last_by_url} (need --base-url)",
     )
     parser.add_argument(
         "--model",
