@@ -7,20 +7,14 @@ import math
 import pytest
 
 from speculative_llm.bench.aggregate import (
-    ALL_CATEGORIES,
-    OURS,
-    Sample,
-    Variant,
     cross_engine_agreement,
     first_divergence,
-    median,
     outputs_equal,
-    ratio,
-    seconds_per_step,
     summarize,
     summarize_prompt,
-    throughput,
 )
+from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
+from speculative_llm.bench.records import ALL_CATEGORIES, OURS, Sample, Variant
 from speculative_llm.stats import SpecStats, expected_walltime_factor
 
 BASE = Variant(OURS, "none")

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.bench.aggregate import OURS, Variant
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE, BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats

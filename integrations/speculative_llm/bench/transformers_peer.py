@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.aggregate import Variant
 from speculative_llm.bench.contenders import Outcome
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import Variant
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 

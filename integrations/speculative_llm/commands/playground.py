@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
+from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
 __all__ = ["add_arguments", "run"]
@@ -50,19 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline-url", help="URL of a second server without speculation, for the baseline"
     )
-    parser.add_argument(
-        "--runner",
-        choices=("auto", "llamacpp", "transformers"),
-        default="auto",
-        help="local engine runner (default auto: llama.cpp for .gguf files and packaged models)",
-    )
-    parser.add_argument(
-        "--device", default="cpu", help="local engine device, transformers runner (default cpu)"
-    )
-    parser.add_argument(
-        "--dtype", default="auto", help="local engine dtype, transformers runner (default auto)"
-    )
-    parser.add_argument("--threads", type=int, help="local engine CPU threads")
+    add_local_engine_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument(
@@ -148,12 +137,7 @@ def run(args: argparse.Namespace) -> int:
     pool = BackendPool(
         policy=policy,
         offered_models=models,
-        local_options={
-            "runner": args.runner,
-            "device": args.device,
-            "dtype": args.dtype,
-            "threads": args.threads,
-        },
+        local_options=local_engine_options(args),
     )
     app = build_app(
         policy=policy,

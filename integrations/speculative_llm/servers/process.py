@@ -51,6 +51,30 @@ def format_command(command: Sequence[str]) -> str:
     return shlex.join(str(part) for part in command)
 
 
+def run_for_output(
+    command: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a short command (a ``--help``) to its end and capture its output as text.
+
+    Standard input is closed and undecodable bytes are replaced; the exit status is
+    left to the caller.
+
+    Raises:
+        OSError: The command could not be run.
+        subprocess.TimeoutExpired: It ran past ``timeout`` seconds.
+    """
+    return subprocess.run(
+        list(command),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
 def client_host(host: str) -> str:
     # A server listening on every interface is reached through the loopback address.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -374,6 +398,15 @@ class ManagedServer:
             return self._managed.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def _repr_fields(self) -> list[str]:
+        """``name=value`` texts saying what this server serves, for ``repr``."""
+        return []
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        fields = [*self._repr_fields(), f"url={self.base_url!r}", state]
+        return f"{type(self).__name__}({', '.join(fields)})"
 
     def __enter__(self) -> Self:
         return self.start()
