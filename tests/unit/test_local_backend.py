@@ -567,6 +567,30 @@ def test_a_json_schema_constrains_the_output(backend: LocalBackend, spec_name: s
     # Greedy constrained speculation gives the constrained baseline's text.
     baseline = backend.generate(request.replace(spec=SpecConfig.baseline()))
     assert completion.text == baseline.text
+    # The grammar's cuts are counted when there is a grammar, and only then.
+    assert baseline.stats.grammar_cut_tokens == 0  # nothing drafted, nothing cut
+    assert completion.stats.grammar_cut_tokens is not None
+    assert backend.generate(_request(spec=SPECS[spec_name])).stats.grammar_cut_tokens is None
+
+
+def test_prompt_lookup_drafts_the_grammar_forbids_are_cut_and_counted(
+    backend: LocalBackend,
+) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    # Every digit in the prompt is followed by a letter, which prompt lookup then drafts
+    # after each digit the model writes; the grammar allows only digits.
+    request = GenerationRequest(
+        prompt="0a1a2a3a4a5a6a7a8a9a" * 2,
+        max_tokens=20,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "n", "schema": {"type": "integer"}},
+        },
+        spec=SPECS["ngram"],
+    )
+    completion = backend.generate(request)
+    assert completion.text.strip().lstrip("-").isdigit()
+    assert completion.stats.grammar_cut_tokens and completion.stats.grammar_cut_tokens > 0
 
 
 def test_json_object_gives_json_and_text_is_free(backend: LocalBackend) -> None:

@@ -499,6 +499,7 @@ class LocalBackend(Backend):
                 total_s=now - started,
                 draft_s=counters.draft_s,
                 verify_s=counters.verify_s,
+                grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
             )
 
         try:
