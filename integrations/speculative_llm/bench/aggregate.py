@@ -116,6 +116,7 @@ def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
         wall_s=median(s.wall_s for s in samples),
         decode_s=_median_or_none([s.decode_s for s in samples]),
         kernel_s=_median_or_none([s.kernel_s for s in samples]),
+        grammar_s=_median_or_none([s.grammar_s for s in samples]),
         text=first.text,
         token_ids=first.token_ids,
         repeats_agree=all(
@@ -180,6 +181,9 @@ def _pool(
         if step_s is None or kernel_step_s is None
         else ratio(step_s - kernel_step_s, one_token_pass_s)
     )
+    grammar_s = _sum_or_none([r.grammar_s for r in results])
+    grammar_step_s = seconds_per_step(grammar_s, len(results), stats)
+    grammar_share = None if grammar_step_s is None else ratio(grammar_step_s, one_token_pass_s)
     compared = [r for r in results if r.matches_baseline is not None]
     return CellSummary(
         variant=variant,
@@ -201,6 +205,8 @@ def _pool(
         compared_outputs=len(compared),
         kernel_s=kernel_s,
         overhead_share=overhead_share,
+        grammar_s=grammar_s,
+        grammar_share=grammar_share,
     )
 
 

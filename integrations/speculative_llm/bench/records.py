@@ -82,6 +82,7 @@ class Sample:
         token_ids: Generated token ids, when the backend reports them.
         stats: The backend's statistics for this generation, or None (peers).
         kernel_s: Seconds inside the runner's kernels while decoding, when known.
+        grammar_s: Seconds our engine spent on a grammar, when there was one.
     """
 
     variant: Variant
@@ -95,6 +96,7 @@ class Sample:
     token_ids: tuple[int, ...] | None = None
     stats: SpecStats | None = None
     kernel_s: float | None = None
+    grammar_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The sample as a JSON-compatible dict."""
@@ -107,6 +109,7 @@ class Sample:
             "wall_s": self.wall_s,
             "decode_s": self.decode_s,
             "kernel_s": self.kernel_s,
+            "grammar_s": self.grammar_s,
             "text": self.text,
             "token_ids": None if self.token_ids is None else list(self.token_ids),
             "stats": None if self.stats is None else self.stats.to_dict(),
@@ -134,6 +137,7 @@ class PromptResult:
         divergence_at: First differing token (or character) index when not equal.
         kernel_s: Median seconds inside the runner's kernels while decoding (None when
             a repeat lacks it).
+        grammar_s: Median seconds spent on a grammar (None when a repeat lacks it).
     """
 
     variant: Variant
@@ -150,6 +154,7 @@ class PromptResult:
     matches_baseline: bool | None = None
     divergence_at: int | None = None
     kernel_s: float | None = None
+    grammar_s: float | None = None
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -202,6 +207,10 @@ class CellSummary:
             (None unless every prompt has it).
         overhead_share: ``overhead_per_step`` over the baseline's kernel seconds per
             decoding step (a one-token pass); None without kernel times.
+        grammar_s: Median seconds spent on a grammar, summed (None unless every prompt
+            has one).
+        grammar_share: Grammar seconds per decoding step over a one-token pass (the
+            baseline's kernel seconds per decoding step); None without a grammar.
     """
 
     variant: Variant
@@ -221,6 +230,8 @@ class CellSummary:
     compared_outputs: int
     kernel_s: float | None = None
     overhead_share: float | None = None
+    grammar_s: float | None = None
+    grammar_share: float | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -280,6 +291,7 @@ class CellSummary:
             "step_cost": self.step_cost,
             "overhead_per_step_s": self.overhead_per_step,
             "overhead_share": self.overhead_share,
+            "grammar_share": self.grammar_share,
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
             "alpha": None if self.stats is None else self.stats.alpha,

@@ -76,6 +76,7 @@ CSV_FIELDS: tuple[str, ...] = (
     "step_cost",
     "overhead_per_step_s",
     "overhead_share",
+    "grammar_share",
     "acceptance_rate",
     "mean_accepted_length",
     "alpha",
@@ -107,7 +108,7 @@ def _percent(value: float | None) -> str:
 
 
 def _overhead(share: float | None) -> str:
-    """The engine's own time per step, as a share of a one-token pass (``1.2%``)."""
+    """A time per step as a share of a one-token pass (``1.2%``)."""
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
@@ -135,24 +136,46 @@ def _table(
     return table
 
 
+_CELL_HEADERS: tuple[str, ...] = (
+    "variant",
+    "tok/s",
+    "decode tok/s",
+    "speedup",
+    "decode speedup",
+    "expected",
+    "step cost",
+    "overhead",
+    "grammar",
+    "accept",
+    "mean acc. len",
+    "equal",
+)
+"""Columns of a cell's row, in the rich table (after ``category``) and in Markdown."""
+
+
+def _cell_row(cell: CellSummary) -> list[str]:
+    """A cell's figures as ``_CELL_HEADERS`` names them."""
+    return [
+        cell.variant.label,
+        _number(cell.tokens_per_second),
+        _number(cell.decode_tokens_per_second),
+        format_ratio(cell.speedup),
+        format_ratio(cell.decode_speedup),
+        format_ratio(cell.expected_speedup),
+        format_ratio(cell.step_cost),
+        _overhead(cell.overhead_share),
+        _overhead(cell.grammar_share),
+        _percent(cell.acceptance_rate),
+        _number(cell.mean_accepted_length, 2),
+        _equal(cell),
+    ]
+
+
 def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
     """The summary as a rich ``Table``: one section per category, ``all`` last."""
     table = _table(
         title,
-        (
-            "category",
-            "variant",
-            "tok/s",
-            "decode tok/s",
-            "speedup",
-            "decode speedup",
-            "expected",
-            "step cost",
-            "overhead",
-            "accept",
-            "mean acc. len",
-            "equal",
-        ),
+        ("category", *_CELL_HEADERS),
         text_columns=("category", "variant"),
         no_wrap=("variant",),
     )
@@ -160,20 +183,7 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
     for cell in summary.cells:
         if previous is not None and cell.category != previous:
             table.add_section()
-        table.add_row(
-            cell.category if cell.category != previous else "",
-            cell.variant.label,
-            _number(cell.tokens_per_second),
-            _number(cell.decode_tokens_per_second),
-            format_ratio(cell.speedup),
-            format_ratio(cell.decode_speedup),
-            format_ratio(cell.expected_speedup),
-            format_ratio(cell.step_cost),
-            _overhead(cell.overhead_share),
-            _percent(cell.acceptance_rate),
-            _number(cell.mean_accepted_length, 2),
-            _equal(cell),
-        )
+        table.add_row(cell.category if cell.category != previous else "", *_cell_row(cell))
         previous = cell.category
     return table
 
@@ -181,21 +191,12 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
 def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> str:
     """One category's rows as a Markdown table (for documentation)."""
     lines = [
-        "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | step cost "
-        "| overhead | accept | mean acc. len | equal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(_CELL_HEADERS) + " |",
+        "|---|" + "---:|" * (len(_CELL_HEADERS) - 1),
     ]
     for cell in summary.cells:
-        if cell.category != category:
-            continue
-        lines.append(
-            f"| {cell.variant.label} | {_number(cell.tokens_per_second)} | "
-            f"{_number(cell.decode_tokens_per_second)} | {format_ratio(cell.speedup)} | "
-            f"{format_ratio(cell.decode_speedup)} | {format_ratio(cell.expected_speedup)} | "
-            f"{format_ratio(cell.step_cost)} | {_overhead(cell.overhead_share)} | "
-            f"{_percent(cell.acceptance_rate)} | {_number(cell.mean_accepted_length, 2)} | "
-            f"{_equal(cell)} |"
-        )
+        if cell.category == category:
+            lines.append("| " + " | ".join(_cell_row(cell)) + " |")
     return "\n".join(lines)
 
 

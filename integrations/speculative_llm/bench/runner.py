@@ -128,6 +128,7 @@ def run_samples(
                         token_ids=outcome.token_ids,
                         stats=outcome.stats,
                         kernel_s=outcome.kernel_s,
+                        grammar_s=outcome.grammar_s,
                     )
                 )
                 if on_step:
