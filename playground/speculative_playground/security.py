@@ -5,18 +5,19 @@ and a URL typed into the page makes the *server* send requests there: on an expo
 deployment that would let any visitor probe the host's network. So typed URLs (and
 typed model paths, which would load files from the host) are accepted only when the
 app is reachable from this machine alone, or when an allowlist names the servers.
-API keys never travel back to the browser and are masked in every message.
+API keys never travel back to the browser and are masked in every message (``redact``
+and ``redact_url`` are the core's helpers, ``speculative_llm.backends.http.redaction``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from speculative_llm.backends.http.redaction import MASK, redact, redact_url
 from speculative_llm.errors import ConfigError
 
 __all__ = [
@@ -42,7 +43,6 @@ API_KEY_ENV = "SPECULATIVE_PLAYGROUND_API_KEY"
 """API key sent to servers when the page's key field is empty; never shown."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_MASK = "***"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -87,7 +87,7 @@ def parse_auth(value: str) -> tuple[tuple[str, str], ...]:
 
 def _mask_password(entry: str) -> str:
     user, colon, _ = entry.partition(":")
-    return f"{user}:{_MASK}" if colon else entry
+    return f"{user}:{MASK}" if colon else entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,23 +326,3 @@ class SecurityPolicy:
     def secrets(self, *extra: str | None) -> tuple[str, ...]:
         """Every secret to mask in messages: the environment key and ``extra`` ones."""
         return tuple(s for s in (self.default_api_key, *extra) if s)
-
-
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` part masked."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, f"{_MASK}@{host}", parts.path, parts.query, parts.fragment))
-
-
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every secret, and the credentials of any URL in it, masked."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, _MASK)
-    return _USERINFO.sub(lambda match: f"{match['scheme']}{_MASK}@", text)

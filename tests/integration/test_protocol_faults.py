@@ -21,8 +21,9 @@ from protocol_cases import (
     streamed_text,
 )
 
-from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json
+from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json, sse_body
 from speculative_llm import (
+    BackendError,
     BackendHTTPError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -271,6 +272,61 @@ def test_api_key_is_sent_but_never_shown(
         assert SECRET not in text
     assert backend.transport.api_key is not None
     assert backend.transport.api_key.get_secret_value() == SECRET
+
+
+def test_url_credentials_are_sent_as_basic_auth_but_never_shown(
+    server: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=503, json={"error": "loading"}, headers={"Retry-After": "0"}),
+        Reply(status=500, json={"error": {"message": "boom"}}),
+    )
+    caplog.set_level(logging.DEBUG)
+    url = server.url.replace("http://", "http://admin:hunter2@")
+    backend = OpenAICompatibleBackend(url, **FAST)
+    with pytest.raises(BackendHTTPError) as info:
+        backend.generate(CHAT)
+    sent = server.requests_to("/v1/chat/completions")[0]
+    assert sent.headers["Authorization"] == "Basic YWRtaW46aHVudGVyMg=="  # admin:hunter2
+    assert "retry 1/2" in caplog.text  # the retry warning names the URL...
+    for text in (caplog.text, str(info.value), info.value.url or "", repr(backend)):
+        assert "hunter2" not in text and "admin:" not in text  # ...without its credentials
+
+
+ECHOED = {"error": {"message": f"Invalid API key {SECRET} (Authorization: Bearer {SECRET})"}}
+
+
+@pytest.mark.parametrize(
+    ("reply", "streamed"),
+    [
+        (Reply(status=401, json=ECHOED), False),
+        (Reply(status=401, json=ECHOED), True),
+        (Reply(status=200, body=f"<html>bad key {SECRET}</html>".encode()), False),
+        (Reply(stream=sse_body([ECHOED], done=False)), False),
+        (Reply(stream=sse_body([ECHOED], done=False)), True),
+    ],
+    ids=["http-error", "http-error-stream", "malformed-body", "error-event", "error-event-stream"],
+)
+def test_a_server_echoing_the_api_key_cannot_put_it_in_an_error(
+    server: FakeServer, reply: Reply, streamed: bool
+) -> None:
+    server.route("POST", "/v1/chat/completions", reply)
+    backend = OpenAICompatibleBackend(server.url, api_key=SECRET, **FAST)
+    with pytest.raises(BackendError) as info:
+        list(backend.stream(CHAT)) if streamed else backend.generate(CHAT)
+    assert "***" in str(info.value)
+    assert SECRET not in str(info.value)
+    assert SECRET not in str(getattr(info.value, "server_message", ""))
+
+
+def test_a_server_echoing_the_api_key_async(server: FakeServer) -> None:
+    server.route("POST", "/v1/chat/completions", Reply(status=401, json=ECHOED))
+    backend = OpenAICompatibleBackend(server.url, api_key=SECRET, **FAST)
+    with pytest.raises(BackendHTTPError) as info:
+        run_async(collect(backend, CHAT))
+    assert SECRET not in str(info.value) and SECRET not in (info.value.server_message or "")
 
 
 def test_concurrent_requests_through_one_backend(server: FakeServer) -> None:

@@ -1,6 +1,7 @@
 """The HTTP layer under every server backend, one module per job.
 
 * ``urls``: check a ``base_url``; split it into the server root and the OpenAI prefix.
+* ``redaction``: mask URL credentials, API keys and Authorization headers in messages.
 * ``retry``: which failures are worth another try, and how long to wait.
 * ``errors``: what a server's error answer means, as a typed error that says what to do.
 * ``sse`` and ``streaming``: a streamed body -> server-sent events -> chunks.
@@ -14,6 +15,13 @@ from speculative_llm.backends.http.errors import (
     decode_json_object,
     error_for_status,
     extract_server_message,
+)
+from speculative_llm.backends.http.redaction import (
+    Redactor,
+    redact,
+    redact_headers,
+    redact_url,
+    split_credentials,
 )
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from speculative_llm.backends.http.streaming import StreamDecoder, StreamSession
@@ -34,6 +42,7 @@ __all__ = [
     "FetchResult",
     "HTTPTransport",
     "JSONResponse",
+    "Redactor",
     "RetryPolicy",
     "StreamDecoder",
     "StreamSession",
@@ -41,6 +50,10 @@ __all__ = [
     "error_for_status",
     "extract_server_message",
     "parse_retry_after",
+    "redact",
+    "redact_headers",
+    "redact_url",
     "split_base_url",
+    "split_credentials",
     "validate_base_url",
 ]

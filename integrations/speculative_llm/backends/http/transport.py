@@ -1,9 +1,11 @@
 """``HTTPTransport``: the connection-pooled client every server backend talks through.
 
 It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
-timeouts, the retries (``retry.py``) and the API key, which is a ``pydantic.SecretStr``
-and appears in no repr, log line or error. The sync and async methods are thin I/O
-shells around the same decisions (``errors.py``, ``retry.py``).
+timeouts, the retries (``retry.py``) and the credentials: the API key, a
+``pydantic.SecretStr``, and a ``user:password@`` in ``base_url``, which is taken out of
+the URL and sent as HTTP basic authentication. Neither appears in a repr, log line or
+error, even when a server echoes them back (``redaction.py``). The sync and async
+methods are thin I/O shells around the same decisions (``errors.py``, ``retry.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 from pydantic import SecretStr
 
 from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
+from speculative_llm.backends.http.redaction import Redactor, split_credentials
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
 from speculative_llm.errors import (
@@ -93,7 +96,9 @@ class HTTPTransport:
     """A connection-pooled HTTP client for one server, with sync and async methods.
 
     Args:
-        base_url: The server URL (``http://127.0.0.1:8080`` or ``.../v1``).
+        base_url: The server URL (``http://127.0.0.1:8080`` or ``.../v1``). A
+            ``user:password@`` in it is sent as HTTP basic authentication and left out
+            of ``base_url`` and of every message.
         api_key: Sent as ``Authorization: Bearer``; stored as a ``SecretStr``.
         timeout: Read timeout in seconds: longest wait for the next bytes of an answer.
         connect_timeout: Longest wait for a TCP connection, in seconds.
@@ -102,6 +107,10 @@ class HTTPTransport:
         headers: Extra headers sent with every request.
         hints: Engine wording for error messages.
         verify: TLS certificate verification (``False`` or a CA bundle path).
+
+    Attributes:
+        redactor: Masks this connection's secrets; every error the transport raises has
+            passed through it (backends pass theirs through it too).
 
     Raises:
         ConfigError: A value is invalid.
@@ -120,7 +129,7 @@ class HTTPTransport:
         hints: EngineHints | None = None,
         verify: bool | str = True,
     ) -> None:
-        self.base_url = validate_base_url(base_url)
+        self.base_url, credentials = split_credentials(validate_base_url(base_url))
         self.root_url, self.api_prefix = split_base_url(self.base_url)
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -131,6 +140,17 @@ class HTTPTransport:
             raise ConfigError("api_key must be a string.", field="api_key")
         self._api_key: SecretStr | None = (
             api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
+        )
+        if credentials is not None and self._api_key is not None:
+            raise ConfigError(
+                "base_url carries credentials (user:password@) and api_key is set too; both "
+                "would go in the Authorization header. Give only one of them.",
+                field="api_key",
+            )
+        self._auth = httpx.BasicAuth(*credentials) if credentials is not None else None
+        self.redactor = Redactor(
+            [self._api_key.get_secret_value() if self._api_key is not None else None],
+            credentials=credentials,
         )
         self.retry = RetryPolicy(max_retries=max_retries, backoff_s=retry_backoff)
         self.read_timeout = float(timeout)
@@ -180,7 +200,9 @@ class HTTPTransport:
     def _sync_client(self) -> httpx.Client:
         with self._lock:
             if self._client is None or self._client.is_closed:
-                self._client = httpx.Client(timeout=self._timeout, verify=self._verify)
+                self._client = httpx.Client(
+                    timeout=self._timeout, verify=self._verify, auth=self._auth
+                )
             return self._client
 
     def _async_client(self) -> httpx.AsyncClient:
@@ -188,7 +210,9 @@ class HTTPTransport:
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._aclient is None or self._aclient.is_closed or self._aclient_loop is not loop:
-                self._aclient = httpx.AsyncClient(timeout=self._timeout, verify=self._verify)
+                self._aclient = httpx.AsyncClient(
+                    timeout=self._timeout, verify=self._verify, auth=self._auth
+                )
                 self._aclient_loop = loop
             return self._aclient
 
@@ -258,6 +282,12 @@ class HTTPTransport:
     # -- sync I/O --
 
     def _send(self, method: str, path: str, body: Any, *, model: str | None) -> httpx.Response:
+        with self.redactor.errors():
+            return self._send_with_retries(method, path, body, model=model)
+
+    def _send_with_retries(
+        self, method: str, path: str, body: Any, *, model: str | None
+    ) -> httpx.Response:
         attempt = self._attempt(method, path, body, model)
         client = self._sync_client()
         while True:
@@ -279,20 +309,21 @@ class HTTPTransport:
             BackendError: A typed subclass saying what went wrong and what to do.
         """
         response = self._send(method, path, body, model=model)
-        try:
-            content = response.read()
-        except httpx.TransportError as error:
-            raise self._body_error(error, self.url(path), streamed=False) from None
-        finally:
-            response.close()
-        return _json_response(response, content, self.url(path))
+        with self.redactor.errors():
+            try:
+                content = response.read()
+            except httpx.TransportError as error:
+                raise self._body_error(error, self.url(path), streamed=False) from None
+            finally:
+                response.close()
+            return _json_response(response, content, self.url(path))
 
     def fetch(self, path: str) -> FetchResult:
         """GET an auxiliary endpoint without retries; failures become a ``FetchResult``."""
         try:
             response = self._sync_client().get(self.url(path), **self._fetch_options())
         except httpx.HTTPError as error:
-            return FetchResult(path, error=_connection_reason(error))
+            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @contextmanager
@@ -311,14 +342,21 @@ class HTTPTransport:
             response.close()
 
     def _iter_body(self, response: httpx.Response, url: str) -> Iterator[bytes]:
-        try:
-            yield from response.iter_bytes()
-        except httpx.TransportError as error:
-            raise self._body_error(error, url, streamed=True) from None
+        with self.redactor.errors():
+            try:
+                yield from response.iter_bytes()
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=True) from None
 
     # -- async I/O --
 
     async def _asend(
+        self, method: str, path: str, body: Any, *, model: str | None
+    ) -> httpx.Response:
+        with self.redactor.errors():
+            return await self._asend_with_retries(method, path, body, model=model)
+
+    async def _asend_with_retries(
         self, method: str, path: str, body: Any, *, model: str | None
     ) -> httpx.Response:
         attempt = self._attempt(method, path, body, model)
@@ -338,20 +376,21 @@ class HTTPTransport:
     ) -> JSONResponse:
         """Async twin of ``request_json``."""
         response = await self._asend(method, path, body, model=model)
-        try:
-            content = await response.aread()
-        except httpx.TransportError as error:
-            raise self._body_error(error, self.url(path), streamed=False) from None
-        finally:
-            await response.aclose()
-        return _json_response(response, content, self.url(path))
+        with self.redactor.errors():
+            try:
+                content = await response.aread()
+            except httpx.TransportError as error:
+                raise self._body_error(error, self.url(path), streamed=False) from None
+            finally:
+                await response.aclose()
+            return _json_response(response, content, self.url(path))
 
     async def afetch(self, path: str) -> FetchResult:
         """Async twin of ``fetch``."""
         try:
             response = await self._async_client().get(self.url(path), **self._fetch_options())
         except httpx.HTTPError as error:
-            return FetchResult(path, error=_connection_reason(error))
+            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @asynccontextmanager
@@ -366,11 +405,12 @@ class HTTPTransport:
             await response.aclose()
 
     async def _aiter_body(self, response: httpx.Response, url: str) -> AsyncIterator[bytes]:
-        try:
-            async for raw in response.aiter_bytes():
-                yield raw
-        except httpx.TransportError as error:
-            raise self._body_error(error, url, streamed=True) from None
+        with self.redactor.errors():
+            try:
+                async for raw in response.aiter_bytes():
+                    yield raw
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=True) from None
 
 
 class _Attempt:

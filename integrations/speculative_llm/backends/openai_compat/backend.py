@@ -472,55 +472,66 @@ class OpenAICompatibleBackend(Backend):
         results = {p: await self._transport.afetch(p) for p in exchange.fetches(phase)}
         exchange.fetched(phase, results)
 
+    # Every shell runs inside ``redactor.errors()``: an error raised while parsing what
+    # the server sent (which may echo the API key) has the secrets masked.
+
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion (one non-streamed request)."""
-        exchange = self._exchange(request, streamed=False)
-        self._fetch(exchange, "before")
-        body = exchange.start()
-        response = self._transport.request_json("POST", exchange.path, body, model=exchange.model)
-        exchange.answered(response)
-        self._fetch(exchange, "after")
-        return self.parse_completion(exchange.context, response)
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=False)
+            self._fetch(exchange, "before")
+            body = exchange.start()
+            response = self._transport.request_json(
+                "POST", exchange.path, body, model=exchange.model
+            )
+            exchange.answered(response)
+            self._fetch(exchange, "after")
+            return self.parse_completion(exchange.context, response)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
-        exchange = self._exchange(request, streamed=False)
-        await self._afetch(exchange, "before")
-        body = exchange.start()
-        response = await self._transport.arequest_json(
-            "POST", exchange.path, body, model=exchange.model
-        )
-        exchange.answered(response)
-        await self._afetch(exchange, "after")
-        return self.parse_completion(exchange.context, response)
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=False)
+            await self._afetch(exchange, "before")
+            body = exchange.start()
+            response = await self._transport.arequest_json(
+                "POST", exchange.path, body, model=exchange.model
+            )
+            exchange.answered(response)
+            await self._afetch(exchange, "after")
+            return self.parse_completion(exchange.context, response)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Stream chunks; the last one is final and carries the statistics."""
-        exchange = self._exchange(request, streamed=True)
-        self._fetch(exchange, "before")
-        body = exchange.start()
-        session = exchange.session()
-        with session.keeping_partial_text():
-            with self._transport.open_stream(exchange.path, body, model=exchange.model) as pieces:
-                yield from session.decode(pieces)
-            self._fetch(exchange, "after")
-            yield from session.end()
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=True)
+            self._fetch(exchange, "before")
+            body = exchange.start()
+            session = exchange.session()
+            with session.keeping_partial_text():
+                with self._transport.open_stream(
+                    exchange.path, body, model=exchange.model
+                ) as pieces:
+                    yield from session.decode(pieces)
+                self._fetch(exchange, "after")
+                yield from session.end()
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``."""
-        exchange = self._exchange(request, streamed=True)
-        await self._afetch(exchange, "before")
-        body = exchange.start()
-        session = exchange.session()
-        with session.keeping_partial_text():
-            async with self._transport.aopen_stream(
-                exchange.path, body, model=exchange.model
-            ) as pieces:
-                async for chunk in session.adecode(pieces):
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=True)
+            await self._afetch(exchange, "before")
+            body = exchange.start()
+            session = exchange.session()
+            with session.keeping_partial_text():
+                async with self._transport.aopen_stream(
+                    exchange.path, body, model=exchange.model
+                ) as pieces:
+                    async for chunk in session.adecode(pieces):
+                        yield chunk
+                await self._afetch(exchange, "after")
+                for chunk in session.end():
                     yield chunk
-            await self._afetch(exchange, "after")
-            for chunk in session.end():
-                yield chunk
 
 
 class _Exchange:
