@@ -75,7 +75,7 @@ class SpeculativeParams(BaseModel):
     """Strings that end the generation."""
 
     timeout: float | None = None
-    """Request timeout in seconds (server backends)."""
+    """Deadline of one call in seconds (server backends; default 120, see the backends guide)."""
 
     max_retries: int | None = None
     """Retries of failed requests (server backends)."""

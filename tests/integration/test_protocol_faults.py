@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -189,7 +190,7 @@ def test_server_that_never_answers_times_out(server: FakeServer, stream: bool) -
     server.route("POST", "/v1/chat/completions", Reply(hang=True))
     with (
         OpenAICompatibleBackend(server.url, timeout=0.3, max_retries=0) as backend,
-        pytest.raises(BackendTimeoutError, match=r"read timeout of 0\.3 s"),
+        pytest.raises(BackendTimeoutError, match=r"within timeout=0\.3 s"),
     ):
         backend.generate(CHAT) if not stream else list(backend.stream(CHAT))
 
@@ -199,6 +200,50 @@ def test_async_server_that_never_answers_times_out(server: FakeServer) -> None:
     backend = OpenAICompatibleBackend(server.url, timeout=0.3, max_retries=0)
     with pytest.raises(BackendTimeoutError):
         run_async(backend.agenerate(CHAT))
+
+
+SLACK_S = 1.0  # scheduling on a busy machine; the defect waited a whole timeout more
+
+
+def _silent_llama_server(server: FakeServer) -> None:
+    # Accepts every connection and never answers: /slots (the pre-fetch) and the POST.
+    server.route("GET", "/slots", Reply(hang=True))
+    server.route("POST", "/v1/chat/completions", Reply(hang=True))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_one_deadline_covers_the_prefetch_and_the_request(server: FakeServer, stream: bool) -> None:
+    _silent_llama_server(server)
+    backend = LlamaCppBackend(server.url, timeout=2.0, max_retries=0)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match=r"timeout=2 s .*GET /slots") as info:
+        list(backend.stream(CHAT)) if stream else backend.generate(CHAT)
+    assert time.monotonic() - started < 2.0 + SLACK_S
+    assert "larger timeout=" in str(info.value)  # says what to do
+
+
+def test_one_deadline_async(server: FakeServer) -> None:
+    _silent_llama_server(server)
+    backend = LlamaCppBackend(server.url, timeout=2.0, max_retries=0)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match="GET /slots"):
+        run_async(backend.agenerate(CHAT))
+    assert time.monotonic() - started < 2.0 + SLACK_S
+
+
+def test_no_retry_waits_past_the_deadline(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=503, json={"error": "loading"}, headers={"Retry-After": "5"}),
+    )
+    backend = OpenAICompatibleBackend(server.url, timeout=1.0, max_retries=3)
+    started = time.monotonic()
+    with pytest.raises(BackendHTTPError, match=r"left no time to wait 5 s") as info:
+        backend.generate(CHAT)
+    assert time.monotonic() - started < 1.0
+    assert info.value.status_code == 503
+    assert len(server.requests_to("/v1/chat/completions")) == 1
 
 
 def test_stream_that_stalls_mid_way_times_out_with_partial_text(server: FakeServer) -> None:

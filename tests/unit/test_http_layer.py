@@ -226,3 +226,9 @@ def test_invalid_url_errors_mask_its_credentials() -> None:
     with pytest.raises(ConfigError) as info:
         validate_base_url("http://admin:hunter2@h:1/v1?x=1")
     assert "hunter2" not in str(info.value) and "***@h:1" in str(info.value)
+
+
+def test_the_default_timeout_suits_an_interactive_client() -> None:
+    # A silent server used to block a caller for ten minutes (600 s) by default.
+    assert OpenAICompatibleBackend("http://h:1").transport.read_timeout <= 120.0
+    assert OpenAICompatibleBackend("http://h:1", timeout=900).transport.read_timeout == 900.0

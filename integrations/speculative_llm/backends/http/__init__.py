@@ -2,6 +2,7 @@
 
 * ``urls``: check a ``base_url``; split it into the server root and the OpenAI prefix.
 * ``redaction``: mask URL credentials, API keys and Authorization headers in messages.
+* ``deadline``: one deadline per call, shared by its auxiliary GETs, retries and answer.
 * ``retry``: which failures are worth another try, and how long to wait.
 * ``errors``: what a server's error answer means, as a typed error that says what to do.
 * ``sse`` and ``streaming``: a streamed body -> server-sent events -> chunks.
@@ -10,6 +11,7 @@
 Everything but ``transport`` is pure (no I/O), so it is tested without sockets.
 """
 
+from speculative_llm.backends.http.deadline import Deadline
 from speculative_llm.backends.http.errors import (
     EngineHints,
     decode_json_object,
@@ -38,6 +40,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_READ_TIMEOUT_S",
     "RETRY_STATUSES",
+    "Deadline",
     "EngineHints",
     "FetchResult",
     "HTTPTransport",

@@ -108,8 +108,12 @@ def error_for_status(
     model: str | None = None,
     retries: int = 0,
     partial_text: str = "",
+    note: str = "",
 ) -> BackendError:
-    """The typed, actionable error for an HTTP error response."""
+    """The typed, actionable error for an HTTP error response.
+
+    ``note`` is added to the advice (why no further retry was made, for example).
+    """
     message = extract_server_message(body)
     said = f": {message}" if message else ""
     if _mentions_missing_model(status, message or ""):
@@ -142,6 +146,8 @@ def error_for_status(
         advice = "The server rejected the request; fix the request values named above."
     else:
         advice = f"{hints.engine} failed while handling the request; see its log."
+    if note:
+        advice = f"{advice} {note}"
     return BackendHTTPError(
         f"HTTP {status} from {hints.engine} at {url}{said}. {advice}",
         status_code=status,

@@ -1,7 +1,8 @@
 """``HTTPTransport``: the connection-pooled client every server backend talks through.
 
 It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
-timeouts, the retries (``retry.py``) and the credentials: the API key, a
+timeouts (one ``Deadline`` per call, ``deadline.py``), the retries (``retry.py``) and
+the credentials: the API key, a
 ``pydantic.SecretStr``, and a ``user:password@`` in ``base_url``, which is taken out of
 the URL and sent as HTTP basic authentication. Neither appears in a repr, log line or
 error, even when a server echoes them back (``redaction.py``). The sync and async
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from speculative_llm.backends.http.deadline import Deadline
 from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
 from speculative_llm.backends.http.redaction import Redactor, split_credentials
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
@@ -46,7 +48,12 @@ __all__ = [
 logger = logging.getLogger("speculative_llm.backends.http")
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_READ_TIMEOUT_S = 600.0
+DEFAULT_READ_TIMEOUT_S = 120.0
+"""Default ``timeout``: a call that gets no answer for two minutes fails (pass more for long
+non-streamed generations on slow hardware; a stream only needs its bytes to keep coming)."""
+
+_FETCH_TIMEOUT_S = 10.0
+"""Longest wait for an auxiliary GET (``/metrics``, ``/slots``...): they answer at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +107,11 @@ class HTTPTransport:
             ``user:password@`` in it is sent as HTTP basic authentication and left out
             of ``base_url`` and of every message.
         api_key: Sent as ``Authorization: Bearer``; stored as a ``SecretStr``.
-        timeout: Read timeout in seconds: longest wait for the next bytes of an answer.
-        connect_timeout: Longest wait for a TCP connection, in seconds.
+        timeout: Deadline of one call, in seconds: its auxiliary GETs, connecting, the
+            retries and the waits between them, and the answer all draw on it. A stream
+            that has started may run longer, as long as no silence between its bytes
+            lasts ``timeout``.
+        connect_timeout: Longest wait for a TCP connection, in seconds (within the deadline).
         max_retries: Retries of connection failures and HTTP 429/502/503.
         retry_backoff: First retry delay in seconds (doubles each time, capped at 8 s).
         headers: Extra headers sent with every request.
@@ -161,10 +171,7 @@ class HTTPTransport:
         self._timeout = httpx.Timeout(
             self.read_timeout, connect=self.connect_timeout, pool=self.connect_timeout
         )
-        # Auxiliary GETs (/metrics, /props...) answer at once: do not wait a generation's time.
-        self._fetch_timeout = httpx.Timeout(
-            min(self.read_timeout, 30.0), connect=self.connect_timeout
-        )
+        self._fetch_timeout_s = min(self.read_timeout, _FETCH_TIMEOUT_S)
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._aclient: httpx.AsyncClient | None = None
@@ -188,6 +195,15 @@ class HTTPTransport:
         if path.startswith("/v1/") and self.api_prefix != "/v1":
             return f"{self.root_url}{path[len('/v1') :]}"
         return f"{self.root_url}{path}"
+
+    def deadline(self) -> Deadline:
+        """A new deadline of ``timeout`` seconds: create one per call, pass it to every step."""
+        return Deadline(self.read_timeout)
+
+    def _timeout_within(self, deadline: Deadline, read_s: float) -> httpx.Timeout:
+        """The timeouts of one step: ``read_s`` and connecting, capped by the deadline."""
+        connect = deadline.cap(self.connect_timeout)
+        return httpx.Timeout(deadline.cap(read_s), connect=connect, pool=connect)
 
     def _request_headers(self) -> dict[str, str]:
         headers = dict(self._headers)
@@ -234,11 +250,17 @@ class HTTPTransport:
 
     # -- what a failure means (shared by the sync and async paths) --
 
-    def _attempt(self, method: str, path: str, body: Any, model: str | None) -> _Attempt:
-        return _Attempt(self, method, self.url(path), body, model)
+    def _attempt(
+        self, method: str, path: str, body: Any, model: str | None, deadline: Deadline
+    ) -> _Attempt:
+        return _Attempt(self, method, self.url(path), body, model, deadline)
 
-    def _transport_error(self, error: Exception, url: str, retries: int) -> BackendError:
+    def _transport_error(
+        self, error: Exception, url: str, retries: int, deadline: Deadline
+    ) -> BackendError:
         """The typed error of a request that got no answer (refused, timed out...)."""
+        if isinstance(error, httpx.TimeoutException) and deadline.expired:
+            return self.deadline_error(url, deadline)
         if isinstance(error, httpx.ConnectTimeout):
             return BackendTimeoutError(
                 f"Connecting to {self.hints.engine} at {url} timed out after "
@@ -247,22 +269,38 @@ class HTTPTransport:
                 url=url,
             )
         if isinstance(error, httpx.TimeoutException):
-            return BackendTimeoutError(
-                f"{self.hints.engine} at {url} did not answer within the read timeout of "
-                f"{self.read_timeout:g} s. If generation is just slow, pass a larger "
-                "timeout=...; otherwise the server may be stuck (see its log).",
-                url=url,
-            )
+            return self.deadline_error(url, deadline)
         return BackendUnavailableError(
             f"Cannot reach {self.hints.engine} at {url} ({_connection_reason(error)}; "
             f"{retries} retries). Is it running? {self.hints.start_hint}",
             url=url,
         )
 
-    def _body_error(self, error: httpx.TransportError, url: str, *, streamed: bool) -> BackendError:
+    def deadline_error(self, url: str, deadline: Deadline) -> BackendTimeoutError:
+        """The error of a call whose deadline passed before the server answered."""
+        steps = deadline.describe()
+        return BackendTimeoutError(
+            f"{self.hints.engine} at {url} did not answer within timeout={self.read_timeout:g} "
+            f"s (the whole call's limit{', reached ' + steps if steps else ''}). If generation "
+            "is just slow, pass a larger timeout=... or stream the answer; otherwise the "
+            "server may be stuck or shutting down (see its log).",
+            url=url,
+        )
+
+    def _body_error(
+        self, error: httpx.TransportError, url: str, *, streamed: bool, deadline: Deadline
+    ) -> BackendError:
         """The typed error of an answer whose body stopped arriving (a stall or a break)."""
         if isinstance(error, httpx.TimeoutException):
-            return self._transport_error(error, url, 0)
+            if not streamed:
+                return self.deadline_error(url, deadline)
+            return BackendTimeoutError(
+                f"The stream from {self.hints.engine} at {url} stalled: nothing arrived for "
+                f"{self.read_timeout:g} s (timeout=...); the text received so far is in "
+                "partial_text. The server may be stuck or shutting down (see its log); if it "
+                "is just slow, pass a larger timeout=....",
+                url=url,
+            )
         if streamed:
             return StreamInterruptedError(
                 f"The stream from {self.hints.engine} at {url} broke off "
@@ -276,141 +314,190 @@ class HTTPTransport:
             url=url,
         )
 
-    def _fetch_options(self) -> dict[str, Any]:
-        return {"headers": self._request_headers(), "timeout": self._fetch_timeout}
+    def _fetch_step(self, path: str, deadline: Deadline | None) -> tuple[str, Any] | FetchResult:
+        """The URL and options of an auxiliary GET, or its result when no time is left."""
+        if deadline is not None:
+            if deadline.expired:
+                return FetchResult(path, error="no time left of the call's timeout")
+            deadline.note(f"GET {path}")
+        within = deadline or Deadline(self._fetch_timeout_s)
+        timeout = self._timeout_within(within, self._fetch_timeout_s)
+        return self.url(path), {"headers": self._request_headers(), "timeout": timeout}
 
     # -- sync I/O --
 
-    def _send(self, method: str, path: str, body: Any, *, model: str | None) -> httpx.Response:
-        with self.redactor.errors():
-            return self._send_with_retries(method, path, body, model=model)
-
-    def _send_with_retries(
-        self, method: str, path: str, body: Any, *, model: str | None
+    def _send(
+        self, method: str, path: str, body: Any, *, model: str | None, deadline: Deadline
     ) -> httpx.Response:
-        attempt = self._attempt(method, path, body, model)
+        attempt = self._attempt(method, path, body, model, deadline)
         client = self._sync_client()
-        while True:
-            try:
-                response = client.send(attempt.request(client), stream=True)
-            except httpx.TransportError as error:
-                time.sleep(attempt.delay_after(error))
-                continue
-            if attempt.answered(response):
-                return response
-            time.sleep(attempt.delay_after(response, _read_error_body(response)))
+        with self.redactor.errors():
+            while True:
+                try:
+                    response = client.send(attempt.request(client), stream=True)
+                except httpx.TransportError as error:
+                    time.sleep(attempt.delay_after(error))
+                    continue
+                if attempt.answered(response):
+                    return response
+                time.sleep(attempt.delay_after(response, _read_error_body(response)))
 
     def request_json(
-        self, method: str, path: str, body: Any = None, *, model: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        model: str | None = None,
+        deadline: Deadline | None = None,
     ) -> JSONResponse:
-        """Send a request and parse its JSON object answer.
+        """Send a request and parse its JSON object answer, all within ``deadline``.
+
+        Args:
+            method: HTTP method.
+            path: Path of the endpoint (``/v1/...`` paths follow the API prefix).
+            body: JSON body.
+            model: The model asked for (named in errors).
+            deadline: The call's deadline (a new one of ``timeout`` seconds by default).
 
         Raises:
             BackendError: A typed subclass saying what went wrong and what to do.
         """
-        response = self._send(method, path, body, model=model)
+        deadline = deadline or self.deadline()
+        url = self.url(path)
+        response = self._send(method, path, body, model=model, deadline=deadline)
         with self.redactor.errors():
+            pieces: list[bytes] = []
             try:
-                content = response.read()
+                for piece in response.iter_bytes():
+                    pieces.append(piece)
+                    if deadline.expired:
+                        raise self.deadline_error(url, deadline)
             except httpx.TransportError as error:
-                raise self._body_error(error, self.url(path), streamed=False) from None
+                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
             finally:
                 response.close()
-            return _json_response(response, content, self.url(path))
+            return _json_response(response, b"".join(pieces), url)
 
-    def fetch(self, path: str) -> FetchResult:
-        """GET an auxiliary endpoint without retries; failures become a ``FetchResult``."""
+    def fetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
+        """GET an auxiliary endpoint without retries; failures become a ``FetchResult``.
+
+        Args:
+            path: The endpoint.
+            deadline: The call's deadline the GET draws on (else its own short limit).
+        """
+        step = self._fetch_step(path, deadline)
+        if isinstance(step, FetchResult):
+            return step
+        url, options = step
         try:
-            response = self._sync_client().get(self.url(path), **self._fetch_options())
+            response = self._sync_client().get(url, **options)
         except httpx.HTTPError as error:
             return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @contextmanager
     def open_stream(
-        self, path: str, body: Any, *, model: str | None = None
+        self, path: str, body: Any, *, model: str | None = None, deadline: Deadline | None = None
     ) -> Iterator[Iterator[bytes]]:
         """POST ``body`` and yield an iterator over the response body's bytes.
 
-        Errors while reading become ``BackendTimeoutError`` (the server stalled) or
-        ``StreamInterruptedError`` (the connection broke).
+        ``deadline`` bounds the wait for the answer to start; then no silence between
+        pieces may last ``timeout``. Errors while reading become ``BackendTimeoutError``
+        (the server stalled) or ``StreamInterruptedError`` (the connection broke).
         """
-        response = self._send("POST", path, body, model=model)
+        deadline = deadline or self.deadline()
+        response = self._send("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._iter_body(response, self.url(path))
+            yield self._iter_body(response, self.url(path), deadline)
         finally:
             response.close()
 
-    def _iter_body(self, response: httpx.Response, url: str) -> Iterator[bytes]:
+    def _iter_body(self, response: httpx.Response, url: str, deadline: Deadline) -> Iterator[bytes]:
         with self.redactor.errors():
             try:
                 yield from response.iter_bytes()
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=True) from None
+                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
 
     # -- async I/O --
 
     async def _asend(
-        self, method: str, path: str, body: Any, *, model: str | None
+        self, method: str, path: str, body: Any, *, model: str | None, deadline: Deadline
     ) -> httpx.Response:
-        with self.redactor.errors():
-            return await self._asend_with_retries(method, path, body, model=model)
-
-    async def _asend_with_retries(
-        self, method: str, path: str, body: Any, *, model: str | None
-    ) -> httpx.Response:
-        attempt = self._attempt(method, path, body, model)
+        attempt = self._attempt(method, path, body, model, deadline)
         client = self._async_client()
-        while True:
-            try:
-                response = await client.send(attempt.request(client), stream=True)
-            except httpx.TransportError as error:
-                await asyncio.sleep(attempt.delay_after(error))
-                continue
-            if attempt.answered(response):
-                return response
-            await asyncio.sleep(attempt.delay_after(response, await _aread_error_body(response)))
+        with self.redactor.errors():
+            while True:
+                try:
+                    response = await client.send(attempt.request(client), stream=True)
+                except httpx.TransportError as error:
+                    await asyncio.sleep(attempt.delay_after(error))
+                    continue
+                if attempt.answered(response):
+                    return response
+                error_body = await _aread_error_body(response)
+                await asyncio.sleep(attempt.delay_after(response, error_body))
 
     async def arequest_json(
-        self, method: str, path: str, body: Any = None, *, model: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        model: str | None = None,
+        deadline: Deadline | None = None,
     ) -> JSONResponse:
         """Async twin of ``request_json``."""
-        response = await self._asend(method, path, body, model=model)
+        deadline = deadline or self.deadline()
+        url = self.url(path)
+        response = await self._asend(method, path, body, model=model, deadline=deadline)
         with self.redactor.errors():
+            pieces: list[bytes] = []
             try:
-                content = await response.aread()
+                async for piece in response.aiter_bytes():
+                    pieces.append(piece)
+                    if deadline.expired:
+                        raise self.deadline_error(url, deadline)
             except httpx.TransportError as error:
-                raise self._body_error(error, self.url(path), streamed=False) from None
+                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
             finally:
                 await response.aclose()
-            return _json_response(response, content, self.url(path))
+            return _json_response(response, b"".join(pieces), url)
 
-    async def afetch(self, path: str) -> FetchResult:
+    async def afetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
         """Async twin of ``fetch``."""
+        step = self._fetch_step(path, deadline)
+        if isinstance(step, FetchResult):
+            return step
+        url, options = step
         try:
-            response = await self._async_client().get(self.url(path), **self._fetch_options())
+            response = await self._async_client().get(url, **options)
         except httpx.HTTPError as error:
             return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @asynccontextmanager
     async def aopen_stream(
-        self, path: str, body: Any, *, model: str | None = None
+        self, path: str, body: Any, *, model: str | None = None, deadline: Deadline | None = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Async twin of ``open_stream``."""
-        response = await self._asend("POST", path, body, model=model)
+        deadline = deadline or self.deadline()
+        response = await self._asend("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._aiter_body(response, self.url(path))
+            yield self._aiter_body(response, self.url(path), deadline)
         finally:
             await response.aclose()
 
-    async def _aiter_body(self, response: httpx.Response, url: str) -> AsyncIterator[bytes]:
+    async def _aiter_body(
+        self, response: httpx.Response, url: str, deadline: Deadline
+    ) -> AsyncIterator[bytes]:
         with self.redactor.errors():
             try:
                 async for raw in response.aiter_bytes():
                     yield raw
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=True) from None
+                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
 
 
 class _Attempt:
@@ -418,25 +505,39 @@ class _Attempt:
 
     ``delay_after`` says how long to wait before the next try, or raises the typed
     error: connection errors and HTTP 429/502/503 are retried with backoff
-    (``Retry-After`` honoured) until ``max_retries``; anything else raises at once.
+    (``Retry-After`` honoured) until ``max_retries`` or the call's deadline; anything
+    else raises at once. Each try waits at most what is left of the deadline.
     """
 
     def __init__(
-        self, transport: HTTPTransport, method: str, url: str, body: Any, model: str | None
+        self,
+        transport: HTTPTransport,
+        method: str,
+        url: str,
+        body: Any,
+        model: str | None,
+        deadline: Deadline,
     ) -> None:
         self.transport = transport
         self.method = method
         self.url = url
         self.body = body
         self.model = model
+        self.deadline = deadline
         self.retries = 0
         self.started = 0.0
 
     def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        """The request of the next try (its clock starts now)."""
+        """The request of the next try (its clock starts now), within the deadline."""
+        if self.deadline.expired:
+            raise self.transport.deadline_error(self.url, self.deadline)
         self.started = time.perf_counter()
         return client.build_request(
-            self.method, self.url, json=self.body, headers=self.transport._request_headers()
+            self.method,
+            self.url,
+            json=self.body,
+            headers=self.transport._request_headers(),
+            timeout=self.transport._timeout_within(self.deadline, self.transport.read_timeout),
         )
 
     def answered(self, response: httpx.Response) -> bool:
@@ -456,7 +557,7 @@ class _Attempt:
             retry_after = parse_retry_after(failure.headers.get("retry-after"))
             retryable = failure.status_code in RETRY_STATUSES
             delay = policy.delay(self.retries, retry_after) if retryable else None
-            if delay is None:
+            if delay is None or not self.deadline.allows(delay):
                 raise error_for_status(
                     failure.status_code,
                     error_body,
@@ -464,13 +565,16 @@ class _Attempt:
                     hints=self.transport.hints,
                     model=self.model,
                     retries=self.retries,
+                    note=self._no_time_note(delay),
                 )
             what = f"HTTP {failure.status_code}"
         else:
             retryable = isinstance(failure, _RETRIED_FAILURES)
             delay = policy.delay(self.retries) if retryable else None
-            if delay is None:
-                raise self.transport._transport_error(failure, self.url, self.retries) from None
+            if delay is None or not self.deadline.allows(delay):
+                raise self.transport._transport_error(
+                    failure, self.url, self.retries, self.deadline
+                ) from None
             what = type(failure).__name__
         logger.warning(
             "%s from %s; retry %d/%d in %.2f s",
@@ -481,7 +585,16 @@ class _Attempt:
             delay,
         )
         self.retries += 1
+        self.deadline.note(f"retry {self.retries}")
         return delay
+
+    def _no_time_note(self, delay: float | None) -> str:
+        if delay is None or self.deadline.allows(delay):
+            return ""
+        return (
+            f"The call's timeout={self.transport.read_timeout:g} s left no time to wait "
+            f"{delay:g} s for another try."
+        )
 
     def _log_response(self, response: httpx.Response) -> None:
         logger.debug(
