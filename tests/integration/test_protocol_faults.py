@@ -145,6 +145,49 @@ def test_malformed_json_answer(server: FakeServer, case: Case) -> None:
         backend.generate(CHAT)
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["sync", "async"])
+def test_a_web_page_answering_a_stream_is_named_not_blamed_on_a_crash(
+    server: FakeServer, streamed: bool
+) -> None:
+    page = b"<!doctype html><html><body>Welcome to the router</body></html>"
+    server.route("POST", "/v1/chat/completions", Reply(body=page, headers=HTML))
+    backend = LlamaCppBackend(server.url, **FAST)
+    with pytest.raises(MalformedResponseError) as info:
+        run_async(collect(backend, CHAT)) if streamed else list(backend.stream(CHAT))
+    message = str(info.value)
+    assert "'text/html'" in message and "HTTP 200" in message
+    assert "base_url" in message and "crash" not in message
+
+
+def test_a_whole_json_answer_to_a_stream_request_is_named(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(json={"error": {"message": "streaming is disabled on this proxy"}}),
+    )
+    with (
+        OpenAICompatibleBackend(server.url, **FAST) as backend,
+        pytest.raises(MalformedResponseError, match="'application/json'") as info,
+    ):
+        list(backend.stream(CHAT))
+    assert "streaming is disabled on this proxy" in str(info.value)
+
+
+def test_a_retry_after_beyond_what_the_client_waits_is_named(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=429, json={"error": "slow down"}, headers={"Retry-After": "3600"}),
+    )
+    with (
+        OpenAICompatibleBackend(server.url, **FAST) as backend,
+        pytest.raises(BackendHTTPError, match=r"retried after 3600 s \(1 h\)") as info,
+    ):
+        backend.generate(CHAT)
+    assert "try again later" in str(info.value)
+    assert len(server.requests_to("/v1/chat/completions")) == 1
+
+
 def end_of_second_text_event(body: bytes) -> int:
     """Byte offset just after the second event that carries text."""
     seen, offset = 0, 0
@@ -340,6 +383,7 @@ def test_url_credentials_are_sent_as_basic_auth_but_never_shown(
         assert "hunter2" not in text and "admin:" not in text  # ...without its credentials
 
 
+HTML = {"Content-Type": "text/html; charset=utf-8"}
 ECHOED = {"error": {"message": f"Invalid API key {SECRET} (Authorization: Bearer {SECRET})"}}
 
 
@@ -349,10 +393,18 @@ ECHOED = {"error": {"message": f"Invalid API key {SECRET} (Authorization: Bearer
         (Reply(status=401, json=ECHOED), False),
         (Reply(status=401, json=ECHOED), True),
         (Reply(status=200, body=f"<html>bad key {SECRET}</html>".encode()), False),
+        (Reply(body=f"<html>bad key {SECRET}</html>".encode(), headers=HTML), True),
         (Reply(stream=sse_body([ECHOED], done=False)), False),
         (Reply(stream=sse_body([ECHOED], done=False)), True),
     ],
-    ids=["http-error", "http-error-stream", "malformed-body", "error-event", "error-event-stream"],
+    ids=[
+        "http-error",
+        "http-error-stream",
+        "malformed-body",
+        "web-page-stream",
+        "error-event",
+        "error-event-stream",
+    ],
 )
 def test_a_server_echoing_the_api_key_cannot_put_it_in_an_error(
     server: FakeServer, reply: Reply, streamed: bool

@@ -32,6 +32,7 @@ from speculative_llm.backends.http import (
     split_credentials,
     validate_base_url,
 )
+from speculative_llm.backends.http.errors import describe_seconds, not_a_stream_error
 from speculative_llm.backends.llamacpp import (
     LlamaCppBackend,
 )
@@ -232,3 +233,17 @@ def test_the_default_timeout_suits_an_interactive_client() -> None:
     # A silent server used to block a caller for ten minutes (600 s) by default.
     assert OpenAICompatibleBackend("http://h:1").transport.read_timeout <= 120.0
     assert OpenAICompatibleBackend("http://h:1", timeout=900).transport.read_timeout == 900.0
+
+
+def test_not_a_stream_names_web_pages_and_json_but_lets_lax_servers_through() -> None:
+    hints = EngineHints("llama-server")
+    page = not_a_stream_error("text/html", b"<html>hi", url=URL, hints=hints, status=200)
+    assert page is not None and "'text/html'" in str(page) and "<html>hi" in str(page)
+    for lax in ("text/event-stream; charset=utf-8", "text/plain", None):
+        assert not_a_stream_error(lax, b"data: {}", url=URL, hints=hints, status=200) is None
+
+
+def test_durations_are_described_for_people() -> None:
+    assert describe_seconds(3600) == "3600 s (1 h)"
+    assert describe_seconds(90) == "90 s (1.5 min)"
+    assert describe_seconds(5) == "5 s"

@@ -12,6 +12,7 @@ methods are thin I/O shells around the same decisions (``errors.py``, ``retry.py
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
@@ -25,7 +26,13 @@ import httpx
 from pydantic import SecretStr
 
 from speculative_llm.backends.http.deadline import Deadline
-from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
+from speculative_llm.backends.http.errors import (
+    EngineHints,
+    decode_json_object,
+    describe_seconds,
+    error_for_status,
+    not_a_stream_error,
+)
 from speculative_llm.backends.http.redaction import Redactor, split_credentials
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
@@ -314,6 +321,18 @@ class HTTPTransport:
             url=url,
         )
 
+    def _check_stream(self, response: httpx.Response, url: str, first: bytes) -> None:
+        """Raise when a streamed request got a web page or a JSON answer, not a stream."""
+        error = not_a_stream_error(
+            response.headers.get("content-type"),
+            first,
+            url=url,
+            hints=self.hints,
+            status=response.status_code,
+        )
+        if error is not None:
+            raise self.redactor.error(error)
+
     def _fetch_step(self, path: str, deadline: Deadline | None) -> tuple[str, Any] | FetchResult:
         """The URL and options of an auxiliary GET, or its result when no time is left."""
         if deadline is not None:
@@ -409,7 +428,11 @@ class HTTPTransport:
         deadline = deadline or self.deadline()
         response = self._send("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._iter_body(response, self.url(path), deadline)
+            url = self.url(path)
+            body_pieces = self._iter_body(response, url, deadline)
+            first = next(body_pieces, b"")
+            self._check_stream(response, url, first)
+            yield itertools.chain((first,), body_pieces)
         finally:
             response.close()
 
@@ -485,7 +508,11 @@ class HTTPTransport:
         deadline = deadline or self.deadline()
         response = await self._asend("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._aiter_body(response, self.url(path), deadline)
+            url = self.url(path)
+            body_pieces = self._aiter_body(response, url, deadline)
+            first = await anext(body_pieces, b"")
+            self._check_stream(response, url, first)
+            yield _prepend(first, body_pieces)
         finally:
             await response.aclose()
 
@@ -558,6 +585,9 @@ class _Attempt:
             retryable = failure.status_code in RETRY_STATUSES
             delay = policy.delay(self.retries, retry_after) if retryable else None
             if delay is None or not self.deadline.allows(delay):
+                note = self._no_time_note(delay) or (
+                    self._retry_after_note(retry_after) if retryable else ""
+                )
                 raise error_for_status(
                     failure.status_code,
                     error_body,
@@ -565,7 +595,7 @@ class _Attempt:
                     hints=self.transport.hints,
                     model=self.model,
                     retries=self.retries,
-                    note=self._no_time_note(delay),
+                    note=note,
                 )
             what = f"HTTP {failure.status_code}"
         else:
@@ -593,8 +623,19 @@ class _Attempt:
             return ""
         return (
             f"The call's timeout={self.transport.read_timeout:g} s left no time to wait "
-            f"{delay:g} s for another try."
+            f"{describe_seconds(delay)} for another try."
         )
+
+    def _retry_after_note(self, retry_after: float | None) -> str:
+        if retry_after is None:
+            return ""
+        longest = self.transport.retry.max_retry_after_s
+        if retry_after > longest:
+            return (
+                f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After), "
+                f"longer than the {longest:g} s this client waits: try again later."
+            )
+        return f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After)."
 
     def _log_response(self, response: httpx.Response) -> None:
         logger.debug(
@@ -608,6 +649,13 @@ class _Attempt:
 
 # Failures before any answer that a new try may cure (the server was restarting...).
 _RETRIED_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    async for piece in rest:
+        yield piece
 
 
 def _read_error_body(response: httpx.Response) -> bytes:
