@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
-from speculative_llm.arguments import reject_unknown_arguments
+from speculative_llm.arguments import config_error_from, reject_unknown_arguments
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
@@ -94,7 +94,10 @@ class SpeculativeParams(BaseModel):
             ModelNotFoundError: The model cannot be found.
         """
         reject_unknown_arguments(type(self), data)
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as error:  # a value of the wrong type: say which
+            raise config_error_from(error, type(self)) from None
         self._setup = build_backend(
             self.backend,
             model=self.model_name,
