@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from speculative_llm.backends.http.redaction import MASK, redact, redact_url
 from speculative_llm.errors import ConfigError
+from speculative_playground.host_guard import allowed_host_names
 
 __all__ = [
     "ALLOWED_HOSTS_ENV",
@@ -385,6 +386,10 @@ class SecurityPolicy:
                     if model and self._allowed_model_path(str(entry)) is not None:
                         found.append(str(entry))
         return found[:limit]
+
+    def host_names(self) -> set[str]:
+        """The names the app may be reached by (``Host``/``Origin``; see ``host_guard``)."""
+        return allowed_host_names(self.host, share=self.share, extra=self.allowed_hosts)
 
     def exposure_warnings(self) -> list[str]:
         """Warnings to print at start-up about how exposed this deployment is."""

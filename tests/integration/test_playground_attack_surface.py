@@ -10,6 +10,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip(
@@ -83,6 +84,19 @@ def compare(url: str, **values: Any) -> list[tuple[Any, ...]]:
     job = Client(url, verbose=False).submit(*arguments.values(), api_name="/compare")
     job.result(timeout=240)
     return [tuple(update) for update in job.outputs()]
+
+
+def test_a_foreign_host_header_is_refused(started: Started) -> None:
+    port = httpx.URL(started.url).port
+    assert httpx.get(started.url).status_code == 200
+    rebinding = httpx.get(started.url, headers={"Host": f"attacker.example:{port}"})
+    assert rebinding.status_code == 403 and "--allowed-host" in rebinding.text
+    cross_site = httpx.post(
+        f"{started.url}gradio_api/queue/join",
+        headers={"Origin": "http://attacker.example"},
+        json={},
+    )
+    assert cross_site.status_code == 403
 
 
 @pytest.mark.parametrize("backend", ["local", "managed"])
