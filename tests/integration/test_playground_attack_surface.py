@@ -99,6 +99,14 @@ def test_a_foreign_host_header_is_refused(started: Started) -> None:
     assert cross_site.status_code == 403
 
 
+def test_an_internal_services_error_body_never_reaches_the_page(started: Started) -> None:
+    url = started.service.url
+    updates = compare(started.url, backend="url", method="server", server_url=url, baseline_url=url)
+    assert "HTTP 500 (Internal Server Error)" in updates[-1][STATUS]
+    assert all("INTERNAL-SERVICE" not in str(update) for update in updates)
+    assert all("hunter2" not in str(update) for update in updates)
+
+
 @pytest.mark.parametrize("backend", ["local", "managed"])
 def test_model_paths_the_operator_did_not_allow_are_never_opened(
     started: Started, backend: str, tmp_path: Any
