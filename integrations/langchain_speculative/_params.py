@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
-from speculative_llm.arguments import reject_unknown_arguments
+from speculative_llm.arguments import config_error_from, reject_unknown_arguments
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
@@ -76,7 +76,7 @@ class SpeculativeParams(BaseModel):
     """Strings that end the generation."""
 
     timeout: float | None = None
-    """Request timeout in seconds (server backends)."""
+    """Deadline of one call in seconds (server backends; default 120, see the backends guide)."""
 
     max_retries: int | None = None
     """Retries of failed requests (server backends)."""
@@ -95,7 +95,10 @@ class SpeculativeParams(BaseModel):
             ModelNotFoundError: The model cannot be found.
         """
         reject_unknown_arguments(type(self), data)
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as error:  # a value of the wrong type: say which
+            raise config_error_from(error, type(self)) from None
         self._setup = build_backend(
             self.backend,
             model=self.model_name,

@@ -30,6 +30,7 @@ from speculative_playground.handlers import (
     idle_pane,
 )
 from speculative_playground.history import TABLE_HEADERS
+from speculative_playground.host_guard import guarded_app_kwargs
 from speculative_playground.presets import CATEGORIES, PRESETS, find_preset, preset_names
 from speculative_playground.render import (
     acceptance_frame,
@@ -499,6 +500,8 @@ def launch(
         footer_links=["api", "settings"],
         # Gradio's run history would keep every input in the browser, API key included.
         run_history=False,
+        # Requests naming another host (DNS rebinding, other sites' pages) get 403.
+        app_kwargs=guarded_app_kwargs(policy.host_names(), launch_options.pop("app_kwargs", None)),
         **launch_options,
     )
     return result

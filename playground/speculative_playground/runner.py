@@ -15,6 +15,7 @@ Timing modes:
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -23,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.errors import SpeculativeError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Token
+from speculative_playground.error_summary import browser_message
 from speculative_playground.settings import TimingMode
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "Speedup",
     "run_comparison",
 ]
+
+logger = logging.getLogger("speculative_playground.runner")
 
 SideName = Literal["baseline", "speculative"]
 Phase = Literal["running", "done", "cancelled", "failed"]
@@ -325,9 +328,9 @@ def _pump(
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, SpeculativeError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+    # The page gets a summary; the whole error goes to the playground's log.
+    logger.warning("a playground run failed", exc_info=error)
+    return browser_message(error)
 
 
 def run_comparison(

@@ -259,6 +259,20 @@ def test_model_with_a_backend_instance_is_the_model_sent_with_each_request(
     assert llm._request(messages=None, prompt=PROMPT, kwargs={}).model == "served-name"
 
 
+def test_values_of_the_wrong_type_are_a_config_error(tiny_backend: LocalBackend) -> None:
+    with pytest.raises(ConfigError, match="temperature must be a number") as caught:
+        Speculative(tiny_backend, temperature="hot")  # type: ignore[arg-type]
+    assert caught.value.field == "temperature"
+    with pytest.raises(ConfigError, match="Invalid is_chat_model for Speculative") as caught:
+        Speculative(tiny_backend, is_chat_model="maybe")  # type: ignore[arg-type]
+    assert caught.value.field == "is_chat_model"
+
+
+def test_an_unencodable_prompt_is_a_config_error(llm: Speculative) -> None:
+    with pytest.raises(ConfigError, match="position 3"):
+        llm.complete("abc\ud800")
+
+
 def test_bad_call_time_option_names_the_field(llm: Speculative) -> None:
     with pytest.raises(ConfigError, match="temperature must be >= 0"):
         llm.complete(PROMPT, temperature=-1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import IO, TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 import httpx
 
@@ -16,6 +16,7 @@ from speculative_llm.errors import (
     SpeculationNotEnabledError,
     VocabularyMismatchError,
 )
+from speculative_llm.servers.gguf_vocab import check_gguf_draft
 from speculative_llm.servers.llama_flags import (
     build_llama_server_command,
     find_llama_server,
@@ -205,6 +206,21 @@ class LlamaServer(ManagedServer):
         return build_llama_server_command(
             self.binary, self.flags, model=self.model_path, port=port, **self.options
         )
+
+    def start(self) -> Self:
+        """Start the server and wait until it is healthy (see ``ManagedServer.start``).
+
+        A draft model whose vocabulary differs from the target's is refused first, from
+        the two GGUF headers, before either model loads.
+
+        Raises:
+            VocabularyMismatchError: The draft cannot draft for the target.
+            BackendUnavailableError: The process exited while starting (log tail shown).
+            BackendTimeoutError: It was not healthy within ``startup_timeout``.
+        """
+        if self.draft_model_path is not None and not self.running:
+            check_gguf_draft(self.model_path, self.draft_model_path)
+        return super().start()
 
     def _speculation_failure(self, lines: Sequence[str]) -> Exception | None:
         """The error to raise when the log shows llama-server gave up speculation."""

