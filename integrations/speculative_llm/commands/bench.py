@@ -18,6 +18,7 @@ from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
+from speculative_llm.bench.prompts import CATEGORIES
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import MissingDependencyError
 
@@ -59,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--categories",
         default="all",
-        help="all, or comma-separated categories: multi_turn, translation, summarization, qa, "
-        "math_reasoning, rag, code_edit",
+        help=f"all, or comma-separated categories: {', '.join(CATEGORIES)}",
     )
     parser.add_argument(
         "--prompts", type=Path, help="JSONL prompt file instead of the built-in set"
