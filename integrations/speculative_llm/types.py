@@ -23,6 +23,7 @@ __all__ = [
     "Token",
     "ToolCall",
     "Usage",
+    "check_sampling",
     "encode_utf8",
     "prediction_text",
 ]
@@ -62,14 +63,35 @@ def encode_utf8(text: str, *, field: str = "prompt", name: str | None = None) ->
         ) from None
 
 
-def _check_number(value: object, field: str, meaning: str) -> None:
+def _check_number(value: object, field: str, meaning: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{field} must be a number ({meaning}), got {value!r}.", field=field)
+    return value
 
 
-def _check_integer(value: object, field: str, meaning: str) -> None:
+def _check_integer(value: object, field: str, meaning: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{field} must be an integer ({meaning}), got {value!r}.", field=field)
+    return value
+
+
+def check_sampling(temperature: object, top_p: object, top_k: object) -> None:
+    """Check the sampling options every backend takes: types first, then ranges.
+
+    Raises:
+        ConfigError: An option of the wrong type or out of range (named in ``field``).
+    """
+    temperature = _check_number(temperature, "temperature", "0 = greedy, > 0 samples")
+    top_p = _check_number(top_p, "top_p", "a probability mass in (0, 1]")
+    top_k = _check_integer(top_k, "top_k", "0 keeps every token")
+    if temperature < 0:
+        raise ConfigError(
+            f"temperature must be >= 0 (0 = greedy), got {temperature}.", field="temperature"
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p must lie in (0, 1], got {top_p}.", field="top_p")
+    if top_k < 0:
+        raise ConfigError(f"top_k must be >= 0 (0 = off), got {top_k}.", field="top_k")
 
 
 def prediction_text(value: object) -> str | None:
@@ -241,20 +263,9 @@ class GenerationRequest:
             )
         if self.max_tokens <= 0:
             raise ConfigError(f"max_tokens must be > 0, got {self.max_tokens}.", field="max_tokens")
-        _check_number(self.temperature, "temperature", "0 = greedy, > 0 samples")
-        _check_number(self.top_p, "top_p", "a probability mass in (0, 1]")
-        _check_integer(self.top_k, "top_k", "0 keeps every token")
+        check_sampling(self.temperature, self.top_p, self.top_k)
         if self.seed is not None:
             _check_integer(self.seed, "seed", "or None")
-        if self.temperature < 0:
-            raise ConfigError(
-                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
-                field="temperature",
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}.", field="top_p")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}.", field="top_k")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         elif not isinstance(self.stop, tuple):
