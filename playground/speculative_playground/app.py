@@ -198,12 +198,14 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         timing = gr.Radio(
             choices=[
                 ("Auto", "auto"),
+                ("Interleaved (local engine)", "interleaved"),
                 ("Fair (one after the other)", "fair"),
                 ("Concurrent", "concurrent"),
             ],
             value=start.timing,
             label="Timing mode",
-            info="Auto is fair unless the two sides run on different servers.",
+            info="Auto: interleaved on the local engine; for servers fair, or concurrent "
+            "when the two sides run on different hosts.",
         )
         gr.HTML(
             '<p class="sp-sidebar-note">Settings apply to the next run. Loaded models and '

@@ -38,9 +38,10 @@ from speculative_playground.render import (
     status_html,
     timeline_frame,
 )
-from speculative_playground.runner import CancelRegistry, Comparison, run_comparison
+from speculative_playground.runner import CancelRegistry, run_comparison
 from speculative_playground.security import SecurityPolicy, redact
 from speculative_playground.settings import RunSettings
+from speculative_playground.sides import Comparison
 
 __all__ = ["Handlers", "PlaygroundConfig", "ResultViews", "RunInputs", "idle_pane"]
 
@@ -173,7 +174,7 @@ class Handlers:
         """Stop this session's comparison (both sides)."""
         stopped = self.config.registry.cancel(request.session_hash or "")
         if stopped:
-            return '<div class="sp-status sp-status-warn">Stopping both runs…</div>'
+            return '<div class="sp-status sp-status-warn">Stopping both sides…</div>'
         return status_html(None)
 
     def compare(self, request: gr.Request, *values: Any) -> Iterator[Updates]:
@@ -207,6 +208,7 @@ class Handlers:
                     mode=settings.timing_mode(),
                     cancel=cancel,
                     min_interval_s=config.update_interval_s,
+                    draft_length=pair.draft_length,
                 )
                 # closing(): when Gradio closes this generator (Stop, a client's cancel),
                 # the runner is closed at once and tells its workers to free the engine.
@@ -293,7 +295,7 @@ class _ComparisonViews:
         record = make_record(state, settings, prompt)
         updates = {**self._shown(state), **self._plots(state), self.views.details: record}
         started = state.baseline.started_at is not None
-        if state.phase == "done" or (state.phase == "cancelled" and started):
+        if state.phase == "done" or (state.phase == "stopped" and started):
             self.history = append_record(self.history, record)
             directory = _session_dir(self.config, session)
             csv_path = write_csv(self.history, directory / "speculative-playground-history.csv")

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from speculative_playground.runner import Comparison
 from speculative_playground.settings import RunSettings
+from speculative_playground.sides import Comparison
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -75,6 +75,8 @@ def make_record(
     """A JSON-compatible record of one finished comparison."""
     moment = now or datetime.now(UTC)
     measured = comparison.measured_speedup()
+    if measured is not None and measured.partial:
+        measured = None  # a stopped run measured nothing: "partial_speedup" keeps the figure
     spec_stats = comparison.speculative.stats
     model = settings.model.strip() or "(server default)"
     return {
@@ -89,9 +91,14 @@ def make_record(
         "max_tokens": settings.max_tokens,
         "timing": comparison.mode,
         "status": comparison.phase,
+        "baseline_status": comparison.baseline.status,
+        "speculative_status": comparison.speculative.status,
         "error": comparison.error,
         "speedup": _round(measured.value if measured else None, 3),
         "speedup_basis": measured.basis if measured else None,
+        "partial_speedup": _round(
+            partial.value if (partial := comparison.measured_speedup()) else None, 3
+        ),
         "expected_speedup": _round(comparison.expected_speedup(), 3),
         "acceptance_rate": _round(spec_stats.acceptance_rate if spec_stats else None, 4),
         "mean_accepted_length": _round(spec_stats.mean_accepted_length if spec_stats else None, 3),

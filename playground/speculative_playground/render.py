@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Token
-from speculative_playground.runner import Comparison, SideRun
+from speculative_playground.sides import Comparison, SideRun
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,7 +45,13 @@ _PROVENANCE_TITLES = {
     "unknown": "provenance not reported",
 }
 _DASH = "—"
+_BASES = {
+    "backend": "backend timings",
+    "steps": "each side's own steps",
+    "playground": "measured here",
+}
 _MODE_LABELS = {
+    "interleaved": "interleaved timing: both sides take turns step by step",
     "fair": "fair timing: one side after the other",
     "concurrent": "concurrent timing: both sides at once",
 }
@@ -97,13 +103,15 @@ def tokens_html(tokens: Sequence[Token], text: str = "") -> str:
 
 def pane_html(run: SideRun, *, colour_tokens: bool, placeholder: str) -> str:
     """One output pane: the text so far (coloured by provenance when asked), or a placeholder."""
-    state = "done" if run.done else ("running" if run.running else "idle")
+    state = run.status.replace(" ", "-") if run.done else ("running" if run.running else "idle")
     if run.tokens and colour_tokens:
         body = tokens_html(run.tokens, run.text)
     else:
         body = html.escape(run.text)
     if not body:
         message = "Waiting for the first token…" if run.running else placeholder
+        if run.skipped:
+            message = "Not started: the run ended before this side's turn."
         body = f'<span class="sp-placeholder">{html.escape(message)}</span>'
     caret = '<span class="sp-caret" aria-hidden="true"></span>' if run.running else ""
     return (
@@ -122,14 +130,6 @@ def legend_html(provenances: Iterable[str] = ("draft", "target")) -> str:
     return f'<div class="sp-legend">{items}</div>'
 
 
-def _side_status(run: SideRun) -> str:
-    if run.error:
-        return "failed"
-    if run.done:
-        return "stopped" if run.finish_reason == "cancelled" else "done"
-    return "running" if run.running else "waiting"
-
-
 def _stats_rows(run: SideRun) -> list[str]:
     stats: SpecStats | None = run.stats
     speculative = run.name == "speculative"
@@ -139,7 +139,7 @@ def _stats_rows(run: SideRun) -> list[str]:
         return _DASH if stats is None or not speculative else name
 
     return [
-        _side_status(run),
+        run.status,
         str(run.token_count),
         format_number(run.tokens_per_second, ".1f") + rate_note,
         _seconds(run.ttft_s),
@@ -154,11 +154,11 @@ def _stats_rows(run: SideRun) -> list[str]:
 
 
 _STAT_LABELS = (
-    ("Status", ""),
+    ("Status", "done, running, waiting, stopped, not started or failed"),
     ("Tokens generated", ""),
     ("Decode speed (tokens/s)", "generated tokens / decode time"),
     ("Time to first token", "from the request to the first generated token"),
-    ("Wall time", "from the request to the last token"),
+    ("Time to last token", "from the request to the last token (own steps when interleaved)"),
     ("Draft tokens", "tokens proposed by the drafter"),
     ("Accepted draft tokens", "proposed tokens the target accepted"),
     ("Acceptance rate", "accepted / draft tokens"),
@@ -225,8 +225,11 @@ def speedup_cards_html(comparison: Comparison | None) -> str:
             measured_detail = f"{mode_label} timing · appears when both sides have run"
         else:
             measured_value = f"×{measured.value:.2f}"
-            basis = "backend timings" if measured.basis == "backend" else "measured here"
+            basis = _BASES[measured.basis]
             state = "so far" if running else basis
+            if measured.partial and not running:
+                # A stopped run: labelled as partial, never headlined as final.
+                state = f"partial: stopped after {comparison.speculative.token_count} tokens"
             measured_detail = f"{mode_label} timing · decode tokens/s, {state}"
         stats = comparison.speculative.stats
         expected = comparison.expected_speedup()
@@ -269,8 +272,15 @@ def status_html(comparison: Comparison | None, *, message: str | None = None) ->
             f'<div class="sp-status sp-status-error" role="alert">'
             f"{html.escape(comparison.error or 'The run failed.')}</div>"
         )
-    if comparison.phase == "cancelled":
-        return f'<div class="sp-status sp-status-warn">Stopped ({html.escape(mode)}).</div>'
+    if comparison.phase == "stopped":
+        sides = ", ".join(
+            f"{run.name} {run.status}" + (f" after {run.token_count} tokens" if run.stopped else "")
+            for run in (comparison.baseline, comparison.speculative)
+        )
+        return (
+            f'<div class="sp-status sp-status-warn">Stopped ({html.escape(mode)}): '
+            f"{html.escape(sides)}.</div>"
+        )
     if comparison.phase == "done":
         match = comparison.greedy_texts_match
         same = (

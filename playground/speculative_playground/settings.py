@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "PACKAGED_MODELS",
     "SERVER_KINDS",
+    "TIMING_MODES",
     "BackendKind",
     "RunSettings",
     "TimingChoice",
@@ -23,10 +24,12 @@ __all__ = [
 ]
 
 BackendKind = Literal["local", "managed", "url"]
-TimingChoice = Literal["auto", "fair", "concurrent"]
-TimingMode = Literal["fair", "concurrent"]
-"""``fair``: the two sides run one after the other, each with the machine to itself.
-``concurrent``: both run at once (fair only when they run on different machines)."""
+TimingChoice = Literal["auto", "interleaved", "fair", "concurrent"]
+TimingMode = Literal["interleaved", "fair", "concurrent"]
+"""``interleaved``: both sides on one machine, taking turns step by step, each timed over
+its own steps (local engine). ``fair``: one side after the other, each with the machine
+to itself. ``concurrent``: both at once (fair only when they run on different machines)."""
+TIMING_MODES: tuple[TimingMode, ...] = ("interleaved", "fair", "concurrent")
 
 BACKEND_KINDS: dict[str, str] = {
     "local": "Local engine (in-process)",
@@ -67,8 +70,9 @@ class RunSettings:
         k: Draft length (tokens proposed per verify step).
         temperature: 0 for greedy decoding.
         max_tokens: Most tokens each side generates.
-        timing: ``fair``, ``concurrent`` or ``auto`` (fair unless the two sides run on
-            different servers).
+        timing: ``interleaved`` (local engine only), ``fair``, ``concurrent`` or ``auto``
+            (interleaved on the local engine; for servers fair, unless the two sides
+            run on different hosts).
         server_kind: Kind of the running server (``url`` backend): a ``SERVER_KINDS`` key.
         server_url: URL of the running server (the speculative side).
         baseline_url: URL of a second server without speculation, for servers that
@@ -129,9 +133,16 @@ class RunSettings:
                 f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
                 field="temperature",
             )
-        if self.timing not in ("auto", "fair", "concurrent"):
+        if self.timing not in ("auto", *TIMING_MODES):
             raise ConfigError(
-                f"Unknown timing mode {self.timing!r}; choose auto, fair or concurrent.",
+                f"Unknown timing mode {self.timing!r}; choose auto, {', '.join(TIMING_MODES)}.",
+                field="timing",
+            )
+        if self.timing == "interleaved" and self.backend != "local":
+            raise ConfigError(
+                "Interleaved timing needs the local engine: a server generates on its own "
+                "schedule and cannot take turns. Choose fair (one side after the other) or, "
+                "for servers on two machines, concurrent.",
                 field="timing",
             )
         if self.backend == "url":
@@ -168,9 +179,15 @@ class RunSettings:
         )
 
     def timing_mode(self) -> TimingMode:
-        """The timing mode to use: ``auto`` is fair unless the sides run on different hosts."""
+        """The timing mode to use.
+
+        ``auto`` is interleaved on the local engine; for servers it is fair, unless the
+        two sides run on different hosts (then concurrent).
+        """
         if self.timing != "auto":
             return self.timing
+        if self.backend == "local":
+            return "interleaved"
         if self.backend == "url" and self.baseline_url.strip():
             speculative_host = urlsplit(self.server_url.strip()).hostname
             baseline_host = urlsplit(self.baseline_url.strip()).hostname

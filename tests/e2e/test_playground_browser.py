@@ -101,7 +101,7 @@ def test_run_in_the_browser_highlights_draft_tokens(app_url: str, browser: objec
     assert colour not in ("rgba(0, 0, 0, 0)", "transparent")  # the CSS really applies
     assert page.locator("#baseline-pane .sp-tok-draft").count() == 0
     cards = page.inner_text("#speedup-cards")
-    assert "×" in cards and "fair timing" in cards
+    assert "×" in cards and "interleaved timing" in cards
     stats = page.inner_text("#stats-table")
     assert "Acceptance rate" in stats and "%" in stats
     assert page.locator("#history-table").inner_text().count("ngram") >= 1

@@ -185,9 +185,10 @@ def test_stop_button_cancels_and_frees_the_engine(app_url: str, tiny_model: str)
     client.predict(api_name="/stop")
     job.result(timeout=RESULT_TIMEOUT_S)
     final = job.outputs()[-1]
-    assert "Stopped" in final[STATUS]
+    assert "Stopped" in final[STATUS] and "speculative not started" in final[STATUS]
     record = final[RECORD]
-    assert record["status"] == "cancelled"
+    assert record["status"] == "stopped" and record["speedup"] is None
+    assert (record["baseline_status"], record["speculative_status"]) == ("stopped", "not started")
     assert len(record["baseline_text"]) < 1000 and record["speculative_text"] == ""
     # The engine is free: a new run completes.
     after = run(client, *compare_args(tiny_model, max_tokens=12))

@@ -21,8 +21,9 @@ from speculative_playground.history import (
     write_csv,
     write_json,
 )
-from speculative_playground.runner import Comparison, run_comparison
+from speculative_playground.runner import run_comparison
 from speculative_playground.settings import RunSettings
+from speculative_playground.sides import Comparison
 
 REQUEST = GenerationRequest(prompt="p", max_tokens=8)
 
@@ -80,6 +81,15 @@ def test_rows_are_newest_first_with_short_prompts() -> None:
     )
     assert rows[0][1].startswith("prompt 2") and rows[-1][1].startswith("prompt 0")
     assert all(len(row[1]) <= 60 for row in rows)
+
+
+def test_a_stopped_run_is_recorded_as_stopped_with_no_speedup() -> None:
+    state = comparison()
+    state.phase = "stopped"
+    state.speculative.stopped = True
+    record = make_record(state, RunSettings(), "p")
+    assert record["status"] == "stopped" and record["speculative_status"] == "stopped"
+    assert record["speedup"] is None and record["partial_speedup"] is not None
 
 
 def test_append_keeps_the_latest_records() -> None:

@@ -20,7 +20,8 @@ from speculative_playground.render import (
     timeline_frame,
     tokens_html,
 )
-from speculative_playground.runner import Comparison, SideRun, run_comparison
+from speculative_playground.runner import run_comparison
+from speculative_playground.sides import Comparison, SideRun
 
 REQUEST = GenerationRequest(prompt="copy this", max_tokens=16)
 
@@ -109,6 +110,16 @@ def test_speedup_cards_name_the_timing_mode_next_to_each_speedup() -> None:
         assert f"×{expected:.2f}" in cards
         details = re.findall(r'<div class="sp-card-detail">(.*?)</div>', cards)
         assert details[0].startswith(f"{mode} timing") and details[1].startswith(f"{mode} timing")
+
+
+def test_a_stopped_run_headlines_no_speedup_unless_labelled_partial() -> None:
+    final = finished_comparison()
+    final.phase = "stopped"
+    final.speculative.stopped = True
+    cards = speedup_cards_html(final)
+    assert "partial: stopped after 5 tokens" in cards
+    status = status_html(final)
+    assert "Stopped" in status and "speculative stopped after 5 tokens" in status
 
 
 def test_status_reports_errors_escaped() -> None:
