@@ -14,6 +14,7 @@ from speculative_llm.types import GenerationRequest, Message
 __all__ = [
     "BACKEND_KINDS",
     "DEFAULT_MODEL",
+    "MAX_RUNS",
     "PACKAGED_MODELS",
     "SERVER_KINDS",
     "TIMING_MODES",
@@ -30,6 +31,8 @@ TimingMode = Literal["interleaved", "fair", "concurrent"]
 its own steps (local engine). ``fair``: one side after the other, each with the machine
 to itself. ``concurrent``: both at once (fair only when they run on different machines)."""
 TIMING_MODES: tuple[TimingMode, ...] = ("interleaved", "fair", "concurrent")
+MAX_RUNS = 10
+"""The most repeats of one comparison (the page shows their median and spread)."""
 
 BACKEND_KINDS: dict[str, str] = {
     "local": "Local engine (in-process)",
@@ -79,6 +82,7 @@ class RunSettings:
             cannot switch it off per request (empty: use ``server_url``).
         api_key: API key for the servers; never displayed or stored in the history.
         seed: Sampling seed shared by both sides (so sampled runs are comparable).
+        runs: How many times the comparison runs (the speedup is their median).
     """
 
     backend: BackendKind = "local"
@@ -94,6 +98,7 @@ class RunSettings:
     baseline_url: str = ""
     api_key: str | None = field(default=None, repr=False)
     seed: int = 0
+    runs: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_KINDS:
@@ -145,6 +150,10 @@ class RunSettings:
                 "for servers on two machines, concurrent.",
                 field="timing",
             )
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int):
+            raise ConfigError(f"runs must be an integer, got {self.runs!r}.", field="runs")
+        if not 1 <= self.runs <= MAX_RUNS:
+            raise ConfigError(f"runs must be from 1 to {MAX_RUNS}, got {self.runs}.", field="runs")
         if self.backend == "url":
             if self.server_kind not in SERVER_KINDS:
                 raise ConfigError(

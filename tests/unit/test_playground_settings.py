@@ -33,6 +33,8 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
         ({"temperature": -1.0}, "temperature"),
         ({"timing": "later"}, "timing"),
         ({"backend": "managed", "timing": "interleaved"}, "timing"),
+        ({"runs": 0}, "runs"),
+        ({"runs": 11}, "runs"),
         ({"model": " "}, "model"),
         ({"backend": "url", "method": "server"}, "server_url"),
         (
