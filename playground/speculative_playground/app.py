@@ -34,6 +34,7 @@ from speculative_playground.handlers import (
 )
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.page_script import PAGE_SCRIPT, STATUS_ON_LOAD
+from speculative_playground.pairings import draft_candidates, draft_note
 from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, Preset, preset_names
 from speculative_playground.render import (
     basis_html,
@@ -121,6 +122,24 @@ def _tip(text: str) -> str:
     return f'<div class="sp-tip">{html.escape(text)}</div>'
 
 
+def _draft_picker(
+    target: str, draft: str, policy: SecurityPolicy, offered: tuple[str, ...]
+) -> dict[str, Any]:
+    """Choices, value and hint of the draft-model picker for ``target``.
+
+    The target is never offered as its own draft; with no pairing, the hint says so.
+    """
+    candidates = draft_candidates(target, offered)
+    keep = draft if draft and (draft in candidates or policy.custom_models_allowed) else ""
+    if keep == target.strip():
+        keep = ""
+    return {
+        "choices": [("(none)", ""), *((m, m) for m in candidates)],
+        "value": keep,
+        "info": draft_note(target, candidates, custom_allowed=policy.custom_models_allowed),
+    }
+
+
 def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...]) -> _Sidebar:
     """The settings panel, starting from ``start`` (closed on narrow screens: page script)."""
     url = start.backend == "url"
@@ -143,11 +162,10 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 allow_custom_value=policy.custom_models_allowed,
             )
             draft_model = gr.Dropdown(
-                choices=[("(none)", ""), *((m, m) for m in offered)],
-                value=start.draft_model or "",
+                **_draft_picker(start.model, start.draft_model or "", policy, offered),
                 label="Draft model",
-                info="Only for the draft-model method; needs the target's vocabulary.",
                 allow_custom_value=policy.custom_models_allowed,
+                elem_id="draft-model",
             )
         with gr.Group(visible=url) as url_group:
             server_kind = gr.Dropdown(
@@ -344,8 +362,10 @@ def _preset_script(mode: str) -> str:
     )
 
 
-def _settings_events(sidebar: _Sidebar, area: _PromptArea) -> None:
-    """The page's own events: backend kind, presets."""
+def _settings_events(
+    sidebar: _Sidebar, area: _PromptArea, policy: SecurityPolicy, offered: tuple[str, ...]
+) -> None:
+    """The page's own events: backend kind, the drafts a target pairs with, presets."""
 
     def backend_changed(kind: str) -> dict[Any, Any]:
         url = kind == "url"
@@ -359,6 +379,15 @@ def _settings_events(sidebar: _Sidebar, area: _PromptArea) -> None:
         names = preset_names(category)
         return {area.preset: gr.Dropdown(choices=[*names, CUSTOM], value=names[0])}
 
+    def target_changed(target: str, draft: str) -> dict[Any, Any]:
+        return {sidebar.draft_model: gr.Dropdown(**_draft_picker(target, draft, policy, offered))}
+
+    sidebar.model.change(
+        target_changed,
+        inputs=[sidebar.model, sidebar.draft_model],
+        outputs=[sidebar.draft_model],
+        api_visibility="private",
+    )
     sidebar.backend.change(
         backend_changed,
         inputs=sidebar.backend,
@@ -473,7 +502,7 @@ def build_app(
         views = _results()
         # Declared last, so the tab order goes prompt, Run, results, then the settings.
         sidebar = _sidebar(start, policy, offered)
-        _settings_events(sidebar, area)
+        _settings_events(sidebar, area, policy, offered)
         _comparison_events(Handlers(config, views), sidebar, area, views, concurrency_limit)
     return app
 

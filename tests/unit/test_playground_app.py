@@ -108,3 +108,13 @@ def test_run_follows_the_prompt_before_the_settings() -> None:
     assert prompt < run < order.index("stop-button") < order.index("settings-sidebar")
     between = [b for b in list(app.blocks.values())[prompt + 1 : run] if b.is_rendered]
     assert all(isinstance(b, gr.Column) for b in between)  # no input in between
+
+
+def test_the_target_is_never_offered_as_its_own_draft() -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    (draft,) = components(app, gr.Dropdown, "Draft model")
+    assert [value for _, value in draft.choices] == [""]  # the packaged models never pair
+    assert "No draft model ships for smollm2-135m" in draft.info
+    custom = build_app(pool=BackendPool(warm_up=False), models=("/m/a.gguf", "smollm2-135m"))
+    (draft,) = components(custom, gr.Dropdown, "Draft model")
+    assert [value for _, value in draft.choices] == ["", "smollm2-135m"]
