@@ -57,13 +57,9 @@ if [ -f "$MODEL_DIR/config.json" ] && ls "$MODEL_DIR"/*.safetensors >/dev/null 2
     log "SmolLM2 checkpoint already in $MODEL_DIR"
 else
     log "exporting SmolLM2-135M to a safetensors checkpoint in $MODEL_DIR"
-    "$PYTHON" - "$MODEL_DIR" <<'EOF'
-import sys
-from speculative_llm.backends.local.models import export_hf_checkpoint, load_model
-# bfloat16: what vLLM computes in on this CPU anyway, and half the size of float32.
-loaded = load_model("smollm2-135m", dtype="bfloat16", progress=False)
-print(export_hf_checkpoint(loaded.model, sys.argv[1], tokenizer=loaded.tokenizer))
-EOF
+    # bfloat16: what vLLM computes in on this CPU anyway, and half the size of float32.
+    # The CLI is the one export path (transformers' weights; GGUF files dequantised).
+    "$PYTHON" -m speculative_llm models export smollm2-135m "$MODEL_DIR" --dtype bfloat16
 fi
 
 echo "SPECULATIVE_LLM_VLLM_VENV=$VENV"

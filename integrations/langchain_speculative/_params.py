@@ -7,14 +7,15 @@ from typing import Any, Literal
 
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
-from speculative_llm.arguments import reject_unknown_arguments
+from speculative_llm.arguments import config_error_from, reject_unknown_arguments
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
-from speculative_llm.types import GenerationRequest, Message
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Chunk, GenerationRequest, Message
 
 __all__ = ["API_KEY_ENV", "SpeculativeParams"]
 
@@ -75,7 +76,7 @@ class SpeculativeParams(BaseModel):
     """Strings that end the generation."""
 
     timeout: float | None = None
-    """Request timeout in seconds (server backends)."""
+    """Deadline of one call in seconds (server backends; default 120, see the backends guide)."""
 
     max_retries: int | None = None
     """Retries of failed requests (server backends)."""
@@ -94,7 +95,10 @@ class SpeculativeParams(BaseModel):
             ModelNotFoundError: The model cannot be found.
         """
         reject_unknown_arguments(type(self), data)
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as error:  # a value of the wrong type: say which
+            raise config_error_from(error, type(self)) from None
         self._setup = build_backend(
             self.backend,
             model=self.model_name,
@@ -130,7 +134,9 @@ class SpeculativeParams(BaseModel):
         """The model name: the one given, else the backend's."""
         return self.model_name or self._setup.request_model or self._setup.backend.model_name
 
-    def _common_identifying_params(self) -> dict[str, Any]:
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        """What identifies this model in LangChain's caches and traces."""
         spec = self.spec_config
         return {
             "backend": self._setup.backend.name,
@@ -142,6 +148,17 @@ class SpeculativeParams(BaseModel):
             "top_k": self.top_k,
             "seed": self.seed,
         }
+
+    def _response_model_name(self, request: GenerationRequest) -> str:
+        """The model an answer names: the request's, else this model's."""
+        return request.model or self.resolved_model_name
+
+    def _missing_final_chunk(self) -> Chunk:
+        """The closing chunk of a stream the backend ended without one (stats unavailable)."""
+        stats = SpecStats.unavailable(
+            self.client.name, note="the backend ended its stream without final statistics"
+        )
+        return Chunk(final=True, stats=stats)
 
     def _ls_params(
         self, model_type: Literal["chat", "llm"], stop: list[str] | None, **kwargs: Any

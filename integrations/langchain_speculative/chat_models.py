@@ -38,8 +38,7 @@ from langchain_speculative._params import SpeculativeParams
 from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
-from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, GenerationRequest
+from speculative_llm.types import Completion, GenerationRequest
 
 __all__ = ["ChatSpeculative"]
 
@@ -124,10 +123,6 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
     def _llm_type(self) -> str:
         return "speculative-chat"
 
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return self._common_identifying_params()
-
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         return self._ls_params("chat", stop, **kwargs)
 
@@ -168,17 +163,11 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         self.client.check_request(request)
         return request, json_tools
 
-    def _response_model_name(self, request: GenerationRequest) -> str:
-        return request.model or self.resolved_model_name
-
     def _final_if_missing(self, saw_final: bool) -> Iterator[ChatGenerationChunk]:
         """A closing chunk when a backend ended its stream without one (stats unavailable)."""
         if saw_final:
             return
-        stats = SpecStats.unavailable(
-            self.client.name, note="the backend ended its stream without final statistics"
-        )
-        yield to_message_chunk(Chunk(final=True, stats=stats), model_name=self.resolved_model_name)
+        yield to_message_chunk(self._missing_final_chunk(), model_name=self.resolved_model_name)
 
     def _generate(
         self,

@@ -12,8 +12,7 @@ from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 
 from langchain_speculative._convert import to_generation, to_generation_chunk
 from langchain_speculative._params import SpeculativeParams
-from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, GenerationRequest
+from speculative_llm.types import GenerationRequest
 
 __all__ = ["SpeculativeLLM"]
 
@@ -45,10 +44,6 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
     def _llm_type(self) -> str:
         return "speculative-llm"
 
-    @property
-    def _identifying_params(self) -> dict[str, Any]:
-        return self._common_identifying_params()
-
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         return self._ls_params("llm", stop, **kwargs)
 
@@ -61,17 +56,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         self.client.check_request(request)
         return request
 
-    def _model_name(self, request: GenerationRequest) -> str:
-        return request.model or self.resolved_model_name
-
     def _closing_chunk(self) -> GenerationChunk:
         """A closing chunk when a backend ended its stream without one (stats unavailable)."""
-        stats = SpecStats.unavailable(
-            self.client.name, note="the backend ended its stream without final statistics"
-        )
-        return to_generation_chunk(
-            Chunk(final=True, stats=stats), model_name=self.resolved_model_name
-        )
+        return to_generation_chunk(self._missing_final_chunk(), model_name=self.resolved_model_name)
 
     @staticmethod
     def _result(generations: list[Generation], model_name: str) -> LLMResult:
@@ -104,7 +91,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
                 continue
             request = self._prompt_request(prompt, stop, **kwargs)
             completion = self.client.generate(request)
-            generations.append(to_generation(completion, model_name=self._model_name(request)))
+            generations.append(
+                to_generation(completion, model_name=self._response_model_name(request))
+            )
         return self._result(generations, self.resolved_model_name)
 
     async def _agenerate(
@@ -127,7 +116,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
                 continue
             request = self._prompt_request(prompt, stop, **kwargs)
             completion = await self.client.agenerate(request)
-            generations.append(to_generation(completion, model_name=self._model_name(request)))
+            generations.append(
+                to_generation(completion, model_name=self._response_model_name(request))
+            )
         return self._result(generations, self.resolved_model_name)
 
     def _stream(
@@ -139,7 +130,7 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
     ) -> Iterator[GenerationChunk]:
         # BaseLLM does not fire on_llm_new_token for us: do it for every chunk.
         request = self._prompt_request(prompt, stop, **kwargs)
-        model_name = self._model_name(request)
+        model_name = self._response_model_name(request)
         saw_final = False
         for chunk in self.client.stream(request):
             saw_final = saw_final or chunk.final
@@ -158,7 +149,7 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         **kwargs: Any,
     ) -> AsyncIterator[GenerationChunk]:
         request = self._prompt_request(prompt, stop, **kwargs)
-        model_name = self._model_name(request)
+        model_name = self._response_model_name(request)
         saw_final = False
         async for chunk in self.client.astream(request):
             saw_final = saw_final or chunk.final

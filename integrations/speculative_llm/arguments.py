@@ -2,7 +2,8 @@
 
 LangChain and LlamaIndex models are pydantic models that would ignore a misspelt keyword;
 both adapters call ``reject_unknown_arguments`` so that one raises ``ConfigError`` naming
-it (with the closest known name) instead.
+it (with the closest known name) instead. A value of the wrong type would raise pydantic's
+``ValidationError``; ``config_error_from`` turns it into the documented ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from speculative_llm.errors import ConfigError
 
-__all__ = ["reject_unknown_arguments"]
+__all__ = ["config_error_from", "reject_unknown_arguments"]
 
 
 def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> None:
@@ -39,4 +40,24 @@ def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> No
         f"Unknown parameter(s) {', '.join(repr(u) for u in unknown)} for {model.__name__}.{hint} "
         "Backend-specific options go in backend_options={...}.",
         field=first,
+    )
+
+
+def config_error_from(error: ValidationError, model: type[BaseModel]) -> ConfigError:
+    """The ``ConfigError`` for pydantic's ``ValidationError`` of ``model``'s constructor.
+
+    It names the first offending field, the value given and what pydantic expected.
+    """
+    problems = error.errors(include_url=False)
+    if not problems:
+        return ConfigError(f"Invalid arguments for {model.__name__}: {error}")
+    first = problems[0]
+    field = str(first["loc"][0]) if first["loc"] else "value"
+    given = first["input"]
+    expected = first["msg"].rstrip(".")
+    more = f" ({len(problems) - 1} more invalid values)" if len(problems) > 1 else ""
+    return ConfigError(
+        f"Invalid {field} for {model.__name__}: got {given!r}; {expected[:1].lower()}"
+        f"{expected[1:]}.{more}",
+        field=field,
     )

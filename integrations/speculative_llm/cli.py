@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from speculative_llm.errors import SpeculativeError
+from speculative_llm.shutdown import stop_on_termination
 
 __all__ = ["main"]
 
@@ -78,15 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args)
-    except SpeculativeError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    return code
+    # SIGTERM unwinds like Ctrl-C: every server a command started is stopped.
+    with stop_on_termination() as termination:
+        try:
+            code: int = args.func(args)
+        except SpeculativeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("terminated" if termination.signum else "interrupted", file=sys.stderr)
+            return termination.exit_code or 130
+    return termination.exit_code or code
 
 
 if __name__ == "__main__":

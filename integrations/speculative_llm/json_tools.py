@@ -108,8 +108,12 @@ def _as_text_message(message: Message) -> Message:
         text = json.dumps(calls[0] if len(calls) == 1 else calls)
         return Message(role="assistant", content=text)
     if message.role == "tool":
-        name = message.name or "the tool"
-        return Message(role="user", content=f"{name} returned: {message.content}")
+        name = f"The {message.name} tool" if message.name else "The tool"
+        # Said as an instruction: small models otherwise call the same tool again.
+        return Message(
+            role="user",
+            content=f"{name} returned: {message.content}. Use this result to answer my question.",
+        )
     return message
 
 

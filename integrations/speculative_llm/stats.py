@@ -113,6 +113,9 @@ class SpecStats:
         ignored_draft_tokens: Proposed tokens the backend counts as neither accepted nor
             rejected (LM Studio's ``ignored_draft_tokens_count``); part of
             ``draft_tokens``. None where a backend does not report it.
+        grammar_cut_tokens: Proposed tokens a grammar forbade, dropped before
+            verification (the local engine with ``response_format`` or tools); not part
+            of ``draft_tokens``. None without a grammar, and on servers.
         verify_steps: Target forward passes while decoding (one per emitted step).
         draft_steps: Verify steps that carried at least one draft token.
         rejected_steps: Verify steps in which the target rejected a draft token.
@@ -137,6 +140,7 @@ class SpecStats:
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
     ignored_draft_tokens: int | None = None
+    grammar_cut_tokens: int | None = None
     verify_steps: int | None = None
     draft_steps: int | None = None
     rejected_steps: int | None = None
@@ -329,6 +333,7 @@ class SpecStats:
                 "draft_tokens",
                 "accepted_tokens",
                 "ignored_draft_tokens",
+                "grammar_cut_tokens",
                 "verify_steps",
                 "draft_steps",
                 "rejected_steps",

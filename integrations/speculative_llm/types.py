@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +23,8 @@ __all__ = [
     "Token",
     "ToolCall",
     "Usage",
+    "check_sampling",
+    "encode_utf8",
     "prediction_text",
 ]
 
@@ -33,6 +36,62 @@ Provenance = Literal["draft", "target", "unknown"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]
 
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+def encode_utf8(text: str, *, field: str = "prompt", name: str | None = None) -> bytes:
+    """``text`` as UTF-8, or a ``ConfigError`` naming where it cannot be encoded.
+
+    Every backend sends or tokenizes text as UTF-8, so requests check it up front.
+
+    Args:
+        text: The text.
+        field: The field the error names (``ConfigError.field``).
+        name: How the message calls the text (default: ``field``).
+
+    Raises:
+        ConfigError: The text holds a lone surrogate (half of a UTF-16 pair), which no
+            encoding can carry.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ConfigError(
+            f"The {name or field} has a character that cannot be encoded as UTF-8 at position "
+            f"{error.start} ({text[error.start : error.end]!r}, a lone surrogate): remove it "
+            "or replace it with the character it was meant to be.",
+            field=field,
+        ) from None
+
+
+def _check_number(value: object, field: str, meaning: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{field} must be a number ({meaning}), got {value!r}.", field=field)
+    return value
+
+
+def _check_integer(value: object, field: str, meaning: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{field} must be an integer ({meaning}), got {value!r}.", field=field)
+    return value
+
+
+def check_sampling(temperature: object, top_p: object, top_k: object) -> None:
+    """Check the sampling options every backend takes: types first, then ranges.
+
+    Raises:
+        ConfigError: An option of the wrong type or out of range (named in ``field``).
+    """
+    temperature = _check_number(temperature, "temperature", "0 = greedy, > 0 samples")
+    top_p = _check_number(top_p, "top_p", "a probability mass in (0, 1]")
+    top_k = _check_integer(top_k, "top_k", "0 keeps every token")
+    if temperature < 0:
+        raise ConfigError(
+            f"temperature must be >= 0 (0 = greedy), got {temperature}.", field="temperature"
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(f"top_p must lie in (0, 1], got {top_p}.", field="top_p")
+    if top_k < 0:
+        raise ConfigError(f"top_k must be >= 0 (0 = off), got {top_k}.", field="top_k")
 
 
 def prediction_text(value: object) -> str | None:
@@ -113,6 +172,7 @@ class Message:
                 f"Message content must be a string, got {type(self.content).__name__}.",
                 field="content",
             )
+        encode_utf8(self.content, field="content", name=f"{self.role} message's content")
 
     def to_openai(self) -> dict[str, Any]:
         """The message in OpenAI chat format."""
@@ -154,7 +214,9 @@ class GenerationRequest:
         extra: Backend-specific request fields, passed through unchanged.
 
     Raises:
-        ConfigError: A value is invalid; the message says which and how to fix it.
+        ConfigError: A value is invalid or of the wrong type (``temperature="hot"``), or
+            text cannot be encoded as UTF-8 (a lone surrogate: the message names its
+            position); the message says which field and how to fix it.
     """
 
     messages: tuple[Message, ...] | None = None
@@ -187,33 +249,38 @@ class GenerationRequest:
                 raise ConfigError(
                     "Every message is empty: give the model some text.", field="messages"
                 )
-        if self.prompt is not None and not self.prompt.strip():
-            raise ConfigError("prompt is empty: give the model some text.", field="prompt")
+        if self.prompt is not None:
+            if not isinstance(self.prompt, str):
+                raise ConfigError(
+                    f"prompt must be a string, got {type(self.prompt).__name__}.", field="prompt"
+                )
+            if not self.prompt.strip():
+                raise ConfigError("prompt is empty: give the model some text.", field="prompt")
+            encode_utf8(self.prompt, field="prompt")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
             raise ConfigError(
                 f"max_tokens must be an integer, got {self.max_tokens!r}.", field="max_tokens"
             )
         if self.max_tokens <= 0:
             raise ConfigError(f"max_tokens must be > 0, got {self.max_tokens}.", field="max_tokens")
-        if self.temperature < 0:
-            raise ConfigError(
-                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
-                field="temperature",
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}.", field="top_p")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}.", field="top_k")
+        check_sampling(self.temperature, self.top_p, self.top_k)
+        if self.seed is not None:
+            _check_integer(self.seed, "seed", "or None")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         elif not isinstance(self.stop, tuple):
             object.__setattr__(self, "stop", tuple(self.stop))
+        if any(not isinstance(s, str) for s in self.stop):
+            raise ConfigError(f"stop must be strings, got {list(self.stop)!r}.", field="stop")
         if any(not s for s in self.stop):
             raise ConfigError("stop strings must not be empty.", field="stop")
+        for stop in self.stop:
+            encode_utf8(stop, field="stop", name="stop string")
         if self.tools is not None and not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
         if self.prediction is not None:
             object.__setattr__(self, "prediction", prediction_text(self.prediction))
+            encode_utf8(self.prediction, field="prediction")
 
     @property
     def is_chat(self) -> bool:

@@ -33,6 +33,7 @@ from speculative_playground.handlers import (
     idle_pane,
 )
 from speculative_playground.history import TABLE_HEADERS
+from speculative_playground.host_guard import guarded_app_kwargs
 from speculative_playground.page_script import PAGE_SCRIPT, STATUS_ON_LOAD
 from speculative_playground.pairings import draft_candidates, draft_note
 from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, Preset, preset_names
@@ -549,6 +550,8 @@ def launch(
         footer_links=["api", "settings"],
         # Gradio's run history would keep every input in the browser, API key included.
         run_history=False,
+        # Requests naming another host (DNS rebinding, other sites' pages) get 403.
+        app_kwargs=guarded_app_kwargs(policy.host_names(), launch_options.pop("app_kwargs", None)),
         **launch_options,
     )
     return result

@@ -20,10 +20,11 @@ from typing import Any
 
 import gradio as gr
 
-from speculative_llm.errors import ConfigError, SpeculativeError
+from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.charts import acceptance_chart, timeline_chart
+from speculative_playground.error_summary import browser_message
 from speculative_playground.history import (
     append_record,
     history_rows,
@@ -159,9 +160,8 @@ def _session_dir(config: PlaygroundConfig, session: str) -> Path:
 
 
 def _describe(error: Exception) -> str:
-    if isinstance(error, SpeculativeError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+    # A summary: never a server's error body, log lines or log paths (logged instead).
+    return browser_message(error)
 
 
 def _expected_words(stats: SpecStats | None) -> str:

@@ -22,6 +22,7 @@ Timing modes:
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -29,12 +30,14 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.errors import SpeculativeError
 from speculative_llm.types import Chunk, GenerationRequest
+from speculative_playground.error_summary import browser_message
 from speculative_playground.settings import TIMING_MODES, TimingMode
 from speculative_playground.sides import Comparison, SideName
 
 __all__ = ["CancelRegistry", "run_comparison"]
+
+logger = logging.getLogger("speculative_playground.runner")
 
 Clock = Callable[[], float]
 
@@ -185,9 +188,9 @@ def _interleave(
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, SpeculativeError):
-        return str(error)
-    return f"{type(error).__name__}: {error}"
+    # The page gets a summary; the whole error goes to the playground's log.
+    logger.warning("a playground run failed", exc_info=error)
+    return browser_message(error)
 
 
 _Worker = Callable[[list[_Side], "queue.Queue[_Event]", threading.Event, Clock], None]

@@ -1,29 +1,38 @@
 """Deployment safety: where the app listens, who may log in, which servers it may call.
 
 The playground is a local tool first. It listens on 127.0.0.1 unless told otherwise,
-and a URL typed into the page makes the *server* send requests there: on an exposed
-deployment that would let any visitor probe the host's network. So typed URLs (and
-typed model paths, which would load files from the host) are accepted only when the
-app is reachable from this machine alone, or when an allowlist names the servers.
-API keys never travel back to the browser and are masked in every message.
+and even there any web page the user visits can send it requests (by DNS rebinding,
+see ``host_guard``). A URL typed into the page makes the *server* send requests there,
+and a typed model path makes it open that file: either would let a visitor probe the
+host's network or read its files. So the page opens only what the operator allowed:
+the offered models, model files under ``--model-dir`` directories, and the servers of
+``--allow-url`` (or the environment). API keys never travel back to the browser and
+are masked in every message (``redact`` and ``redact_url`` are the core's helpers,
+``speculative_llm.backends.http.redaction``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import ipaddress
 import os
-import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from speculative_llm.backends.http.redaction import MASK, redact, redact_url
 from speculative_llm.errors import ConfigError
+from speculative_playground.host_guard import allowed_host_names
 
 __all__ = [
+    "ALLOWED_HOSTS_ENV",
     "ALLOWLIST_ENV",
     "API_KEY_ENV",
     "AUTH_ENV",
     "DEFAULT_HOST",
+    "MODEL_DIRS_ENV",
     "AllowlistEntry",
     "SecurityPolicy",
     "UrlAllowlist",
@@ -38,11 +47,14 @@ AUTH_ENV = "SPECULATIVE_PLAYGROUND_AUTH"
 """``user:password`` (several separated by commas) required to open the app."""
 ALLOWLIST_ENV = "SPECULATIVE_PLAYGROUND_URL_ALLOWLIST"
 """Comma-separated servers that typed URLs may point at (see ``UrlAllowlist``)."""
+MODEL_DIRS_ENV = "SPECULATIVE_PLAYGROUND_MODEL_DIRS"
+"""Directories (separated by ``os.pathsep``) whose model files the page may load."""
+ALLOWED_HOSTS_ENV = "SPECULATIVE_PLAYGROUND_ALLOWED_HOSTS"
+"""Comma-separated names the app may be reached by (``Host`` header), besides its own."""
 API_KEY_ENV = "SPECULATIVE_PLAYGROUND_API_KEY"
 """API key sent to servers when the page's key field is empty; never shown."""
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_MASK = "***"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -87,7 +99,7 @@ def parse_auth(value: str) -> tuple[tuple[str, str], ...]:
 
 def _mask_password(entry: str) -> str:
     user, colon, _ = entry.partition(":")
-    return f"{user}:{_MASK}" if colon else entry
+    return f"{user}:{MASK}" if colon else entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +132,15 @@ class AllowlistEntry:
             port = parts.port
         except ValueError as error:
             raise ConfigError(
-                f"Invalid allowlist entry {raw!r} in ${ALLOWLIST_ENV}: {error}.",
+                f"Invalid allowlist entry {raw!r} (--allow-url or ${ALLOWLIST_ENV}): {error}.",
                 field="url_allowlist",
             ) from error
         host = (parts.hostname or "").lower()
         scheme = parts.scheme.lower() if has_scheme else None
         if not host or (scheme is not None and scheme not in _DEFAULT_PORTS) or parts.query:
             raise ConfigError(
-                f"Invalid allowlist entry {raw!r} in ${ALLOWLIST_ENV}: write host, host:port "
-                "or http(s)://host[:port][/path], separated by commas.",
+                f"Invalid allowlist entry {raw!r} (--allow-url or ${ALLOWLIST_ENV}): write "
+                "host, host:port or http(s)://host[:port][/path], separated by commas.",
                 field="url_allowlist",
             )
         return cls(host=host, scheme=scheme, port=port, path_prefix=parts.path.rstrip("/"))
@@ -193,11 +205,21 @@ class UrlAllowlist:
 class SecurityPolicy:
     """Where the app listens and what its users may make it do.
 
+    The page opens only what the operator allowed: the ``offered`` models (packaged
+    aliases, and those given on the command line), model files under ``model_dirs``,
+    and servers of ``url_allowlist``. Anything else typed into the page is refused
+    before a file is opened or a connection made, with the same words whether it
+    exists or not.
+
     Attributes:
         host: Interface the server binds (``127.0.0.1`` unless ``--host`` says otherwise).
         share: Whether a public Gradio share link is opened (reachable from anywhere).
         auth: Credentials required to open the app (empty: no login).
-        url_allowlist: Servers typed URLs may point at; None when not configured.
+        url_allowlist: Servers typed URLs may point at; None: typed URLs are refused.
+        model_dirs: Directories whose model files (``.gguf`` files, model folders) may
+            be typed or chosen; empty: only the offered models.
+        allowed_hosts: More names the app may be reached by (``Host`` and ``Origin``
+            headers), besides its bind address and the loopback names.
         default_api_key: API key from the environment, used when the page's field is empty.
     """
 
@@ -205,6 +227,8 @@ class SecurityPolicy:
     share: bool = False
     auth: tuple[tuple[str, str], ...] = ()
     url_allowlist: UrlAllowlist | None = None
+    model_dirs: tuple[Path, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     default_api_key: str | None = field(default=None, repr=False)
 
     @classmethod
@@ -214,6 +238,9 @@ class SecurityPolicy:
         host: str = DEFAULT_HOST,
         share: bool = False,
         auth: str | None = None,
+        allow_urls: Sequence[str] = (),
+        model_dirs: Sequence[str | os.PathLike[str]] = (),
+        allowed_hosts: Sequence[str] = (),
         environ: Mapping[str, str] | None = None,
     ) -> SecurityPolicy:
         """Build the policy from command-line options and the environment.
@@ -222,21 +249,39 @@ class SecurityPolicy:
             host: ``--host``.
             share: ``--share``.
             auth: ``--auth user:password``; falls back to ``$SPECULATIVE_PLAYGROUND_AUTH``.
+            allow_urls: ``--allow-url`` entries, added to ``$SPECULATIVE_PLAYGROUND_URL_ALLOWLIST``.
+            model_dirs: ``--model-dir`` directories, added to
+                ``$SPECULATIVE_PLAYGROUND_MODEL_DIRS`` (separated by ``os.pathsep``).
+            allowed_hosts: ``--allowed-host`` names, added to
+                ``$SPECULATIVE_PLAYGROUND_ALLOWED_HOSTS`` (comma-separated).
             environ: Environment to read (``os.environ`` by default).
 
         Raises:
-            ConfigError: Malformed credentials or allowlist.
+            ConfigError: Malformed credentials or allowlist, or a model directory that
+                does not exist.
         """
         env = os.environ if environ is None else environ
         auth_text = auth if auth is not None else env.get(AUTH_ENV)
-        allowlist_text = env.get(ALLOWLIST_ENV, "").strip()
+        url_entries = [*_split(env.get(ALLOWLIST_ENV, ""), ","), *allow_urls]
+        dirs = [*_split(env.get(MODEL_DIRS_ENV, ""), os.pathsep), *model_dirs]
+        hosts = [*_split(env.get(ALLOWED_HOSTS_ENV, ""), ","), *allowed_hosts]
         return cls(
             host=host,
             share=share,
             auth=parse_auth(auth_text) if auth_text else (),
-            url_allowlist=UrlAllowlist.parse(allowlist_text) if allowlist_text else None,
+            url_allowlist=UrlAllowlist.parse(",".join(url_entries)) if url_entries else None,
+            model_dirs=tuple(_model_dir(d) for d in dict.fromkeys(str(d) for d in dirs)),
+            allowed_hosts=tuple(h.strip().lower() for h in hosts if h.strip()),
             default_api_key=env.get(API_KEY_ENV) or None,
         )
+
+    def allowing_urls(self, urls: Sequence[str]) -> SecurityPolicy:
+        """This policy with ``urls`` allowed too (the servers the operator named)."""
+        if not urls:
+            return self
+        current = self.url_allowlist.entries if self.url_allowlist else ()
+        added = UrlAllowlist.parse(",".join(urls)).entries
+        return dataclasses.replace(self, url_allowlist=UrlAllowlist((*current, *added)))
 
     @property
     def local_only(self) -> bool:
@@ -245,19 +290,19 @@ class SecurityPolicy:
 
     @property
     def custom_urls_allowed(self) -> bool:
-        """Whether users may type server URLs at all."""
-        return self.local_only or self.url_allowlist is not None
+        """Whether users may type server URLs (the operator allowed some servers)."""
+        return self.url_allowlist is not None
 
     @property
     def custom_models_allowed(self) -> bool:
-        """Whether users may type model ids or paths (an exposed app offers a fixed list)."""
-        return self.local_only
+        """Whether users may type model paths (the operator allowed model directories)."""
+        return bool(self.model_dirs)
 
     def check_server_url(self, url: str) -> str:
         """Validate a URL typed by a user and return it without surrounding blanks.
 
         Raises:
-            ConfigError: The URL is malformed, or this deployment does not allow it.
+            ConfigError: The URL is malformed, or the operator did not allow it.
         """
         candidate = url.strip()
         parts = urlsplit(candidate)
@@ -273,39 +318,78 @@ class SecurityPolicy:
             raise ConfigError(
                 f"Invalid server URL {redact_url(candidate)!r}: {error}.", field="server_url"
             ) from error
-        if self.url_allowlist is not None:
-            if not self.url_allowlist.allows(candidate):
-                raise ConfigError(
-                    f"Server URL {redact_url(candidate)!r} is not in this playground's allowlist "
-                    f"(${ALLOWLIST_ENV}); ask its operator to add it.",
-                    field="server_url",
-                )
-            return candidate
-        if not self.local_only:
+        if self.url_allowlist is None or not self.url_allowlist.allows(candidate):
             raise ConfigError(
-                "This playground is reachable from other machines, so it does not call server "
-                f"URLs typed into the page. Its operator can allow servers with ${ALLOWLIST_ENV} "
-                "(comma-separated host:port entries).",
+                f"This playground calls only the servers its operator allowed, and "
+                f"{redact_url(candidate)!r} is not one of them. To allow it, start the "
+                "playground with --allow-url http://host:port (or --allow-url host for any "
+                f"port there), or list it in ${ALLOWLIST_ENV}.",
                 field="server_url",
             )
         return candidate
 
     def check_model(self, name: str, offered: Collection[str]) -> str:
-        """Validate a model id or path typed by a user.
+        """Validate a model chosen or typed by a user; returns what to load.
+
+        Args:
+            name: The model: an offered name, or a path under one of ``model_dirs``.
+            offered: The models the page offers (packaged aliases, the operator's).
+
+        Returns:
+            ``name`` for an offered model, else the resolved path of the file or folder.
 
         Raises:
-            ConfigError: This deployment only serves the ``offered`` models.
+            ConfigError: The operator did not allow the model. The message is the same
+                whether a file of that name exists or not.
         """
         candidate = name.strip()
         if not candidate:
             raise ConfigError("Choose a model.", field="model")
-        if candidate not in offered and not self.custom_models_allowed:
-            raise ConfigError(
-                f"This playground is reachable from other machines and serves only these "
-                f"models: {', '.join(sorted(offered))}. Run it locally to try others.",
-                field="model",
-            )
-        return candidate
+        if candidate in offered:
+            return candidate
+        resolved = self._allowed_model_path(candidate)
+        if resolved is not None:
+            return str(resolved)
+        where = (
+            " or a model file in the directories it allows (--model-dir)"
+            if self.model_dirs
+            else ". To offer others, start the playground with --model PATH, or --model-dir "
+            "DIR for the models in a directory"
+        )
+        raise ConfigError(
+            f"This playground loads only the models its operator allowed: "
+            f"{', '.join(sorted(offered))}{where}. {_shown(candidate)!r} is not one of them.",
+            field="model",
+        )
+
+    def _allowed_model_path(self, candidate: str) -> Path | None:
+        """The resolved path of ``candidate`` when it lies under an allowed directory."""
+        if not self.model_dirs:
+            return None
+        try:
+            # Symbolic links are followed first: a link to a file outside does not count.
+            resolved = Path(candidate).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            return None
+        if any(resolved.is_relative_to(directory) for directory in self.model_dirs):
+            return resolved
+        return None
+
+    def model_files(self, *, limit: int = 50) -> list[str]:
+        """Models found in ``model_dirs`` (``.gguf`` files, folders with a config.json)."""
+        found: list[str] = []
+        for directory in self.model_dirs:
+            with contextlib.suppress(OSError):
+                for entry in sorted(directory.iterdir()):
+                    gguf = entry.suffix == ".gguf" and entry.is_file()
+                    model = gguf or (entry / "config.json").is_file()
+                    if model and self._allowed_model_path(str(entry)) is not None:
+                        found.append(str(entry))
+        return found[:limit]
+
+    def host_names(self) -> set[str]:
+        """The names the app may be reached by (``Host``/``Origin``; see ``host_guard``)."""
+        return allowed_host_names(self.host, share=self.share, extra=self.allowed_hosts)
 
     def exposure_warnings(self) -> list[str]:
         """Warnings to print at start-up about how exposed this deployment is."""
@@ -316,11 +400,6 @@ class SecurityPolicy:
                 f"The playground is reachable through {where} without a login: anyone who can "
                 f"reach it can run models on this machine. Set --auth user:password or ${AUTH_ENV}."
             )
-        if not self.local_only and self.url_allowlist is None:
-            warnings.append(
-                "Typed server URLs are disabled because the app is reachable from other "
-                f"machines; set ${ALLOWLIST_ENV} to allow specific servers."
-            )
         return warnings
 
     def secrets(self, *extra: str | None) -> tuple[str, ...]:
@@ -328,21 +407,21 @@ class SecurityPolicy:
         return tuple(s for s in (self.default_api_key, *extra) if s)
 
 
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+def _split(text: str, separator: str) -> list[str]:
+    return [item.strip() for item in text.split(separator) if item.strip()]
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` part masked."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, f"{_MASK}@{host}", parts.path, parts.query, parts.fragment))
+def _model_dir(directory: str) -> Path:
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            f"Model directory {directory!r} (--model-dir or ${MODEL_DIRS_ENV}) is not a "
+            "directory: give an existing folder of model files.",
+            field="model_dirs",
+        )
+    return path.resolve()
 
 
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every secret, and the credentials of any URL in it, masked."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, _MASK)
-    return _USERINFO.sub(lambda match: f"{match['scheme']}{_MASK}@", text)
+def _shown(name: str, limit: int = 120) -> str:
+    """A name typed by the user, shortened for a message."""
+    return name if len(name) <= limit else name[: limit - 3] + "..."

@@ -7,9 +7,10 @@ Two real configurations:
   tools, and with a template that does (tests/fixtures/chatml_tools.jinja) the 135M
   model still answers in prose instead of calling (see test_langchain_chains.py);
   constrained JSON makes every call well-formed;
-* the in-process engine on the same SmolLM2 model, which has no tool calling: every
-  tool or structured-output test is expected to fail with ``UnsupportedFeatureError``
-  at bind time (strict xfail, so a silent success would be reported).
+* the in-process engine on the same SmolLM2 model (the llama.cpp runner), with tools
+  and structured output through grammar-constrained decoding: its own prompt (the tools
+  in the system message, since SmolLM2's template renders none) and a grammar that
+  admits only a well-formed call or answer.
 
 Skips come from langchain-tests itself and name what is missing (image, audio, PDF
 inputs; VCR; serialisation; per-call model override on a one-model server).
@@ -28,7 +29,7 @@ from langchain_core.exceptions import OutputParserException
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
 from langchain_speculative import ChatSpeculative
-from speculative_llm import Backend, UnsupportedFeatureError
+from speculative_llm import Backend
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +37,6 @@ JSON_MODE_REASON = (
     "json_mode (response_format json_object) guarantees valid JSON, not the schema's keys: "
     "SmolLM2-135M (135M parameters) nests or drops them; json_schema (the default method) "
     "constrains the keys and passes"
-)
-LOCAL_NO_TOOLS_REASON = (
-    "the local backend has no tool calling or structured output: bind_tools / "
-    "with_structured_output raise UnsupportedFeatureError naming a backend that can"
 )
 
 
@@ -60,12 +57,6 @@ def _expected_failure(name: str, reason: str, **options: Any) -> Callable[..., A
             return base(self, *args, **kwargs)
 
     return pytest.mark.xfail(reason=reason, **options)(test)
-
-
-def _local_unsupported(name: str) -> Callable[..., Any]:
-    return _expected_failure(
-        name, LOCAL_NO_TOOLS_REASON, raises=UnsupportedFeatureError, strict=True
-    )
 
 
 class TestChatSpeculativeLlamaServer(ChatModelIntegrationTests):
@@ -104,6 +95,15 @@ class TestChatSpeculativeLlamaServer(ChatModelIntegrationTests):
     test_json_mode = _expected_failure(
         "test_json_mode", JSON_MODE_REASON, raises=OutputParserException, strict=False
     )
+    test_agent_loop = _expected_failure(
+        "test_agent_loop",
+        "tool_choice auto leaves SmolLM2-135M a near-tie between calling get_weather and "
+        "answering: under llama-server's JSON grammar (objects open with a newline and two "
+        "spaces) it answers in prose, with the same prompt the in-process engine calls the "
+        "tool (TestChatSpeculativeLocalSmolLM2 runs this test and passes)",
+        raises=AssertionError,
+        strict=False,
+    )
 
 
 @pytest.fixture(scope="class")
@@ -117,7 +117,7 @@ def smollm2_standard_backend(smollm2_gguf: Path) -> Iterator[Backend]:
 
 
 class TestChatSpeculativeLocalSmolLM2(ChatModelIntegrationTests):
-    """The in-process engine on SmolLM2-135M-Instruct (prompt lookup, k=5)."""
+    """The in-process engine on SmolLM2-135M-Instruct (prompt lookup, k=5): every test runs."""
 
     local: ClassVar[Backend | None] = None
 
@@ -132,7 +132,7 @@ class TestChatSpeculativeLocalSmolLM2(ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         # Short answers: the suite makes ~60 generations on two CPU cores.
-        return {"backend": self.local, "temperature": 0, "max_tokens": 24}
+        return {"backend": self.local, "temperature": 0, "max_tokens": 64}
 
     @property
     def supports_json_mode(self) -> bool:
@@ -143,27 +143,6 @@ class TestChatSpeculativeLocalSmolLM2(ChatModelIntegrationTests):
         # The local backend serves the model it loaded.
         return False
 
-    test_tool_calling = _local_unsupported("test_tool_calling")
-    test_tool_calling_async = _local_unsupported("test_tool_calling_async")
-    test_bind_runnables_as_tools = _local_unsupported("test_bind_runnables_as_tools")
-    test_tool_message_histories_string_content = _local_unsupported(
-        "test_tool_message_histories_string_content"
+    test_json_mode = _expected_failure(
+        "test_json_mode", JSON_MODE_REASON, raises=OutputParserException, strict=False
     )
-    test_tool_message_histories_list_content = _local_unsupported(
-        "test_tool_message_histories_list_content"
-    )
-    test_tool_choice = _local_unsupported("test_tool_choice")
-    test_tool_calling_with_no_arguments = _local_unsupported("test_tool_calling_with_no_arguments")
-    test_tool_message_error_status = _local_unsupported("test_tool_message_error_status")
-    test_structured_few_shot_examples = _local_unsupported("test_structured_few_shot_examples")
-    test_structured_output = _local_unsupported("test_structured_output")
-    test_structured_output_async = _local_unsupported("test_structured_output_async")
-    test_structured_output_pydantic_2_v1 = _local_unsupported(
-        "test_structured_output_pydantic_2_v1"
-    )
-    test_structured_output_optional_param = _local_unsupported(
-        "test_structured_output_optional_param"
-    )
-    test_json_mode = _local_unsupported("test_json_mode")
-    test_agent_loop = _local_unsupported("test_agent_loop")
-    test_unicode_tool_call_integration = _local_unsupported("test_unicode_tool_call_integration")

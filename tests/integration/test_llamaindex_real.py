@@ -152,7 +152,8 @@ def test_local_metadata_from_the_gguf(local_llm: Speculative) -> None:
     metadata = local_llm.metadata
     assert metadata.context_window == local_llm.backend.model_info().context_window
     assert metadata.context_window > 1000  # SmolLM2's config, not LlamaIndex's default
-    assert metadata.is_function_calling_model is False
+    # The engine decodes tool calls under a grammar, so agents may pick it (issue 8).
+    assert metadata.is_function_calling_model is True
 
 
 # ---- RAG ---------------------------------------------------------------------------------

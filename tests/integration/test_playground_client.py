@@ -34,6 +34,7 @@ from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.history import HISTORY_COLUMNS
 from speculative_playground.presets import find_preset
+from speculative_playground.security import SecurityPolicy, UrlAllowlist
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -66,13 +67,25 @@ def line_points(chart: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_model_dir: Path) -> Iterator[str]:
+def allowed_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("allowed-models").resolve()
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_model_dir: Path, allowed_models: Path) -> Iterator[str]:
+    # Typed URLs and paths are refused unless allowed: let the dead-backend test reach
+    # 127.0.0.1, and the bad-model test name a file in an allowed directory.
+    policy = SecurityPolicy(
+        url_allowlist=UrlAllowlist.parse("127.0.0.1"), model_dirs=(allowed_models,)
+    )
     pool = BackendPool(
+        policy=policy,
         offered_models=[str(tiny_model_dir), "smollm2-135m"],
         local_options={"dtype": "float32", "threads": 1},
     )
-    app = build_app(pool=pool, models=[str(tiny_model_dir), "smollm2-135m"], update_interval_s=0)
-    _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)
+    models = [str(tiny_model_dir), "smollm2-135m"]
+    app = build_app(policy=policy, pool=pool, models=models, update_interval_s=0)
+    _, url, _ = launch(app, policy=policy, port=free_port(), prevent_thread_lock=True, quiet=True)
     yield url
     app.close()
     pool.close()
@@ -250,7 +263,7 @@ def test_dead_backend_shows_an_error_and_the_app_keeps_working(
     updates = run(
         client,
         *compare_args(
-            "",
+            tiny_model,
             backend="url",
             method="server",
             server_url=dead,
@@ -266,9 +279,9 @@ def test_dead_backend_shows_an_error_and_the_app_keeps_working(
     assert after[-1][RECORD]["status"] == "done"
 
 
-def test_bad_model_shows_an_error(app_url: str, tmp_path: Path) -> None:
+def test_bad_model_shows_an_error(app_url: str, allowed_models: Path) -> None:
     client = Client(app_url, verbose=False)
-    updates = run(client, *compare_args(str(tmp_path / "no-such-model")))
+    updates = run(client, *compare_args(str(allowed_models / "no-such-model")))
     assert "sp-status-error" in updates[-1][STATUS]
     assert "no-such-model" in html.unescape(updates[-1][STATUS])
 

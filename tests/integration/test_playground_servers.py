@@ -26,6 +26,7 @@ from speculative_llm.servers import LlamaServer, find_llama_server
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.presets import find_preset
+from speculative_playground.security import SecurityPolicy, UrlAllowlist
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -46,9 +47,13 @@ def app(smollm2_gguf: Path) -> Iterator[tuple[str, BackendPool]]:
         find_llama_server()
     except MissingDependencyError as error:
         pytest.skip(f"llama-server is not installed: {error}")
-    pool = BackendPool(offered_models=["smollm2-135m"])
-    blocks = build_app(pool=pool, models=["smollm2-135m"], update_interval_s=0)
-    _, url, _ = launch(blocks, port=free_port(), prevent_thread_lock=True, quiet=True)
+    # The llama-servers of these tests listen on 127.0.0.1: allow typed URLs there.
+    policy = SecurityPolicy(url_allowlist=UrlAllowlist.parse("127.0.0.1"))
+    pool = BackendPool(policy=policy, offered_models=["smollm2-135m"])
+    blocks = build_app(policy=policy, pool=pool, models=["smollm2-135m"], update_interval_s=0)
+    _, url, _ = launch(
+        blocks, policy=policy, port=free_port(), prevent_thread_lock=True, quiet=True
+    )
     yield url, pool
     blocks.close()
     pool.close()

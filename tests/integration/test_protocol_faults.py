@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ from protocol_cases import (
     streamed_text,
 )
 
-from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json
+from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json, sse_body
 from speculative_llm import (
+    BackendError,
     BackendHTTPError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -143,6 +145,49 @@ def test_malformed_json_answer(server: FakeServer, case: Case) -> None:
         backend.generate(CHAT)
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["sync", "async"])
+def test_a_web_page_answering_a_stream_is_named_not_blamed_on_a_crash(
+    server: FakeServer, streamed: bool
+) -> None:
+    page = b"<!doctype html><html><body>Welcome to the router</body></html>"
+    server.route("POST", "/v1/chat/completions", Reply(body=page, headers=HTML))
+    backend = LlamaCppBackend(server.url, **FAST)
+    with pytest.raises(MalformedResponseError) as info:
+        run_async(collect(backend, CHAT)) if streamed else list(backend.stream(CHAT))
+    message = str(info.value)
+    assert "'text/html'" in message and "HTTP 200" in message
+    assert "base_url" in message and "crash" not in message
+
+
+def test_a_whole_json_answer_to_a_stream_request_is_named(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(json={"error": {"message": "streaming is disabled on this proxy"}}),
+    )
+    with (
+        OpenAICompatibleBackend(server.url, **FAST) as backend,
+        pytest.raises(MalformedResponseError, match="'application/json'") as info,
+    ):
+        list(backend.stream(CHAT))
+    assert "streaming is disabled on this proxy" in str(info.value)
+
+
+def test_a_retry_after_beyond_what_the_client_waits_is_named(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=429, json={"error": "slow down"}, headers={"Retry-After": "3600"}),
+    )
+    with (
+        OpenAICompatibleBackend(server.url, **FAST) as backend,
+        pytest.raises(BackendHTTPError, match=r"retried after 3600 s \(1 h\)") as info,
+    ):
+        backend.generate(CHAT)
+    assert "try again later" in str(info.value)
+    assert len(server.requests_to("/v1/chat/completions")) == 1
+
+
 def end_of_second_text_event(body: bytes) -> int:
     """Byte offset just after the second event that carries text."""
     seen, offset = 0, 0
@@ -188,7 +233,7 @@ def test_server_that_never_answers_times_out(server: FakeServer, stream: bool) -
     server.route("POST", "/v1/chat/completions", Reply(hang=True))
     with (
         OpenAICompatibleBackend(server.url, timeout=0.3, max_retries=0) as backend,
-        pytest.raises(BackendTimeoutError, match=r"read timeout of 0\.3 s"),
+        pytest.raises(BackendTimeoutError, match=r"within timeout=0\.3 s"),
     ):
         backend.generate(CHAT) if not stream else list(backend.stream(CHAT))
 
@@ -198,6 +243,50 @@ def test_async_server_that_never_answers_times_out(server: FakeServer) -> None:
     backend = OpenAICompatibleBackend(server.url, timeout=0.3, max_retries=0)
     with pytest.raises(BackendTimeoutError):
         run_async(backend.agenerate(CHAT))
+
+
+SLACK_S = 1.0  # scheduling on a busy machine; the defect waited a whole timeout more
+
+
+def _silent_llama_server(server: FakeServer) -> None:
+    # Accepts every connection and never answers: /slots (the pre-fetch) and the POST.
+    server.route("GET", "/slots", Reply(hang=True))
+    server.route("POST", "/v1/chat/completions", Reply(hang=True))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_one_deadline_covers_the_prefetch_and_the_request(server: FakeServer, stream: bool) -> None:
+    _silent_llama_server(server)
+    backend = LlamaCppBackend(server.url, timeout=2.0, max_retries=0)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match=r"timeout=2 s .*GET /slots") as info:
+        list(backend.stream(CHAT)) if stream else backend.generate(CHAT)
+    assert time.monotonic() - started < 2.0 + SLACK_S
+    assert "larger timeout=" in str(info.value)  # says what to do
+
+
+def test_one_deadline_async(server: FakeServer) -> None:
+    _silent_llama_server(server)
+    backend = LlamaCppBackend(server.url, timeout=2.0, max_retries=0)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match="GET /slots"):
+        run_async(backend.agenerate(CHAT))
+    assert time.monotonic() - started < 2.0 + SLACK_S
+
+
+def test_no_retry_waits_past_the_deadline(server: FakeServer) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=503, json={"error": "loading"}, headers={"Retry-After": "5"}),
+    )
+    backend = OpenAICompatibleBackend(server.url, timeout=1.0, max_retries=3)
+    started = time.monotonic()
+    with pytest.raises(BackendHTTPError, match=r"left no time to wait 5 s") as info:
+        backend.generate(CHAT)
+    assert time.monotonic() - started < 1.0
+    assert info.value.status_code == 503
+    assert len(server.requests_to("/v1/chat/completions")) == 1
 
 
 def test_stream_that_stalls_mid_way_times_out_with_partial_text(server: FakeServer) -> None:
@@ -271,6 +360,70 @@ def test_api_key_is_sent_but_never_shown(
         assert SECRET not in text
     assert backend.transport.api_key is not None
     assert backend.transport.api_key.get_secret_value() == SECRET
+
+
+def test_url_credentials_are_sent_as_basic_auth_but_never_shown(
+    server: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.route(
+        "POST",
+        "/v1/chat/completions",
+        Reply(status=503, json={"error": "loading"}, headers={"Retry-After": "0"}),
+        Reply(status=500, json={"error": {"message": "boom"}}),
+    )
+    caplog.set_level(logging.DEBUG)
+    url = server.url.replace("http://", "http://admin:hunter2@")
+    backend = OpenAICompatibleBackend(url, **FAST)
+    with pytest.raises(BackendHTTPError) as info:
+        backend.generate(CHAT)
+    sent = server.requests_to("/v1/chat/completions")[0]
+    assert sent.headers["Authorization"] == "Basic YWRtaW46aHVudGVyMg=="  # admin:hunter2
+    assert "retry 1/2" in caplog.text  # the retry warning names the URL...
+    for text in (caplog.text, str(info.value), info.value.url or "", repr(backend)):
+        assert "hunter2" not in text and "admin:" not in text  # ...without its credentials
+
+
+HTML = {"Content-Type": "text/html; charset=utf-8"}
+ECHOED = {"error": {"message": f"Invalid API key {SECRET} (Authorization: Bearer {SECRET})"}}
+
+
+@pytest.mark.parametrize(
+    ("reply", "streamed"),
+    [
+        (Reply(status=401, json=ECHOED), False),
+        (Reply(status=401, json=ECHOED), True),
+        (Reply(status=200, body=f"<html>bad key {SECRET}</html>".encode()), False),
+        (Reply(body=f"<html>bad key {SECRET}</html>".encode(), headers=HTML), True),
+        (Reply(stream=sse_body([ECHOED], done=False)), False),
+        (Reply(stream=sse_body([ECHOED], done=False)), True),
+    ],
+    ids=[
+        "http-error",
+        "http-error-stream",
+        "malformed-body",
+        "web-page-stream",
+        "error-event",
+        "error-event-stream",
+    ],
+)
+def test_a_server_echoing_the_api_key_cannot_put_it_in_an_error(
+    server: FakeServer, reply: Reply, streamed: bool
+) -> None:
+    server.route("POST", "/v1/chat/completions", reply)
+    backend = OpenAICompatibleBackend(server.url, api_key=SECRET, **FAST)
+    with pytest.raises(BackendError) as info:
+        list(backend.stream(CHAT)) if streamed else backend.generate(CHAT)
+    assert "***" in str(info.value)
+    assert SECRET not in str(info.value)
+    assert SECRET not in str(getattr(info.value, "server_message", ""))
+
+
+def test_a_server_echoing_the_api_key_async(server: FakeServer) -> None:
+    server.route("POST", "/v1/chat/completions", Reply(status=401, json=ECHOED))
+    backend = OpenAICompatibleBackend(server.url, api_key=SECRET, **FAST)
+    with pytest.raises(BackendHTTPError) as info:
+        run_async(collect(backend, CHAT))
+    assert SECRET not in str(info.value) and SECRET not in (info.value.server_message or "")
 
 
 def test_concurrent_requests_through_one_backend(server: FakeServer) -> None:

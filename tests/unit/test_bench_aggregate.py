@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from speculative_llm.bench.aggregate import (
-    ALL_CATEGORIES,
-    OURS,
-    Sample,
-    Variant,
     cross_engine_agreement,
     first_divergence,
-    median,
     outputs_equal,
-    ratio,
-    seconds_per_step,
     summarize,
     summarize_prompt,
-    throughput,
 )
+from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
+from speculative_llm.bench.records import ALL_CATEGORIES, OURS, Sample, Variant
 from speculative_llm.stats import SpecStats, expected_walltime_factor
 
 BASE = Variant(OURS, "none")
@@ -375,3 +370,46 @@ def test_overhead_is_decode_time_outside_the_kernels_over_a_one_token_pass() -> 
     # Without kernel times (a server, transformers) there is no figure.
     plain = Sample(BASE, "p", "qa", 0, 11, 1.5, 1.0, "t", stats=stats("none", 11, 11, 1.0))
     assert summarize([plain]).cells[0].overhead_share is None
+
+
+def test_grammar_share_is_grammar_time_per_step_over_a_one_token_pass() -> None:
+    def stats(method: str, steps: int) -> SpecStats:
+        return SpecStats(
+            backend="local", method=method, source="exact", generated_tokens=11, verify_steps=steps
+        )
+
+    # Baseline: 10 decoding steps, 0.9 s in the kernels (0.09 s a pass), 0.05 s on the
+    # grammar; ngram: 5 decoding steps, 0.1 s on the grammar (0.02 s a step).
+    samples = [
+        Sample(
+            BASE,
+            "p",
+            "s",
+            0,
+            11,
+            1.5,
+            1.0,
+            "t",
+            stats=stats("none", 11),
+            kernel_s=0.9,
+            grammar_s=0.05,
+        ),
+        Sample(
+            NGRAM,
+            "p",
+            "s",
+            0,
+            11,
+            1.3,
+            0.8,
+            "t",
+            stats=stats("ngram", 6),
+            kernel_s=0.7,
+            grammar_s=0.1,
+        ),
+    ]
+    cells = {cell.variant: cell for cell in summarize(samples).cells if cell.category == "s"}
+    assert cells[BASE].grammar_share == pytest.approx(0.005 / 0.09)
+    assert cells[NGRAM].grammar_share == pytest.approx(0.02 / 0.09)
+    without = [dataclasses.replace(sample, grammar_s=None) for sample in samples]
+    assert all(cell.grammar_share is None for cell in summarize(without).cells)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from speculative_llm.bench.aggregate import OURS, Variant
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
+from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.cli import build_parser
 from speculative_llm.commands.bench import options_from_args
 from speculative_llm.errors import ConfigError

@@ -158,3 +158,34 @@ def test_select_prompts_caps_each_category() -> None:
     assert [p.category for p in only] == ["rag", "code_edit"]
     with pytest.raises(ConfigError, match="per_category must be >= 1"):
         select_prompts(prompts, "all", per_category=0)
+
+
+def test_structured_prompts_carry_their_constraints_and_have_free_twins() -> None:
+    from speculative_llm.bench.prompts import builtin_prompts
+
+    constrained = builtin_prompts(["structured"])
+    free = builtin_prompts(["structured_free"])
+    assert len(constrained) == len(free) >= 10
+    assert all(p.response_format or p.tools for p in constrained)
+    for prompt, twin in zip(constrained, free, strict=True):
+        assert twin.id == f"{prompt.id}-free" and twin.messages == prompt.messages
+        assert twin.response_format is None and twin.tools is None and twin.tool_choice is None
+    request = next(p for p in constrained if p.tools).request(64, None)
+    assert request.tools and request.tool_choice == "required"
+
+
+def test_a_jsonl_prompt_may_carry_response_format_and_tools(tmp_path: Path) -> None:
+    from speculative_llm.bench.prompts import load_prompts
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        '{"id": "a", "messages": [{"role": "user", "content": "x"}], '
+        '"response_format": {"type": "json_object"}}\n'
+        '{"id": "b", "messages": [{"role": "user", "content": "y"}], "tools": 3}\n'
+    )
+    with pytest.raises(ConfigError, match="'tools' must be a list") as caught:
+        load_prompts(path)
+    assert caught.value.field == "tools"
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    (prompt,) = load_prompts(path)
+    assert prompt.request(8, None).response_format == {"type": "json_object"}

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from speculative_llm.bench.aggregate import OURS, Sample, Variant, summarize
+from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import OURS, Sample, Variant
 from speculative_llm.bench.report import (
     CSV_FIELDS,
     SCHEMA,

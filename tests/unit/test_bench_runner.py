@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from speculative_llm.bench.aggregate import OURS, Variant
 from speculative_llm.bench.contenders import Outcome, outcome_of, spec_for
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.bench.runner import WARMUP_TOKENS, interleaved_order, run_samples
 from speculative_llm.config import SpecConfig
 from speculative_llm.stats import SpecStats

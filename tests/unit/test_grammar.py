@@ -143,7 +143,7 @@ def test_running_out_of_tokens_leaves_a_prefix_of_the_grammar(tiny: Any) -> None
         target, PromptLookupDrafter(1, 3), compiled, vocabulary, 4, tokens=12
     )
     assert steps[-1].finish_reason == "length"
-    assert _text(steps).startswith('{"name": "')
+    assert re.sub(r"\s", "", _text(steps)).startswith('{"name":')
     assert not constraint.complete
 
 

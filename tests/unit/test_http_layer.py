@@ -20,13 +20,19 @@ from speculative_llm import (
 )
 from speculative_llm.backends.http import (
     EngineHints,
+    Redactor,
     RetryPolicy,
     error_for_status,
     extract_server_message,
     parse_retry_after,
+    redact,
+    redact_headers,
+    redact_url,
     split_base_url,
+    split_credentials,
     validate_base_url,
 )
+from speculative_llm.backends.http.errors import describe_seconds, not_a_stream_error
 from speculative_llm.backends.llamacpp import (
     LlamaCppBackend,
 )
@@ -157,3 +163,87 @@ def test_http_errors_carry_status_server_message_and_advice() -> None:
         401, b'{"error": {"message": "Invalid API Key"}}', url=URL, hints=hints
     )
     assert isinstance(unauthorized, BackendHTTPError) and "api_key" in str(unauthorized)
+
+
+# ---- redaction: URL credentials, API keys, Authorization headers ----
+
+
+def test_redact_masks_secrets_url_credentials_and_header_values() -> None:
+    text = (
+        "POST http://admin:hunter2@h:1/v1 failed: invalid key sk-live-1234 "
+        '{"Authorization": "Bearer tok-5678"} x-api-key: k-9999'
+    )
+    masked = redact(text, ["sk-live-1234", None, ""])
+    for secret in ("hunter2", "sk-live-1234", "tok-5678", "k-9999"):
+        assert secret not in masked
+    assert "http://***@h:1/v1" in masked
+    assert redact_url("https://a:b@host/x") == "https://***@host/x"
+    assert redact_url("https://host/x") == "https://host/x"
+    assert redact_headers({"Authorization": "Bearer x", "Accept": "*/*"}) == {
+        "Authorization": "***",
+        "Accept": "*/*",
+    }
+
+
+def test_short_secrets_are_masked_only_where_they_stand_alone() -> None:
+    assert redact("key=ab; table", ["ab"]) == "key=***; table"
+
+
+def test_split_credentials_decodes_percent_escapes() -> None:
+    assert split_credentials("http://admin:p%40ss@127.0.0.1:8080/v1") == (
+        "http://127.0.0.1:8080/v1",
+        ("admin", "p@ss"),
+    )
+    assert split_credentials("http://127.0.0.1:8080") == ("http://127.0.0.1:8080", None)
+
+
+def test_redactor_masks_the_basic_auth_encoding_and_error_attributes() -> None:
+    redactor = Redactor(["sk-abcd"], credentials=("admin", "hunter2"))
+    error = BackendHTTPError(
+        "HTTP 401: got Basic YWRtaW46aHVudGVyMg== and sk-abcd",
+        status_code=401,
+        server_message="echo YWRtaW46aHVudGVyMg== sk-abcd",
+    )
+    redactor.error(error)
+    assert "YWRtaW46aHVudGVyMg==" not in str(error) and "sk-abcd" not in str(error)
+    assert error.server_message is not None and "sk-abcd" not in error.server_message
+
+
+def test_url_credentials_leave_base_url_and_every_repr() -> None:
+    backend = OpenAICompatibleBackend("http://admin:hunter2@127.0.0.1:8080/v1")
+    assert backend.base_url == "http://127.0.0.1:8080/v1"
+    assert backend.transport.url("/v1/models") == "http://127.0.0.1:8080/v1/models"
+    for text in (repr(backend), repr(backend.transport), backend.model_name):
+        assert "hunter2" not in text and "admin" not in text
+
+
+def test_url_credentials_and_api_key_together_are_refused() -> None:
+    with pytest.raises(ConfigError, match="only one of them") as info:
+        OpenAICompatibleBackend("http://admin:hunter2@h:1", api_key="sk-x")
+    assert "hunter2" not in str(info.value)
+
+
+def test_invalid_url_errors_mask_its_credentials() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_base_url("http://admin:hunter2@h:1/v1?x=1")
+    assert "hunter2" not in str(info.value) and "***@h:1" in str(info.value)
+
+
+def test_the_default_timeout_suits_an_interactive_client() -> None:
+    # A silent server used to block a caller for ten minutes (600 s) by default.
+    assert OpenAICompatibleBackend("http://h:1").transport.read_timeout <= 120.0
+    assert OpenAICompatibleBackend("http://h:1", timeout=900).transport.read_timeout == 900.0
+
+
+def test_not_a_stream_names_web_pages_and_json_but_lets_lax_servers_through() -> None:
+    hints = EngineHints("llama-server")
+    page = not_a_stream_error("text/html", b"<html>hi", url=URL, hints=hints, status=200)
+    assert page is not None and "'text/html'" in str(page) and "<html>hi" in str(page)
+    for lax in ("text/event-stream; charset=utf-8", "text/plain", None):
+        assert not_a_stream_error(lax, b"data: {}", url=URL, hints=hints, status=200) is None
+
+
+def test_durations_are_described_for_people() -> None:
+    assert describe_seconds(3600) == "3600 s (1 h)"
+    assert describe_seconds(90) == "90 s (1.5 min)"
+    assert describe_seconds(5) == "5 s"

@@ -66,6 +66,23 @@ def test_invalid_sampling_values_fail_at_construction() -> None:
         ChatSpeculative(backend=scripted(), top_p=1.5)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", "hot"), ("max_tokens", "many"), ("top_p", [1]), ("streaming", "maybe")],
+)
+def test_values_of_the_wrong_type_are_a_config_error(field: str, value: object) -> None:
+    # pydantic's ValidationError used to escape instead of the documented ConfigError.
+    with pytest.raises(ConfigError, match=f"Invalid {field} for ChatSpeculative") as caught:
+        ChatSpeculative(backend=scripted(), **{field: value})
+    assert caught.value.field == field
+
+
+def test_an_unencodable_prompt_fails_before_any_request() -> None:
+    chat = ChatSpeculative(backend="llamacpp", base_url="http://127.0.0.1:9")  # no I/O yet
+    with pytest.raises(ConfigError, match="position 3"):
+        chat.invoke("abc\ud800")
+
+
 def test_server_backend_needs_base_url() -> None:
     with pytest.raises(ConfigError, match="talks to a server: give base_url"):
         ChatSpeculative(backend="llamacpp")

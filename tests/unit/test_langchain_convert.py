@@ -366,7 +366,7 @@ async def test_json_schema_tools_may_answer_when_the_choice_is_auto() -> None:
     assert [(m.role, m.content) for m in request.messages[1:]] == [
         ("user", "what is 17 + 25?"),
         ("assistant", '{"tool": "add", "arguments": {"a": 17, "b": 25}}'),
-        ("user", "add returned: 42"),
+        ("user", "The add tool returned: 42. Use this result to answer my question."),
     ]
 
 

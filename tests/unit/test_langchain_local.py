@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk
 
 from langchain_speculative import ChatSpeculative, SpeculativeLLM, get_spec_stats_callback
-from speculative_llm import Backend, ModelNotFoundError, SpecStats, UnsupportedFeatureError
+from speculative_llm import Backend, ModelNotFoundError, SpecStats
 
 PROMPT = "abcabcabcabcabc"
 
@@ -94,7 +94,21 @@ def test_missing_model_fails_at_construction(tmp_path: Path) -> None:
         ChatSpeculative(backend="local", model=str(tmp_path / "no-such-model"))
 
 
-def test_local_backend_refuses_tools_at_bind_time(tiny_backend: Backend) -> None:
-    chat = ChatSpeculative(backend=tiny_backend)
-    with pytest.raises(UnsupportedFeatureError, match="'local' cannot do tool calling"):
-        chat.bind_tools([{"name": "f", "parameters": {"type": "object", "properties": {}}}])
+def test_the_local_engine_calls_bound_tools(tiny_backend: Backend) -> None:
+    pytest.importorskip("xgrammar", reason="tool calls need xgrammar (extra 'local')")
+    chat = ChatSpeculative(backend=tiny_backend, max_tokens=60)
+    tool = {
+        "name": "shout",
+        "description": "Shout a word.",
+        "parameters": {
+            "type": "object",
+            "properties": {"word": {"type": "string", "maxLength": 4}},
+            "required": ["word"],
+        },
+    }
+    message = chat.bind_tools([tool], tool_choice="any").invoke("Shout hello.")
+    assert isinstance(message, AIMessage)
+    (call,) = message.tool_calls
+    assert call["name"] == "shout" and isinstance(call["args"]["word"], str)
+    assert message.response_metadata["finish_reason"] == "tool_calls"
+    assert SpecStats.from_dict(message.response_metadata["speculative"]).source == "exact"

@@ -259,6 +259,20 @@ def test_model_with_a_backend_instance_is_the_model_sent_with_each_request(
     assert llm._request(messages=None, prompt=PROMPT, kwargs={}).model == "served-name"
 
 
+def test_values_of_the_wrong_type_are_a_config_error(tiny_backend: LocalBackend) -> None:
+    with pytest.raises(ConfigError, match="temperature must be a number") as caught:
+        Speculative(tiny_backend, temperature="hot")  # type: ignore[arg-type]
+    assert caught.value.field == "temperature"
+    with pytest.raises(ConfigError, match="Invalid is_chat_model for Speculative") as caught:
+        Speculative(tiny_backend, is_chat_model="maybe")  # type: ignore[arg-type]
+    assert caught.value.field == "is_chat_model"
+
+
+def test_an_unencodable_prompt_is_a_config_error(llm: Speculative) -> None:
+    with pytest.raises(ConfigError, match="position 3"):
+        llm.complete("abc\ud800")
+
+
 def test_bad_call_time_option_names_the_field(llm: Speculative) -> None:
     with pytest.raises(ConfigError, match="temperature must be >= 0"):
         llm.complete(PROMPT, temperature=-1.0)
@@ -274,18 +288,30 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
-def test_tools_on_a_backend_without_tool_calling_name_the_backends_that_can(
-    llm: Speculative,
-) -> None:
+def test_tools_on_a_backend_without_tool_calling_name_the_backends_that_can() -> None:
+    from langchain_scripted import ScriptedBackend, text_script
+
+    llm = Speculative(ScriptedBackend(text_script([[("ok", "target")]], drafted=0)))
     assert llm.metadata.is_function_calling_model is False
     tool = FunctionTool.from_defaults(fn=_add)
     with pytest.raises(UnsupportedFeatureError) as caught:
         llm.chat_with_tools([tool], user_msg="What is 2 + 3?")
     message = str(caught.value)
-    assert "'local' cannot call tools" in message
+    assert "'scripted' cannot call tools" in message
     for name in TOOL_CAPABLE_BACKENDS:
         assert name in message
     assert "--jinja" in message
+
+
+def test_the_local_engine_is_a_function_calling_llm(llm: Speculative) -> None:
+    assert llm.metadata.is_function_calling_model is True
+    tool = FunctionTool.from_defaults(fn=_add)
+    response = llm.chat_with_tools([tool], user_msg="What is 2 + 3?", tool_required=True)
+    calls = llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+    if response.raw is not None and response.raw.get("finish_reason") == "length":
+        return  # the tiny random model ran out of budget inside the call's JSON
+    (selection,) = calls
+    assert selection.tool_name == "_add" and set(selection.tool_kwargs) == {"a", "b"}
 
 
 # ---- a tool-calling backend (llama-server client; nothing is sent in these tests) ---------

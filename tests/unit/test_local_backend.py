@@ -324,10 +324,128 @@ def test_empty_prompt_and_bad_max_tokens() -> None:
             GenerationRequest(prompt="hi", max_tokens=bad)
 
 
-def test_tools_are_refused(backend: LocalBackend) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
-    with pytest.raises(UnsupportedFeatureError, match="cannot call tools"):
-        backend.generate(_request(tools=(tool,)))
+# ---- tool calling ------------------------------------------------------------------------
+
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+ECHO = {
+    "type": "function",
+    "function": {
+        "name": "echo",
+        "parameters": {
+            "type": "object",
+            "properties": {"text": {"type": "string", "maxLength": 3}},
+            "required": ["text"],
+        },
+    },
+}
+
+
+def _tool_request(**changes: Any) -> GenerationRequest:
+    options = {
+        "messages": (Message("user", "Add 2 and 3."),),
+        "max_tokens": 80,
+        "tools": (ADD, ECHO),
+        **changes,
+    }
+    return GenerationRequest(**options)
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "names"),
+    [
+        ("required", {"add", "echo"}),
+        ({"type": "function", "function": {"name": "echo"}}, {"echo"}),
+        ("add", {"add"}),
+    ],
+)
+def test_a_required_tool_call_is_always_well_formed(
+    backend: LocalBackend, tool_choice: Any, names: set[str]
+) -> None:
+    pytest.importorskip("xgrammar", reason="tool calls need xgrammar (extra 'local')")
+    completion = backend.generate(_tool_request(tool_choice=tool_choice))
+    if completion.finish_reason == "length":  # a tiny random model may run out of budget
+        assert completion.text.startswith("{") and not completion.tool_calls
+        return
+    assert completion.finish_reason == "tool_calls" and completion.text == ""
+    (call,) = completion.tool_calls
+    assert call.name in names and call.id.startswith("call_")
+    if call.name == "add":
+        assert set(call.arguments) == {"a", "b"}
+        assert all(isinstance(value, int) for value in call.arguments.values())
+    else:
+        assert isinstance(call.arguments["text"], str) and len(call.arguments["text"]) <= 3
+    assert completion.stats.source == "exact" and completion.stats.generated_tokens
+
+
+def test_tools_are_described_to_a_template_without_tool_support(backend: LocalBackend) -> None:
+    prompt = backend.tokenizer.decode(backend.encode_prompt(_tool_request()))
+    assert "You can call these tools:" in prompt and "- add: Add two integers." in prompt
+    assert '{"answer": <your answer>}' in prompt  # auto: a direct answer is allowed
+    required = backend.tokenizer.decode(
+        backend.encode_prompt(_tool_request(tool_choice="required"))
+    )
+    assert '{"answer"' not in required
+    # tool_choice "none": the tools are neither shown nor enforced.
+    plain = _tool_request(tool_choice="none")
+    assert backend.encode_prompt(plain) == backend.encode_prompt(plain.replace(tools=None))
+
+
+def test_streamed_tool_calls_come_on_the_last_chunk(backend: LocalBackend) -> None:
+    pytest.importorskip("xgrammar", reason="tool calls need xgrammar (extra 'local')")
+    request = _tool_request(tool_choice="required", max_tokens=60)
+    chunks = list(backend.stream(request))
+    # Before the last chunk: live statistics only (the raw JSON is not the content).
+    assert all(not c.text and not c.tool_calls and c.stats for c in chunks[:-1])
+    final = chunks[-1]
+    assert final.final and final.stats is not None
+    whole = backend.generate(request)
+    assert [(c.name, c.arguments) for c in final.tool_calls] == [
+        (c.name, c.arguments) for c in whole.tool_calls
+    ]
+    assert final.finish_reason == whole.finish_reason
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"tool_choice": "subtract"}, "tool_choice", "names no offered tool"),
+        (
+            {"tools": ({"type": "function", "function": {"parameters": {}}},)},
+            "tools",
+            "no function name",
+        ),
+        (
+            {
+                "tools": (
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "string"}},
+                    },
+                )
+            },
+            "tools",
+            "must be a JSON object schema",
+        ),
+        ({"response_format": {"type": "json_object"}}, "response_format", "not both"),
+    ],
+)
+def test_bad_tools_are_config_errors(
+    backend: LocalBackend, changes: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        backend.generate(_tool_request(**changes))
+    assert caught.value.field == field
 
 
 def test_closed_backend_refuses(model_path: Path, runner_name: str) -> None:
@@ -449,6 +567,30 @@ def test_a_json_schema_constrains_the_output(backend: LocalBackend, spec_name: s
     # Greedy constrained speculation gives the constrained baseline's text.
     baseline = backend.generate(request.replace(spec=SpecConfig.baseline()))
     assert completion.text == baseline.text
+    # The grammar's cuts are counted when there is a grammar, and only then.
+    assert baseline.stats.grammar_cut_tokens == 0  # nothing drafted, nothing cut
+    assert completion.stats.grammar_cut_tokens is not None
+    assert backend.generate(_request(spec=SPECS[spec_name])).stats.grammar_cut_tokens is None
+
+
+def test_prompt_lookup_drafts_the_grammar_forbids_are_cut_and_counted(
+    backend: LocalBackend,
+) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    # Every digit in the prompt is followed by a letter, which prompt lookup then drafts
+    # after each digit the model writes; the grammar allows only digits.
+    request = GenerationRequest(
+        prompt="0a1a2a3a4a5a6a7a8a9a" * 2,
+        max_tokens=20,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "n", "schema": {"type": "integer"}},
+        },
+        spec=SPECS["ngram"],
+    )
+    completion = backend.generate(request)
+    assert completion.text.strip().lstrip("-").isdigit()
+    assert completion.stats.grammar_cut_tokens and completion.stats.grammar_cut_tokens > 0
 
 
 def test_json_object_gives_json_and_text_is_free(backend: LocalBackend) -> None:

@@ -13,7 +13,7 @@ gr = pytest.importorskip(
 
 from speculative_playground import build_app, launch  # noqa: E402
 from speculative_playground.backend_pool import BackendPool  # noqa: E402
-from speculative_playground.security import SecurityPolicy  # noqa: E402
+from speculative_playground.security import SecurityPolicy, UrlAllowlist  # noqa: E402
 from speculative_playground.theme import PLAYGROUND_CSS  # noqa: E402
 
 
@@ -29,23 +29,23 @@ def endpoint_names(app: Any) -> set[str]:
     return {fn.api_name for fn in app.fns.values() if fn.api_name}
 
 
-def test_local_app_offers_typed_urls_and_models() -> None:
+def test_default_app_locks_urls_and_models(tmp_path: Any) -> None:
+    # Typed URLs and model paths only where the operator allowed servers and directories.
     app = build_app(pool=BackendPool(warm_up=False))
     (url_box,) = components(app, gr.Textbox, "Server URL")
     (model,) = components(app, gr.Dropdown, "Target model")
     (api_key,) = components(app, gr.Textbox, "API key (optional)")
-    assert url_box.interactive is not False and model.allow_custom_value
+    assert url_box.interactive is False and not model.allow_custom_value
     assert api_key.type == "password" and api_key.value == ""
     assert {"compare", "stop"} <= endpoint_names(app)
 
 
-def test_exposed_app_locks_urls_and_models() -> None:
-    policy = SecurityPolicy(host="0.0.0.0")
+def test_allowlists_open_typed_urls_and_models(tmp_path: Any) -> None:
+    policy = SecurityPolicy(url_allowlist=UrlAllowlist.parse("127.0.0.1"), model_dirs=(tmp_path,))
     app = build_app(policy=policy, pool=BackendPool(policy=policy, warm_up=False))
     (url_box,) = components(app, gr.Textbox, "Server URL")
     (model,) = components(app, gr.Dropdown, "Target model")
-    assert url_box.interactive is False
-    assert not model.allow_custom_value
+    assert url_box.interactive is not False and model.allow_custom_value
 
 
 def test_launch_passes_the_policy_theme_and_css(monkeypatch: pytest.MonkeyPatch) -> None:

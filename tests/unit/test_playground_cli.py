@@ -72,6 +72,25 @@ def test_run_launches_with_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen["app"] is not None
 
 
+def test_allowlist_flags_reach_the_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(
+        "speculative_playground.app.launch", lambda app, **options: seen.update(options)
+    )
+    (tmp_path / "mine.gguf").write_bytes(b"GGUF")
+    argv = ["playground", "--no-browser", "--backend", "llamacpp", "--url", "http://gpu:8080"]
+    argv += ["--allow-url", "127.0.0.1:8081", "--model-dir", str(tmp_path)]
+    argv += ["--allowed-host", "llm.example.com"]
+    assert main(argv) == 0
+    policy = seen["policy"]
+    assert policy.check_server_url("http://gpu:8080")  # the operator's --url
+    assert policy.check_server_url("http://127.0.0.1:8081")
+    with pytest.raises(ConfigError, match="--allow-url"):
+        policy.check_server_url("http://127.0.0.1:22")
+    assert policy.model_files() == [str(tmp_path / "mine.gguf")]
+    assert "llm.example.com" in policy.host_names()
+
+
 def test_bad_options_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["playground", "--concurrency", "0"]) == 2
     assert "--concurrency" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, ClassVar
 
@@ -113,20 +114,30 @@ def test_local_sides_that_overlap_get_an_engine_each(timing: str) -> None:
     assert len(factory.calls) == 2
 
 
-def test_exposed_pool_refuses_models_it_does_not_offer() -> None:
-    pool = BackendPool(
-        policy=SecurityPolicy(host="0.0.0.0"), backend_factory=Factory(), warm_up=False
-    )
-    with (
-        pytest.raises(ConfigError, match="serves only"),
-        pool.lease(RunSettings(model="/home/me/private.gguf")),
-    ):
+@pytest.mark.parametrize("backend", ["local", "managed"])
+@pytest.mark.parametrize("field", ["model", "draft_model"])
+def test_pool_refuses_models_it_does_not_offer_before_opening_them(
+    backend: str, field: str
+) -> None:
+    # /etc/shadow's first bytes ("root") used to come back in llama.cpp's error, and the
+    # local engine's errors told whether a path existed.
+    factory = Factory()
+    FakeServer.instances = []
+    pool = BackendPool(backend_factory=factory, server_factory=FakeServer, warm_up=False)
+    values = {"model": "smollm2-135m", "method": "draft_model", "draft_model": "smollm2-135m"}
+    values[field] = "/etc/shadow"
+    settings = RunSettings(backend=backend, **values)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="operator allowed"), pool.lease(settings):
         pass
+    assert factory.calls == [] and FakeServer.instances == []
+
+
+ALLOW_H = SecurityPolicy(url_allowlist=UrlAllowlist.parse("h"))
 
 
 def test_url_backend_with_a_per_request_toggle_runs_both_sides() -> None:
     factory = Factory(methods=("none", "server"))
-    pool = BackendPool(backend_factory=factory)
+    pool = BackendPool(backend_factory=factory, policy=ALLOW_H)
     settings = RunSettings(
         backend="url",
         method="server",
@@ -148,7 +159,8 @@ def test_url_backend_with_a_per_request_toggle_runs_both_sides() -> None:
 
 def test_url_backend_without_toggle_needs_a_baseline_url() -> None:
     factory = Factory(per_request_toggle=False, methods=("server",))
-    pool = BackendPool(backend_factory=factory, policy=SecurityPolicy(default_api_key="sk-env"))
+    policy = dataclasses.replace(ALLOW_H, default_api_key="sk-env")
+    pool = BackendPool(backend_factory=factory, policy=policy)
     settings = RunSettings(
         backend="url", method="server", server_kind="vllm", server_url="http://h:1"
     )
@@ -173,14 +185,23 @@ def test_url_backend_respects_the_allowlist() -> None:
     factory = Factory()
     pool = BackendPool(policy=policy, backend_factory=factory)
     refused = RunSettings(backend="url", method="server", server_url="http://10.0.0.1:22")
-    with pytest.raises(ConfigError, match="allowlist"), pool.lease(refused):
+    with pytest.raises(ConfigError, match="--allow-url"), pool.lease(refused):
+        pass
+    assert factory.calls == []
+
+
+def test_typed_urls_are_refused_unless_the_operator_allowed_them() -> None:
+    factory = Factory()
+    pool = BackendPool(backend_factory=factory)  # the default: a local playground
+    typed = RunSettings(backend="url", method="server", server_url="http://127.0.0.1:22")
+    with pytest.raises(ConfigError, match="--allow-url"), pool.lease(typed):
         pass
     assert factory.calls == []
 
 
 def test_unsupported_method_is_reported_before_running() -> None:
     factory = Factory(methods=("none", "server"))
-    pool = BackendPool(backend_factory=factory)
+    pool = BackendPool(backend_factory=factory, policy=ALLOW_H)
     settings = RunSettings(backend="url", method="eagle3", server_url="http://h:1")
     with pool.lease(settings) as pair, pytest.raises(UnsupportedFeatureError, match="eagle3"):
         pair.requests(GenerationRequest(prompt="x"))
@@ -227,7 +248,7 @@ def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
 
 def test_managed_draft_model_sets_the_draft_length() -> None:
     FakeServer.instances = []
-    pool = BackendPool(server_factory=FakeServer)
+    pool = BackendPool(server_factory=FakeServer, offered_models=["smollm2-135m", "tiny"])
     settings = RunSettings(
         backend="managed", model="smollm2-135m", method="draft_model", draft_model="tiny", k=3
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from speculative_llm.errors import ConfigError
@@ -53,12 +55,55 @@ def test_parse_auth_error_does_not_echo_the_password() -> None:
     assert "secret" not in str(caught.value)
 
 
-def test_default_policy_is_local_only() -> None:
+def test_default_policy_is_local_and_opens_only_what_the_operator_allowed() -> None:
     policy = SecurityPolicy()
     assert policy.host == "127.0.0.1" and policy.local_only
-    assert policy.custom_urls_allowed and policy.custom_models_allowed
+    assert not policy.custom_urls_allowed and not policy.custom_models_allowed
     assert policy.exposure_warnings() == []
-    assert policy.check_server_url("  http://10.0.0.5:8000 ") == "http://10.0.0.5:8000"
+    # Even on loopback: a typed URL could reach any local service, a path any file.
+    with pytest.raises(ConfigError, match="--allow-url"):
+        policy.check_server_url("  http://10.0.0.5:8000 ")
+    assert policy.check_model("smollm2-135m", ["smollm2-135m"]) == "smollm2-135m"
+    with pytest.raises(ConfigError, match="--model-dir"):
+        policy.check_model("/etc/shadow", ["smollm2-135m"])
+
+
+def test_a_refused_path_says_the_same_whether_it_exists_or_not(tmp_path: Path) -> None:
+    existing = tmp_path / "exists.gguf"
+    existing.write_bytes(b"root")
+    messages = []
+    for path in (existing, tmp_path / "missing.gguf"):
+        with pytest.raises(ConfigError) as caught:
+            SecurityPolicy().check_model(str(path), ["smollm2-135m"])
+        messages.append(str(caught.value).replace(path.name, "NAME"))
+    assert messages[0] == messages[1]
+
+
+def test_model_dirs_allow_the_files_under_them_only(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    (models / "hf-model").mkdir(parents=True)
+    (models / "hf-model" / "config.json").write_text("{}")
+    (models / "small.gguf").write_bytes(b"GGUF")
+    (models / "notes.txt").write_text("not a model")
+    outside = tmp_path / "secret.gguf"
+    outside.write_bytes(b"root")
+    (models / "link.gguf").symlink_to(outside)
+    policy = SecurityPolicy.from_options(model_dirs=[str(models)], environ={})
+    assert policy.custom_models_allowed
+    small = str(models / "small.gguf")
+    assert policy.check_model(small, []) == small
+    assert policy.check_model(str(models / "hf-model"), []) == str(models / "hf-model")
+    for refused in (
+        str(outside),
+        str(models / "link.gguf"),  # a link out of the directory
+        str(models / ".." / "secret.gguf"),
+        "/etc/shadow",
+    ):
+        with pytest.raises(ConfigError, match="operator allowed"):
+            policy.check_model(refused, [])
+    assert policy.model_files() == [str(models / "hf-model"), small]
+    with pytest.raises(ConfigError, match="not a directory"):
+        SecurityPolicy.from_options(model_dirs=[str(models / "small.gguf")], environ={})
 
 
 def test_share_link_makes_the_app_exposed() -> None:
@@ -68,16 +113,11 @@ def test_share_link_makes_the_app_exposed() -> None:
         policy.check_server_url("http://127.0.0.1:8080")
 
 
-def test_exposed_app_refuses_typed_urls_and_models() -> None:
+def test_exposed_app_without_a_login_is_warned_about() -> None:
     policy = SecurityPolicy(host="0.0.0.0")
-    assert not policy.custom_urls_allowed
-    with pytest.raises(ConfigError, match="reachable from other machines"):
+    with pytest.raises(ConfigError, match="operator allowed"):
         policy.check_server_url("http://169.254.169.254/latest")
-    assert policy.check_model("smollm2-135m", ["smollm2-135m"]) == "smollm2-135m"
-    with pytest.raises(ConfigError, match="serves only these models"):
-        policy.check_model("/etc/passwd", ["smollm2-135m"])
-    warnings = policy.exposure_warnings()
-    assert any(AUTH_ENV in w for w in warnings) and any(ALLOWLIST_ENV in w for w in warnings)
+    assert any(AUTH_ENV in w for w in policy.exposure_warnings())
 
 
 def test_allowlist_opens_only_listed_servers() -> None:
@@ -94,16 +134,19 @@ def test_allowlist_opens_only_listed_servers() -> None:
         "http://lab.example.evil.com",
         "http://127.0.0.1:8080",
     ):
-        with pytest.raises(ConfigError, match="allowlist"):
+        with pytest.raises(ConfigError, match="--allow-url"):
             policy.check_server_url(refused)
     assert policy.exposure_warnings() == []
 
 
-def test_allowlist_applies_on_loopback_too() -> None:
-    policy = SecurityPolicy(url_allowlist=UrlAllowlist.parse("127.0.0.1:8080"))
+def test_allowlist_from_flags_and_operator_urls() -> None:
+    policy = SecurityPolicy.from_options(allow_urls=["127.0.0.1:8080"], environ={})
     assert policy.check_server_url("http://127.0.0.1:8080/")
-    with pytest.raises(ConfigError, match="allowlist"):
+    with pytest.raises(ConfigError, match="not one of them"):
         policy.check_server_url("http://127.0.0.1:9999")
+    wider = policy.allowing_urls(["http://127.0.0.1:9999"])
+    assert wider.check_server_url("http://127.0.0.1:9999")
+    assert SecurityPolicy().allowing_urls([]) == SecurityPolicy()
 
 
 def test_allowlist_entry_forms() -> None:

@@ -1,5 +1,7 @@
+import argparse
 import asyncio
 import importlib
+import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -23,6 +25,7 @@ from speculative_llm.backends.local import LocalBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
 from speculative_llm.backends.registry import BUILTIN_BACKENDS, BackendEntry
 from speculative_llm.cli import build_parser
+from speculative_llm.commands import bench as bench_command
 from speculative_playground.settings import SERVER_KINDS
 
 
@@ -181,6 +184,15 @@ def test_every_derived_list_agrees_with_the_backends(
         assert parser.parse_args(["playground", "--backend", name, "--url", URL]).backend == name
     with pytest.raises(SystemExit):
         parser.parse_args(["playground", "--backend", "nonsense"])
+
+
+def test_bench_help_lists_every_backend() -> None:
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    backend_help = next(action.help for action in parser._actions if action.dest == "backend")
+    assert backend_help is not None
+    named = set(re.findall(r"[a-z]+", backend_help)) & {e.name for e in BUILTIN_BACKENDS}
+    assert named == {entry.name for entry in BUILTIN_BACKENDS}
 
 
 @pytest.mark.parametrize(("alias", "name"), sorted(registry.BACKEND_ALIASES.items()))

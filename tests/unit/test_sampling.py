@@ -58,9 +58,17 @@ def test_greedy_has_no_distribution() -> None:
 
 @pytest.mark.parametrize(
     ("changes", "field"),
-    [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_k": -2}, "top_k")],
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": -2}, "top_k"),
+        # Wrong types: the same core check as GenerationRequest, not a TypeError.
+        ({"temperature": "hot"}, "temperature"),
+        ({"top_p": float("nan")}, "top_p"),
+        ({"top_k": 2.5}, "top_k"),
+    ],
 )
-def test_invalid_sampling_parameters(changes: dict[str, float], field: str) -> None:
+def test_invalid_sampling_parameters(changes: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as caught:
         SamplingParams(**changes)  # type: ignore[arg-type]
     assert caught.value.field == field

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gguf_headers import write_gguf_header
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import (
     ConfigError,
@@ -31,6 +32,7 @@ from speculative_llm.servers import (
     find_llama_server,
     format_command,
     normalize_llama_spec_type,
+    process,
     resolve_gguf,
     sglang_command,
     vllm_command,
@@ -448,6 +450,21 @@ def test_refused_draft_model_is_a_vocabulary_error(server_files: tuple[Path, Pat
     error = server._speculation_failure(B11434_VOCAB_LOG)
     assert isinstance(error, VocabularyMismatchError)
     assert "vocabularies differ" in str(error) and "ngram-simple" in str(error)
+
+
+def test_a_mismatched_draft_is_refused_from_the_headers_before_starting(
+    server_files: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama-server used to load both models (59 s for gemma3-270m) before refusing.
+    binary, target, draft = server_files
+    write_gguf_header(target, [f"t{i}" for i in range(300)], model="gpt2")
+    write_gguf_header(draft, [f"t{i}" for i in range(300)], model="llama")
+    server = LlamaServer(target, draft_model=draft, binary=binary)
+    started: list[object] = []
+    monkeypatch.setattr(process, "spawn", lambda *args, **options: started.append(args))
+    with pytest.raises(VocabularyMismatchError, match="'llama' vs 'gpt2'"):
+        server.start()
+    assert started == [] and server.pid is None
 
 
 def test_speculation_set_up_failure_without_vocab_line(

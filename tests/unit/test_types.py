@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 
 from speculative_llm import (
@@ -33,12 +35,39 @@ def test_exactly_one_of_messages_or_prompt() -> None:
         ({"prompt": "x", "top_p": 0.0}, "top_p"),
         ({"prompt": "x", "top_k": -1}, "top_k"),
         ({"prompt": "x", "stop": ("",)}, "stop"),
+        # Wrong types: a ConfigError naming the field, not a TypeError from a comparison.
+        ({"prompt": "x", "temperature": "hot"}, "temperature"),
+        ({"prompt": "x", "temperature": float("nan")}, "temperature"),
+        ({"prompt": "x", "top_p": "all"}, "top_p"),
+        ({"prompt": "x", "top_k": 1.5}, "top_k"),
+        ({"prompt": "x", "seed": "42"}, "seed"),
+        ({"prompt": "x", "stop": (3,)}, "stop"),
+        ({"prompt": b"bytes"}, "prompt"),
     ],
 )
 def test_invalid_requests_name_the_field(options: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as caught:
         GenerationRequest(**options)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: GenerationRequest(prompt="abc\ud800"), "prompt"),
+        (lambda: GenerationRequest(messages=(Message("user", "abc\ud800"),)), "content"),
+        (lambda: GenerationRequest(prompt="x", stop=("abc\ud800",)), "stop"),
+        (lambda: GenerationRequest(prompt="x", prediction="abc\ud800"), "prediction"),
+    ],
+    ids=["prompt", "message", "stop", "prediction"],
+)
+def test_unencodable_text_is_refused_naming_the_position(make: Any, field: str) -> None:
+    # A lone surrogate used to reach the backends: UnicodeEncodeError from httpx's JSON
+    # encoder (llama-server), TypeError from the local engine's tokenizer.
+    with pytest.raises(ConfigError, match=r"cannot be encoded as UTF-8 at position 3") as caught:
+        make()
+    assert caught.value.field == field
+    assert "lone surrogate" in str(caught.value)
 
 
 def test_request_normalises_sequences() -> None:

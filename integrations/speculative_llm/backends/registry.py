@@ -85,6 +85,7 @@ BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
         label="Local engine (in-process)",
         server=False,
         extra="local",
+        tool_calling=True,
     ),
     BackendEntry(
         "llamacpp",

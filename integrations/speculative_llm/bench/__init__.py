@@ -12,15 +12,7 @@ in the same run, on the same prompts, interleaved; greedy outputs are checked ag
 the baseline's, as Spec-Bench does.
 """
 
-from speculative_llm.bench.aggregate import (
-    ALL_CATEGORIES,
-    BenchSummary,
-    CellSummary,
-    PromptResult,
-    Sample,
-    Variant,
-    summarize,
-)
+from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
 from speculative_llm.bench.prompts import (
     CATEGORIES,
@@ -28,6 +20,15 @@ from speculative_llm.bench.prompts import (
     builtin_prompts,
     load_prompts,
     select_prompts,
+)
+from speculative_llm.bench.records import (
+    ALL_CATEGORIES,
+    OURS,
+    BenchSummary,
+    CellSummary,
+    PromptResult,
+    Sample,
+    Variant,
 )
 from speculative_llm.bench.report import (
     markdown_table,
@@ -41,6 +42,7 @@ from speculative_llm.bench.runner import BenchResult, resolve_prompts, run_bench
 __all__ = [
     "ALL_CATEGORIES",
     "CATEGORIES",
+    "OURS",
     "QUICK",
     "BenchOptions",
     "BenchPrompt",

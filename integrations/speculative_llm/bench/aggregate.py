@@ -32,146 +32,27 @@ Definitions:
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
+from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
+from speculative_llm.bench.records import (
+    ALL_CATEGORIES,
+    BenchSummary,
+    CellSummary,
+    PromptResult,
+    Sample,
+    Variant,
+)
 from speculative_llm.stats import SpecStats
 
 __all__ = [
-    "ALL_CATEGORIES",
-    "OURS",
-    "BenchSummary",
-    "CellSummary",
-    "PromptResult",
-    "Sample",
-    "Variant",
     "cross_engine_agreement",
     "first_divergence",
-    "median",
     "outputs_equal",
-    "ratio",
-    "seconds_per_step",
     "summarize",
     "summarize_prompt",
-    "throughput",
 ]
-
-ALL_CATEGORIES = "all"
-"""Category name of the cells that pool every prompt."""
-
-OURS = "speculative-llm"
-"""Engine name of the variants run through a speculative-llm backend."""
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Variant:
-    """One configuration under test.
-
-    Attributes:
-        engine: ``speculative-llm`` (a backend of this package) or a peer
-            (``transformers``).
-        method: ``none`` (the baseline), ``ngram``, ``draft_model``, ``server``...
-        k: Draft length (None for the baseline or when the server decides).
-    """
-
-    engine: str
-    method: str
-    k: int | None = None
-
-    @property
-    def is_baseline(self) -> bool:
-        """Whether this is a baseline (no speculation)."""
-        return self.method == "none"
-
-    @property
-    def baseline(self) -> Variant:
-        """The baseline this variant is compared against (same engine, no speculation)."""
-        return Variant(self.engine, "none", None)
-
-    @property
-    def label(self) -> str:
-        """Short display name, for example ``ngram k=5`` or ``transformers none``."""
-        name = self.method if self.k is None else f"{self.method} k={self.k}"
-        return name if self.engine == OURS else f"{self.engine} {name}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The variant as a JSON-compatible dict (with its label)."""
-        return {"engine": self.engine, "method": self.method, "k": self.k, "label": self.label}
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One timed generation (warm-up runs are not samples).
-
-    Attributes:
-        variant: What generated it.
-        prompt_id: The prompt's id.
-        category: The prompt's category.
-        repeat: Repeat index, from 0.
-        generated_tokens: Tokens generated.
-        wall_s: Wall-clock seconds of the whole request, measured by the runner.
-        decode_s: Seconds after the first token (from the backend's stats), or None.
-        text: Generated text.
-        token_ids: Generated token ids, when the backend reports them.
-        stats: The backend's statistics for this generation, or None (peers).
-        kernel_s: Seconds inside the runner's kernels while decoding, when known.
-    """
-
-    variant: Variant
-    prompt_id: str
-    category: str
-    repeat: int
-    generated_tokens: int
-    wall_s: float
-    decode_s: float | None
-    text: str
-    token_ids: tuple[int, ...] | None = None
-    stats: SpecStats | None = None
-    kernel_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The sample as a JSON-compatible dict."""
-        return {
-            "variant": self.variant.label,
-            "prompt_id": self.prompt_id,
-            "category": self.category,
-            "repeat": self.repeat,
-            "generated_tokens": self.generated_tokens,
-            "wall_s": self.wall_s,
-            "decode_s": self.decode_s,
-            "kernel_s": self.kernel_s,
-            "text": self.text,
-            "token_ids": None if self.token_ids is None else list(self.token_ids),
-            "stats": None if self.stats is None else self.stats.to_dict(),
-        }
-
-
-def median(values: Iterable[float]) -> float:
-    """The median of some numbers.
-
-    Raises:
-        ValueError: There are none.
-    """
-    items = list(values)
-    if not items:
-        raise ValueError("median of no values")
-    return float(statistics.median(items))
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    """``numerator / denominator``, or None when either is unknown or the denominator is 0."""
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
-
-
-def throughput(tokens: int | None, seconds: float | None) -> float | None:
-    """Tokens per second, or None when unknown (or no time elapsed)."""
-    if tokens is None:
-        return None
-    return ratio(float(tokens), seconds)
 
 
 def first_divergence(first: Sequence[Any], second: Sequence[Any]) -> int | None:
@@ -197,70 +78,6 @@ def outputs_equal(
     if token_ids is not None and reference_ids is not None:
         return tuple(token_ids) == tuple(reference_ids)
     return text == reference_text
-
-
-@dataclass(frozen=True, slots=True)
-class PromptResult:
-    """One variant on one prompt: medians over repeats and the equality check.
-
-    Attributes:
-        variant: The variant.
-        prompt_id: The prompt's id.
-        category: The prompt's category.
-        repeats: Number of samples.
-        generated_tokens: Median tokens generated (identical across greedy repeats).
-        wall_s: Median wall-clock seconds.
-        decode_s: Median decode seconds (None when a repeat lacks it).
-        text: Output of the first repeat.
-        token_ids: Token ids of the first repeat (None when not reported).
-        repeats_agree: Whether every repeat produced the same output.
-        stats: Statistics of all repeats added up (None when no repeat has any).
-        matches_baseline: Output equals the baseline's (None for the baseline itself or
-            when the baseline did not run this prompt).
-        divergence_at: First differing token (or character) index when not equal.
-        kernel_s: Median seconds inside the runner's kernels while decoding (None when
-            a repeat lacks it).
-    """
-
-    variant: Variant
-    prompt_id: str
-    category: str
-    repeats: int
-    generated_tokens: int
-    wall_s: float
-    decode_s: float | None
-    text: str
-    token_ids: tuple[int, ...] | None
-    repeats_agree: bool
-    stats: SpecStats | None
-    matches_baseline: bool | None = None
-    divergence_at: int | None = None
-    kernel_s: float | None = None
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        """Wall-clock throughput of the median run."""
-        return throughput(self.generated_tokens, self.wall_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as a JSON-compatible dict (without the output text)."""
-        return {
-            "variant": self.variant.label,
-            "prompt_id": self.prompt_id,
-            "category": self.category,
-            "repeats": self.repeats,
-            "generated_tokens": self.generated_tokens,
-            "wall_s": self.wall_s,
-            "decode_s": self.decode_s,
-            "tokens_per_second": self.tokens_per_second,
-            "repeats_agree": self.repeats_agree,
-            "matches_baseline": self.matches_baseline,
-            "divergence_at": self.divergence_at,
-            "acceptance_rate": None if self.stats is None else self.stats.acceptance_rate,
-            "mean_accepted_length": (
-                None if self.stats is None else self.stats.mean_accepted_length
-            ),
-        }
 
 
 def _median_or_none(values: Sequence[float | None]) -> float | None:
@@ -299,6 +116,7 @@ def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
         wall_s=median(s.wall_s for s in samples),
         decode_s=_median_or_none([s.decode_s for s in samples]),
         kernel_s=_median_or_none([s.kernel_s for s in samples]),
+        grammar_s=_median_or_none([s.grammar_s for s in samples]),
         text=first.text,
         token_ids=first.token_ids,
         repeats_agree=all(
@@ -319,122 +137,6 @@ def _with_baseline_check(result: PromptResult, baseline: PromptResult | None) ->
         else:
             divergence = first_divergence(result.text, baseline.text)
     return dataclasses.replace(result, matches_baseline=equal, divergence_at=divergence)
-
-
-@dataclass(frozen=True, slots=True)
-class CellSummary:
-    """One variant in one category (or ``all``): pooled throughput and statistics.
-
-    Attributes:
-        variant: The variant.
-        category: The category, or ``all``.
-        prompts: Number of prompts pooled.
-        generated_tokens: Tokens generated, summed over prompts (median run of each).
-        wall_s: Median wall seconds, summed over prompts.
-        decode_s: Median decode seconds, summed (None when any prompt lacks it).
-        tokens_per_second: ``generated_tokens / wall_s``.
-        decode_tokens_per_second: ``generated_tokens / decode_s``.
-        speedup: Wall-clock throughput over the baseline's (1.0 for the baseline).
-        decode_speedup: Decode throughput over the baseline's.
-        stats: Statistics of every sample pooled (None when some lack them).
-        expected_speedup: Leviathan's wall-time factor for the measured acceptance.
-        step_cost: Decode seconds per decoding step over the baseline's (1.0 for the
-            baseline; None unless both have our engine's exact statistics).
-        equal_outputs: Prompts whose output equals the baseline's.
-        compared_outputs: Prompts compared with the baseline (0 for the baseline).
-        kernel_s: Median seconds inside the runner's kernels while decoding, summed
-            (None unless every prompt has it).
-        overhead_share: ``overhead_per_step`` over the baseline's kernel seconds per
-            decoding step (a one-token pass); None without kernel times.
-    """
-
-    variant: Variant
-    category: str
-    prompts: int
-    generated_tokens: int
-    wall_s: float
-    decode_s: float | None
-    tokens_per_second: float | None
-    decode_tokens_per_second: float | None
-    speedup: float | None
-    decode_speedup: float | None
-    stats: SpecStats | None
-    expected_speedup: float | None
-    step_cost: float | None
-    equal_outputs: int
-    compared_outputs: int
-    kernel_s: float | None = None
-    overhead_share: float | None = None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted / drafted tokens (None without statistics)."""
-        return None if self.stats is None else self.stats.acceptance_rate
-
-    @property
-    def mean_accepted_length(self) -> float | None:
-        """Tokens per verify step, bonus included (None without statistics)."""
-        return None if self.stats is None else self.stats.mean_accepted_length
-
-    @property
-    def acceptance_by_position(self) -> tuple[float, ...] | None:
-        """``[i]`` = accepted / drafted at draft position i."""
-        return None if self.stats is None else self.stats.acceptance_by_position
-
-    @property
-    def seconds_per_step(self) -> float | None:
-        """Decode seconds per decoding step of one run (see ``seconds_per_step``)."""
-        return seconds_per_step(self.decode_s, self.prompts, self.stats)
-
-    @property
-    def kernel_seconds_per_step(self) -> float | None:
-        """Kernel seconds per decoding step of one run (see ``seconds_per_step``)."""
-        return seconds_per_step(self.kernel_s, self.prompts, self.stats)
-
-    @property
-    def overhead_per_step(self) -> float | None:
-        """Decode seconds outside the runner's kernels per decoding step."""
-        total, kernel = self.seconds_per_step, self.kernel_seconds_per_step
-        return None if total is None or kernel is None else total - kernel
-
-    @property
-    def measured_over_expected(self) -> float | None:
-        """decode_speedup / expected_speedup: how much of the theory the run achieved."""
-        return ratio(self.decode_speedup, self.expected_speedup)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The cell as a flat JSON-compatible dict (one CSV row)."""
-        by_position = self.acceptance_by_position
-        return {
-            "category": self.category,
-            "variant": self.variant.label,
-            "engine": self.variant.engine,
-            "method": self.variant.method,
-            "k": self.variant.k,
-            "prompts": self.prompts,
-            "generated_tokens": self.generated_tokens,
-            "wall_s": self.wall_s,
-            "decode_s": self.decode_s,
-            "tokens_per_second": self.tokens_per_second,
-            "decode_tokens_per_second": self.decode_tokens_per_second,
-            "speedup": self.speedup,
-            "decode_speedup": self.decode_speedup,
-            "expected_speedup": self.expected_speedup,
-            "measured_over_expected": self.measured_over_expected,
-            "step_cost": self.step_cost,
-            "overhead_per_step_s": self.overhead_per_step,
-            "overhead_share": self.overhead_share,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "alpha": None if self.stats is None else self.stats.alpha,
-            "draft_tokens": None if self.stats is None else self.stats.draft_tokens,
-            "accepted_tokens": None if self.stats is None else self.stats.accepted_tokens,
-            "verify_steps": None if self.stats is None else self.stats.verify_steps,
-            "stats_source": None if self.stats is None else self.stats.source,
-            "acceptance_by_position": None if by_position is None else list(by_position),
-            "equal_outputs": self.equal_outputs,
-            "compared_outputs": self.compared_outputs,
-        }
 
 
 def _pool(
@@ -479,6 +181,9 @@ def _pool(
         if step_s is None or kernel_step_s is None
         else ratio(step_s - kernel_step_s, one_token_pass_s)
     )
+    grammar_s = _sum_or_none([r.grammar_s for r in results])
+    grammar_step_s = seconds_per_step(grammar_s, len(results), stats)
+    grammar_share = None if grammar_step_s is None else ratio(grammar_step_s, one_token_pass_s)
     compared = [r for r in results if r.matches_baseline is not None]
     return CellSummary(
         variant=variant,
@@ -500,23 +205,9 @@ def _pool(
         compared_outputs=len(compared),
         kernel_s=kernel_s,
         overhead_share=overhead_share,
+        grammar_s=grammar_s,
+        grammar_share=grammar_share,
     )
-
-
-def seconds_per_step(decode_s: float | None, prompts: int, stats: SpecStats | None) -> float | None:
-    """Decode seconds per decoding step of one run over a cell's prompts.
-
-    ``decode_s`` sums one (median) run per prompt; ``stats`` pools every repeat, so the
-    steps of one run are ``stats.decoding_steps * prompts / requests`` (each request
-    spends one of its steps on the prompt, before decode time starts). Only for our
-    engine's exact statistics: servers count their steps differently, or not at all.
-    """
-    if decode_s is None or prompts <= 0 or stats is None or stats.source != "exact":
-        return None
-    decoding_steps = stats.decoding_steps
-    if decoding_steps is None:
-        return None
-    return decode_s / (decoding_steps * prompts / stats.requests)
 
 
 def _expected_speedup(stats: SpecStats, k: int | None) -> float | None:
@@ -524,29 +215,6 @@ def _expected_speedup(stats: SpecStats, k: int | None) -> float | None:
     if stats.steps_by_draft_length is not None:
         return stats.expected_speedup()
     return stats.expected_speedup(k=k)
-
-
-@dataclass(frozen=True, slots=True)
-class BenchSummary:
-    """Everything computed from a run's samples.
-
-    Attributes:
-        variants: Variants in run order (baselines first within each engine).
-        categories: Categories in prompt order.
-        prompt_results: One per (variant, prompt).
-        cells: One per (variant, category), then one per (variant, ``all``).
-    """
-
-    variants: tuple[Variant, ...]
-    categories: tuple[str, ...]
-    prompt_results: tuple[PromptResult, ...]
-    cells: tuple[CellSummary, ...]
-
-    def cell(self, variant: Variant, category: str = ALL_CATEGORIES) -> CellSummary | None:
-        """The cell of one variant and category, if it exists."""
-        return next(
-            (c for c in self.cells if c.variant == variant and c.category == category), None
-        )
 
 
 def summarize(samples: Sequence[Sample]) -> BenchSummary:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.bench.aggregate import OURS, Variant
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE, BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats
@@ -58,6 +58,7 @@ class Outcome:
         decode_s: Seconds after the first token, when known.
         stats: The backend's statistics, when it has any.
         kernel_s: Seconds inside the model's kernels (our llama.cpp runner), when known.
+        grammar_s: Seconds our engine spent on a grammar (structured output, tools).
     """
 
     text: str
@@ -66,6 +67,7 @@ class Outcome:
     decode_s: float | None
     stats: SpecStats | None
     kernel_s: float | None = None
+    grammar_s: float | None = None
 
 
 class Contender(Protocol):
@@ -123,6 +125,10 @@ def spec_for(
     )
 
 
+_ENGINE_COUNTERS = {"kernel_seconds": "kernel_s", "grammar_seconds": "grammar_s"}
+"""Running totals our local engine keeps (backend attribute -> ``Outcome`` field)."""
+
+
 class BackendContender:
     """One variant through a speculative-llm ``Backend``.
 
@@ -149,12 +155,20 @@ class BackendContender:
 
     def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
         """Generate through the backend (non-streaming)."""
-        kernel_before = getattr(self.backend, "kernel_seconds", None)
+        before = self._counters()
         outcome = outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
-        kernel_after = getattr(self.backend, "kernel_seconds", None)
-        if kernel_before is None or kernel_after is None:
-            return outcome
-        return dataclasses.replace(outcome, kernel_s=kernel_after - kernel_before)
+        after = self._counters()
+        spent = {
+            field: after[name] - before[name]
+            for name, field in _ENGINE_COUNTERS.items()
+            if before[name] is not None and after[name] is not None
+        }
+        if not (prompt.response_format or prompt.tools):
+            spent.pop("grammar_s", None)  # no grammar: no figure, rather than 0
+        return dataclasses.replace(outcome, **spent) if spent else outcome
+
+    def _counters(self) -> dict[str, Any]:
+        return {name: getattr(self.backend, name, None) for name in _ENGINE_COUNTERS}
 
     def close(self) -> None:
         """Close the backend if this contender owns it."""

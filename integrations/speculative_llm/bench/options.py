@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speculative_llm.bench.aggregate import OURS, Variant
+from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.errors import ConfigError
 
 __all__ = [

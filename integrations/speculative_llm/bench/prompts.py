@@ -9,19 +9,25 @@ Spec-Bench's categories plus code editing, 10 or more prompts each:
 * ``qa``: open-domain questions;
 * ``math_reasoning``: word problems solved step by step;
 * ``rag``: a retrieved document and a question answered by quoting it (extraction);
-* ``code_edit``: a source file and an edit request, answered with the whole file.
+* ``code_edit``: a source file and an edit request, answered with the whole file;
+* ``structured``: fields extracted from a text into a JSON schema, and tool calls
+  (``response_format`` or ``tools``), answered under a grammar on the local engine;
+* ``structured_free``: the same prompts without their schema or tools, so the cost of
+  the grammar shows next to the free runs.
 
-The last two repeat long stretches of their prompt, which is where prompt lookup
+``rag``, ``code_edit`` and ``structured`` repeat long stretches of their prompt (the
+JSON keys and copied values of an extraction too), which is where prompt lookup
 (n-gram drafting) pays off.
 
 A JSONL file has one JSON object per line with either ``messages`` (OpenAI-style
 chat messages), ``prompt`` (plain text) or Spec-Bench's ``turns`` (a list with one
-user turn), plus optional ``id``, ``category`` (default ``custom``) and
-``max_tokens``.
+user turn), plus optional ``id``, ``category`` (default ``custom``), ``max_tokens``,
+and ``response_format``, ``tools`` and ``tool_choice`` (OpenAI's forms).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,8 +57,13 @@ CATEGORIES: tuple[str, ...] = (
     "math_reasoning",
     "rag",
     "code_edit",
+    "structured",
+    "structured_free",
 )
 """Categories of the built-in prompt set, in report order."""
+
+_FREE_TWIN = {"structured": "structured_free"}
+"""Built-in categories whose prompts are also run without their constraints, and where."""
 
 _CATEGORY_ALIASES: dict[str, str] = {
     "mt_bench": "multi_turn",
@@ -78,6 +89,9 @@ class BenchPrompt:
         messages: Chat messages (the model answers the last user turn), or None.
         prompt: Plain-text prompt, when ``messages`` is None.
         max_tokens: This prompt's own generation budget (None: the run's).
+        response_format: OpenAI ``response_format`` the answer must follow, or None.
+        tools: Tools (OpenAI format) the model may call, or None.
+        tool_choice: ``auto``, ``required``, ``none`` or a named tool, with ``tools``.
     """
 
     id: str
@@ -85,6 +99,9 @@ class BenchPrompt:
     messages: tuple[Message, ...] | None = None
     prompt: str | None = None
     max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
     def request(self, max_tokens: int, spec: SpecConfig | None) -> GenerationRequest:
         """The greedy request for this prompt (its own ``max_tokens`` caps the run's)."""
@@ -95,6 +112,20 @@ class BenchPrompt:
             max_tokens=budget,
             temperature=0.0,
             spec=spec,
+            response_format=self.response_format,
+            tools=self.tools,
+            tool_choice=self.tool_choice,
+        )
+
+    def without_constraints(self, category: str) -> BenchPrompt:
+        """The same prompt, free of schema and tools, reported under ``category``."""
+        return dataclasses.replace(
+            self,
+            id=f"{self.id}-free",
+            category=category,
+            response_format=None,
+            tools=None,
+            tool_choice=None,
         )
 
     def chat_messages(self) -> list[dict[str, str]]:
@@ -183,6 +214,18 @@ def parse_prompt(record: Mapping[str, Any], *, where: str, default_id: str) -> B
             f"{where}: 'max_tokens' must be a positive integer, got {max_tokens!r}.",
             field="max_tokens",
         )
+    response_format = record.get("response_format")
+    if response_format is not None and not isinstance(response_format, Mapping):
+        raise ConfigError(
+            f"{where}: 'response_format' must be an object, for example "
+            '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}.',
+            field="response_format",
+        )
+    tools = record.get("tools")
+    if tools is not None and (
+        not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools)
+    ):
+        raise ConfigError(f"{where}: 'tools' must be a list of OpenAI tool objects.", field="tools")
     raw_id = record.get("id", record.get("question_id", default_id))
     category = record.get("category", "custom")
     if not isinstance(category, str) or not category.strip():
@@ -193,6 +236,9 @@ def parse_prompt(record: Mapping[str, Any], *, where: str, default_id: str) -> B
         messages=messages,
         prompt=prompt,
         max_tokens=max_tokens,
+        response_format=None if response_format is None else dict(response_format),
+        tools=None if tools is None else tuple(dict(t) for t in tools),
+        tool_choice=record.get("tool_choice"),
     )
 
 
@@ -243,10 +289,15 @@ def builtin_prompts(categories: Sequence[str] | None = None) -> list[BenchPrompt
     """The built-in prompts of ``categories`` (all by default), in category order."""
     wanted = CATEGORIES if categories is None else parse_categories(categories, CATEGORIES)
     folder = resources.files("speculative_llm.bench").joinpath("prompts")
+    twins = {free: constrained for constrained, free in _FREE_TWIN.items()}
     prompts: list[BenchPrompt] = []
     for category in wanted:
-        text = folder.joinpath(f"{category}.jsonl").read_text(encoding="utf-8")
-        prompts.extend(_read_jsonl(text.splitlines(), f"built-in {category}.jsonl"))
+        source = twins.get(category, category)
+        text = folder.joinpath(f"{source}.jsonl").read_text(encoding="utf-8")
+        read = _read_jsonl(text.splitlines(), f"built-in {source}.jsonl")
+        if category in twins:
+            read = [prompt.without_constraints(category) for prompt in read]
+        prompts.extend(read)
     return prompts
 
 

@@ -16,20 +16,20 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.aggregate import (
+from speculative_llm.bench.aggregate import cross_engine_agreement
+from speculative_llm.bench.figures import ratio
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
+from speculative_llm.bench.records import (
     ALL_CATEGORIES,
     OURS,
     BenchSummary,
     CellSummary,
     Variant,
-    cross_engine_agreement,
-    ratio,
 )
-from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -76,6 +76,7 @@ CSV_FIELDS: tuple[str, ...] = (
     "step_cost",
     "overhead_per_step_s",
     "overhead_share",
+    "grammar_share",
     "acceptance_rate",
     "mean_accepted_length",
     "alpha",
@@ -107,7 +108,7 @@ def _percent(value: float | None) -> str:
 
 
 def _overhead(share: float | None) -> str:
-    """The engine's own time per step, as a share of a one-token pass (``1.2%``)."""
+    """A time per step as a share of a one-token pass (``1.2%``)."""
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
@@ -115,47 +116,74 @@ def _equal(cell: CellSummary) -> str:
     return "-" if cell.compared_outputs == 0 else f"{cell.equal_outputs}/{cell.compared_outputs}"
 
 
-def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
-    """The summary as a rich ``Table``: one section per category, ``all`` last."""
+def _table(
+    title: str | None,
+    headers: Sequence[str],
+    *,
+    text_columns: Collection[str],
+    no_wrap: Collection[str] = (),
+) -> Table:
+    """An empty rich ``Table``: text columns left-aligned, figures right-aligned."""
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False)
-    for header in (
-        "category",
-        "variant",
-        "tok/s",
-        "decode tok/s",
-        "speedup",
-        "decode speedup",
-        "expected",
-        "step cost",
-        "overhead",
-        "accept",
-        "mean acc. len",
-        "equal",
-    ):
-        text_column = header in ("category", "variant")
+    table = Table(title=title)
+    for header in headers:
         table.add_column(
-            header, justify="left" if text_column else "right", no_wrap=header == "variant"
+            header,
+            justify="left" if header in text_columns else "right",
+            no_wrap=header in no_wrap,
         )
+    return table
+
+
+_CELL_HEADERS: tuple[str, ...] = (
+    "variant",
+    "tok/s",
+    "decode tok/s",
+    "speedup",
+    "decode speedup",
+    "expected",
+    "step cost",
+    "overhead",
+    "grammar",
+    "accept",
+    "mean acc. len",
+    "equal",
+)
+"""Columns of a cell's row, in the rich table (after ``category``) and in Markdown."""
+
+
+def _cell_row(cell: CellSummary) -> list[str]:
+    """A cell's figures as ``_CELL_HEADERS`` names them."""
+    return [
+        cell.variant.label,
+        _number(cell.tokens_per_second),
+        _number(cell.decode_tokens_per_second),
+        format_ratio(cell.speedup),
+        format_ratio(cell.decode_speedup),
+        format_ratio(cell.expected_speedup),
+        format_ratio(cell.step_cost),
+        _overhead(cell.overhead_share),
+        _overhead(cell.grammar_share),
+        _percent(cell.acceptance_rate),
+        _number(cell.mean_accepted_length, 2),
+        _equal(cell),
+    ]
+
+
+def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
+    """The summary as a rich ``Table``: one section per category, ``all`` last."""
+    table = _table(
+        title,
+        ("category", *_CELL_HEADERS),
+        text_columns=("category", "variant"),
+        no_wrap=("variant",),
+    )
     previous: str | None = None
     for cell in summary.cells:
         if previous is not None and cell.category != previous:
             table.add_section()
-        table.add_row(
-            cell.category if cell.category != previous else "",
-            cell.variant.label,
-            _number(cell.tokens_per_second),
-            _number(cell.decode_tokens_per_second),
-            format_ratio(cell.speedup),
-            format_ratio(cell.decode_speedup),
-            format_ratio(cell.expected_speedup),
-            format_ratio(cell.step_cost),
-            _overhead(cell.overhead_share),
-            _percent(cell.acceptance_rate),
-            _number(cell.mean_accepted_length, 2),
-            _equal(cell),
-        )
+        table.add_row(cell.category if cell.category != previous else "", *_cell_row(cell))
         previous = cell.category
     return table
 
@@ -163,21 +191,12 @@ def render_table(summary: BenchSummary, *, title: str | None = None) -> Table:
 def markdown_table(summary: BenchSummary, *, category: str = ALL_CATEGORIES) -> str:
     """One category's rows as a Markdown table (for documentation)."""
     lines = [
-        "| variant | tok/s | decode tok/s | speedup | decode speedup | expected | step cost "
-        "| overhead | accept | mean acc. len | equal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(_CELL_HEADERS) + " |",
+        "|---|" + "---:|" * (len(_CELL_HEADERS) - 1),
     ]
     for cell in summary.cells:
-        if cell.category != category:
-            continue
-        lines.append(
-            f"| {cell.variant.label} | {_number(cell.tokens_per_second)} | "
-            f"{_number(cell.decode_tokens_per_second)} | {format_ratio(cell.speedup)} | "
-            f"{format_ratio(cell.decode_speedup)} | {format_ratio(cell.expected_speedup)} | "
-            f"{format_ratio(cell.step_cost)} | {_overhead(cell.overhead_share)} | "
-            f"{_percent(cell.acceptance_rate)} | {_number(cell.mean_accepted_length, 2)} | "
-            f"{_equal(cell)} |"
-        )
+        if cell.category == category:
+            lines.append("| " + " | ".join(_cell_row(cell)) + " |")
     return "\n".join(lines)
 
 
@@ -220,29 +239,32 @@ def peer_comparison(summary: BenchSummary) -> list[dict[str, Any]]:
     return rows
 
 
+def _versus_headers(theirs: str) -> tuple[str, ...]:
+    """Headers of the figures every comparison row has (see ``_versus_figures``)."""
+    return ("ours tok/s", f"{theirs} tok/s", "ours / theirs", "decode ours / theirs")
+
+
+def _versus_figures(row: dict[str, Any]) -> tuple[str, ...]:
+    """A comparison row's throughputs and ratios, formatted."""
+    return (
+        _number(row["ours_tokens_per_second"]),
+        _number(row["peer_tokens_per_second"]),
+        format_ratio(row["ours_over_peer"]),
+        format_ratio(row["ours_over_peer_decode"]),
+    )
+
+
 def render_peer_table(rows: Sequence[dict[str, Any]]) -> Table:
     """The peer comparison as a rich ``Table``."""
-    from rich.table import Table
-
-    table = Table(title="speculative-llm vs transformers (same model, prompts and k)")
-    for header in (
-        "method",
-        "ours tok/s",
-        "transformers tok/s",
-        "ours / theirs",
-        "decode ours / theirs",
-        "same output",
-    ):
-        table.add_column(header, justify="left" if header == "method" else "right")
+    table = _table(
+        "speculative-llm vs transformers (same model, prompts and k)",
+        ("method", *_versus_headers("transformers"), "same output"),
+        text_columns=("method",),
+    )
     for row in rows:
         label = row["method"] if row["k"] is None else f"{row['method']} k={row['k']}"
         table.add_row(
-            label,
-            _number(row["ours_tokens_per_second"]),
-            _number(row["peer_tokens_per_second"]),
-            format_ratio(row["ours_over_peer"]),
-            format_ratio(row["ours_over_peer_decode"]),
-            f"{row['equal_outputs']}/{row['compared_outputs']}",
+            label, *_versus_figures(row), f"{row['equal_outputs']}/{row['compared_outputs']}"
         )
     return table
 
@@ -290,31 +312,18 @@ def llama_server_comparison(summary: BenchSummary) -> list[dict[str, Any]]:
 
 def render_llama_server_table(rows: Sequence[dict[str, Any]]) -> Table:
     """The llama-server comparison as a rich ``Table``."""
-    from rich.table import Table
-
-    table = Table(title="speculative-llm vs llama-server (same GGUF, prompts and threads)")
-    for header in (
-        "category",
-        "ours",
-        "llama-server",
-        "ours tok/s",
-        "theirs tok/s",
-        "ours / theirs",
-        "decode ours / theirs",
-    ):
-        table.add_column(
-            header, justify="left" if header in ("category", "ours", "llama-server") else "right"
-        )
+    table = _table(
+        "speculative-llm vs llama-server (same GGUF, prompts and threads)",
+        ("category", "ours", "llama-server", *_versus_headers("theirs")),
+        text_columns=("category", "ours", "llama-server"),
+    )
     previous: str | None = None
     for row in rows:
         table.add_row(
             row["category"] if row["category"] != previous else "",
             row["ours"],
             row["peer"],
-            _number(row["ours_tokens_per_second"]),
-            _number(row["peer_tokens_per_second"]),
-            format_ratio(row["ours_over_peer"]),
-            format_ratio(row["ours_over_peer_decode"]),
+            *_versus_figures(row),
         )
         previous = row["category"]
     return table
@@ -394,6 +403,19 @@ def _pyplot() -> Any:
     return plt
 
 
+def _mark_empty(axis: Any, message: str) -> None:
+    """Write ``message`` across an axis that has nothing to plot."""
+    axis.text(0.5, 0.5, message, ha="center", transform=axis.transAxes)
+
+
+def _save_figure(plt: Any, figure: Any, path: Path) -> Path:
+    """Lay out, write and close a figure; returns its path."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def plot_speedup_by_category(summary: BenchSummary, path: Path) -> Path:
     """Grouped bars of speedup per category (top: wall clock; bottom: decode vs expected)."""
     plt = _pyplot()
@@ -439,13 +461,8 @@ def plot_speedup_by_category(summary: BenchSummary, path: Path) -> Path:
         wall_axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         decode_axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
-        wall_axis.text(
-            0.5, 0.5, "no speculative variant", ha="center", transform=wall_axis.transAxes
-        )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+        _mark_empty(wall_axis, "no speculative variant")
+    return _save_figure(plt, figure, path)
 
 
 def plot_acceptance_by_position(summary: BenchSummary, path: Path) -> Path:
@@ -468,13 +485,8 @@ def plot_acceptance_by_position(summary: BenchSummary, path: Path) -> Path:
         axis.legend(fontsize="small", loc="best")
         axis.xaxis.get_major_locator().set_params(integer=True)
     else:
-        axis.text(
-            0.5, 0.5, "no per-position acceptance figures", ha="center", transform=axis.transAxes
-        )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+        _mark_empty(axis, "no per-position acceptance figures")
+    return _save_figure(plt, figure, path)
 
 
 def write_reports(result: BenchResult, out_dir: str | Path) -> dict[str, Path]:

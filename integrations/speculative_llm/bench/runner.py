@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
-from speculative_llm.bench.aggregate import BenchSummary, Sample, summarize
+from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.contenders import Contender, open_contenders
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import (
@@ -35,6 +35,7 @@ from speculative_llm.bench.prompts import (
     load_prompts,
     select_prompts,
 )
+from speculative_llm.bench.records import BenchSummary, Sample
 
 __all__ = [
     "WARMUP_TOKENS",
@@ -127,6 +128,7 @@ def run_samples(
                         token_ids=outcome.token_ids,
                         stats=outcome.stats,
                         kernel_s=outcome.kernel_s,
+                        grammar_s=outcome.grammar_s,
                     )
                 )
                 if on_step:

@@ -10,7 +10,9 @@ columns differ only by the decoding loop:
 * ``draft_model``: ``assistant_model=`` with ``num_assistant_tokens=k``, a constant
   schedule and ``assistant_confidence_threshold=0`` (always draft k tokens, as ours).
 
-transformers reports no acceptance figures, so these variants have no ``SpecStats``;
+transformers has no grammar-constrained generation: on ``structured`` prompts it answers
+unconstrained (compare it with our ``structured_free`` rows). transformers reports no
+acceptance figures, so these variants have no ``SpecStats``;
 their decode time is measured with a streamer that notes when the first new token
 arrives (its first ``put`` is the prompt).
 """
@@ -21,9 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.aggregate import Variant
 from speculative_llm.bench.contenders import Outcome
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import Variant
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 

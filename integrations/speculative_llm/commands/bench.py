@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
+from speculative_llm.bench.prompts import CATEGORIES
+from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import MissingDependencyError
 
 __all__ = ["add_arguments", "options_from_args", "run"]
@@ -26,11 +29,13 @@ _DEFAULT_OUT = "bench-results"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``speculative-llm bench``."""
+    # The server backends bench cannot start itself, so they need --base-url.
+    *by_url, last_by_url = (name for name in SERVER_BACKENDS if name != "llamacpp")
     parser.add_argument(
         "--backend",
         default="local",
         help="local (the in-process engine, default), llamacpp (starts llama-servers itself "
-        "unless --base-url is given), vllm, sglang, lmstudio, tgi or openai (need --base-url)",
+        f"unless --base-url is given), {', '.join(by_url)} or {last_by_url} (need --base-url)",
     )
     parser.add_argument(
         "--model",
@@ -55,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--categories",
         default="all",
-        help="all, or comma-separated categories: multi_turn, translation, summarization, qa, "
-        "math_reasoning, rag, code_edit",
+        help=f"all, or comma-separated categories: {', '.join(CATEGORIES)}",
     )
     parser.add_argument(
         "--prompts", type=Path, help="JSONL prompt file instead of the built-in set"
@@ -90,28 +94,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{','.join(LLAMA_SERVER_NGRAM_TYPES)})",
     )
     parser.add_argument(
-        "--runner",
-        choices=("auto", "llamacpp", "transformers"),
-        default="auto",
-        help="local engine runner (default auto: llama.cpp for .gguf files and packaged models)",
-    )
-    parser.add_argument(
         "--cost-aware",
         action="store_true",
         help="local engine: k is the longest draft; draft only what pays for its verification",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        help="weights of in-process transformers models: auto, float32, bfloat16",
-    )
-    parser.add_argument("--device", default="cpu", help="torch device of in-process models")
-    parser.add_argument(
-        "--threads",
-        type=int,
-        help="threads of in-process models and of the llama-servers bench starts (default: "
-        "their own choice)",
+    add_local_engine_arguments(
+        parser,
+        threads_help="threads of in-process models and of the llama-servers bench starts "
+        "(default: their own choice)",
     )
     parser.add_argument(
         "--out",
@@ -154,12 +145,9 @@ def options_from_args(args: argparse.Namespace) -> Any:
         llama_server_types=tuple(
             t.strip() for t in args.llama_server_types.split(",") if t.strip()
         ),
-        runner=args.runner,
         cost_aware=args.cost_aware,
-        dtype=args.dtype,
-        device=args.device,
-        threads=args.threads,
         progress=not args.no_progress,
+        **local_engine_options(args),
     )
 
 

@@ -16,6 +16,7 @@ import sys
 from typing import Any, TextIO
 
 from speculative_llm.backends.builder import build_backend
+from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
@@ -78,22 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run without speculation and print the measured speedup",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument(
-        "--runner",
-        choices=("auto", "llamacpp", "transformers"),
-        default="auto",
-        help="auto (default: llama.cpp for .gguf files and packaged models, transformers for "
-        "Hugging Face ids and directories), llamacpp or transformers",
-    )
-    parser.add_argument(
-        "--device", default="cpu", help="torch device of the transformers runner (default cpu)"
-    )
-    parser.add_argument(
-        "--dtype",
-        default="auto",
-        help="transformers runner: auto (default; float32 on a CPU), float32, bfloat16 or float16",
-    )
-    parser.add_argument("--threads", type=int, help="CPU threads (llama.cpp's or torch's)")
+    add_local_engine_arguments(parser)
 
 
 def build_spec(args: argparse.Namespace) -> SpecConfig:
@@ -207,13 +193,7 @@ def run(args: argparse.Namespace) -> int:
         "local",
         model=args.model,
         speculative=spec,
-        options={
-            "draft_model": args.draft,
-            "runner": args.runner,
-            "device": args.device,
-            "dtype": args.dtype,
-            "threads": args.threads,
-        },
+        options={"draft_model": args.draft, **local_engine_options(args)},
     )
     with setup.backend as backend:
         assert isinstance(backend, LocalBackend)  # what the registry's "local" entry builds

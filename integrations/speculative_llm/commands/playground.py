@@ -2,16 +2,18 @@
 
 The page's settings start from the options given here (backend, model, method...);
 the user can change them in the page. The app listens on 127.0.0.1 unless
-``--host`` or ``--share`` say otherwise.
+``--host`` or ``--share`` say otherwise, and opens only the models and servers the
+operator allowed: the packaged models, ``--model``/``--draft-model``, model files under
+``--model-dir`` and the servers of ``--url``/``--baseline-url``/``--allow-url``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
+from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
 __all__ = ["add_arguments", "run"]
@@ -50,19 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline-url", help="URL of a second server without speculation, for the baseline"
     )
-    parser.add_argument(
-        "--runner",
-        choices=("auto", "llamacpp", "transformers"),
-        default="auto",
-        help="local engine runner (default auto: llama.cpp for .gguf files and packaged models)",
-    )
-    parser.add_argument(
-        "--device", default="cpu", help="local engine device, transformers runner (default cpu)"
-    )
-    parser.add_argument(
-        "--dtype", default="auto", help="local engine dtype, transformers runner (default auto)"
-    )
-    parser.add_argument("--threads", type=int, help="local engine CPU threads")
+    add_local_engine_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument(
@@ -71,6 +61,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--auth",
         help="require a login, as user:password (default: $SPECULATIVE_PLAYGROUND_AUTH)",
+    )
+    parser.add_argument(
+        "--allow-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a server the page may call (repeatable): http://host:port, host:port, or host "
+        "for any port there (default: only --url and --baseline-url)",
+    )
+    parser.add_argument(
+        "--model-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory whose model files the page may load (repeatable; default: only "
+        "the packaged models and --model/--draft-model)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name the app is reached by, e.g. behind a proxy (repeatable; requests "
+        "naming other hosts are refused)",
     )
     parser.add_argument(
         "--concurrency",
@@ -126,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         raise MissingDependencyError("gradio", "playground", "The playground") from error
     from speculative_playground import build_app, launch
     from speculative_playground.backend_pool import BackendPool
-    from speculative_playground.security import SecurityPolicy, UrlAllowlist
+    from speculative_playground.security import SecurityPolicy
     from speculative_playground.settings import PACKAGED_MODELS
 
     if args.concurrency < 1:
@@ -134,26 +148,23 @@ def run(args: argparse.Namespace) -> int:
             f"--concurrency must be >= 1, got {args.concurrency}.", field="concurrency"
         )
     settings = _settings(args)
-    policy = SecurityPolicy.from_options(host=args.host, share=args.share, auth=args.auth)
-    operator_urls = [u for u in (settings.server_url, settings.baseline_url) if u]
-    if operator_urls and not policy.local_only:
-        # URLs the operator gave on the command line are trusted; typed ones still are not.
-        entries = ",".join(operator_urls)
-        extra = UrlAllowlist.parse(entries).entries
-        current = policy.url_allowlist.entries if policy.url_allowlist else ()
-        policy = dataclasses.replace(policy, url_allowlist=UrlAllowlist((*current, *extra)))
+    policy = SecurityPolicy.from_options(
+        host=args.host,
+        share=args.share,
+        auth=args.auth,
+        allow_urls=args.allow_url,
+        model_dirs=args.model_dir,
+        allowed_hosts=args.allowed_host,
+    )
+    # The servers the operator named are allowed; typed ones must be on the allowlist.
+    policy = policy.allowing_urls([u for u in (settings.server_url, settings.baseline_url) if u])
     chosen = (settings.model, settings.draft_model) if settings.backend != "url" else ()
     custom = [name for name in chosen if name and name not in PACKAGED_MODELS]
-    models = list(dict.fromkeys([*custom, *PACKAGED_MODELS]))
+    models = list(dict.fromkeys([*custom, *PACKAGED_MODELS, *policy.model_files()]))
     pool = BackendPool(
         policy=policy,
         offered_models=models,
-        local_options={
-            "runner": args.runner,
-            "device": args.device,
-            "dtype": args.dtype,
-            "threads": args.threads,
-        },
+        local_options=local_engine_options(args),
     )
     app = build_app(
         policy=policy,

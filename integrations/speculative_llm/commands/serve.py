@@ -20,6 +20,7 @@ from speculative_llm.servers import (
     LLAMA_SPEC_TYPE_ALIASES,
     LlamaServer,
     LlamaServerFlags,
+    LlamaServerOptions,
     VLLMServer,
     build_llama_server_command,
     find_llama_server,
@@ -161,43 +162,40 @@ def _llama_ngram_size(args: argparse.Namespace, spec_type: str | None) -> int | 
 
 def _run_llamacpp(args: argparse.Namespace) -> int:
     spec_type = _llama_spec_type(args)
-    ngram_size = _llama_ngram_size(args, spec_type)
+    options: LlamaServerOptions = {
+        "draft_model": args.draft_model,
+        "spec_type": spec_type,
+        "draft_max": args.k,
+        "ngram_size": _llama_ngram_size(args, spec_type),
+        "host": args.host,
+        "ctx_size": args.ctx_size,
+        "threads": args.threads,
+        "extra_args": _extra(args),
+    }
     if args.print_only:
         try:
             binary = find_llama_server(args.binary)
             flags = llama_server_flags(binary)
         except MissingDependencyError:
             binary, flags = Path("llama-server"), LlamaServerFlags.assumed_current()
+        if args.draft_model is not None:
+            options["draft_model"] = _gguf_or_name(args.draft_model)
         command = build_llama_server_command(
             binary,
             flags,
             model=_gguf_or_name(args.model),
-            draft_model=None if args.draft_model is None else _gguf_or_name(args.draft_model),
             port=args.port or _DEFAULT_PORTS["llamacpp"],
-            host=args.host,
-            spec_type=spec_type,
-            draft_max=args.k,
-            ngram_size=ngram_size,
-            ctx_size=args.ctx_size,
-            threads=args.threads,
-            extra_args=_extra(args),
+            **options,
         )
         print(format_command(command))
         return 0
     server = LlamaServer(
         args.model,
-        draft_model=args.draft_model,
-        spec_type=spec_type,
-        draft_max=args.k,
-        ngram_size=ngram_size,
         port=args.port,
-        host=args.host,
-        ctx_size=args.ctx_size,
-        threads=args.threads,
-        extra_args=_extra(args),
         log_path=args.log_file,
         binary=args.binary,
         echo=None if args.quiet else sys.stderr,
+        **options,
     )
     try:
         with server:

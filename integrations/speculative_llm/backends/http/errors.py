@@ -8,6 +8,7 @@ that name the engine (``EngineHints``) and say how to fix the problem.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,10 @@ from speculative_llm.errors import (
 __all__ = [
     "EngineHints",
     "decode_json_object",
+    "describe_seconds",
     "error_for_status",
     "extract_server_message",
+    "not_a_stream_error",
 ]
 
 _MESSAGE_LIMIT = 500
@@ -108,8 +111,12 @@ def error_for_status(
     model: str | None = None,
     retries: int = 0,
     partial_text: str = "",
+    note: str = "",
 ) -> BackendError:
-    """The typed, actionable error for an HTTP error response."""
+    """The typed, actionable error for an HTTP error response.
+
+    ``note`` is added to the advice (why no further retry was made, for example).
+    """
     message = extract_server_message(body)
     said = f": {message}" if message else ""
     if _mentions_missing_model(status, message or ""):
@@ -142,6 +149,8 @@ def error_for_status(
         advice = "The server rejected the request; fix the request values named above."
     else:
         advice = f"{hints.engine} failed while handling the request; see its log."
+    if note:
+        advice = f"{advice} {note}"
     return BackendHTTPError(
         f"HTTP {status} from {hints.engine} at {url}{said}. {advice}",
         status_code=status,
@@ -168,3 +177,42 @@ def decode_json_object(body: bytes | str, *, url: str, what: str = "response") -
             url=url,
         )
     return payload
+
+
+def describe_seconds(seconds: float) -> str:
+    """A duration for people: ``3600 s (1 h)``, ``90 s (1.5 min)``, ``5 s``."""
+    if seconds >= 3600:
+        return f"{seconds:g} s ({seconds / 3600:.3g} h)"
+    if seconds >= 60:
+        return f"{seconds:g} s ({seconds / 60:.3g} min)"
+    return f"{seconds:g} s"
+
+
+# Media types that are certainly not an event stream: a web page, a whole JSON answer...
+# (text/plain and application/octet-stream may carry SSE from a lax server: let them be.)
+_NOT_SSE = re.compile(r"html|json|xml|^image/|^audio/|^video/", re.IGNORECASE)
+
+
+def not_a_stream_error(
+    content_type: str | None, first_bytes: bytes, *, url: str, hints: EngineHints, status: int
+) -> MalformedResponseError | None:
+    """The error of a streamed request answered with something that is not an event stream.
+
+    A web page (another service, a proxy's login page) or a whole JSON answer sent with
+    a success status would otherwise read as a stream that "ended early".
+
+    Returns:
+        The error to raise, or None when ``content_type`` may be an event stream.
+    """
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if not media_type or "event-stream" in media_type or not _NOT_SSE.search(media_type):
+        return None
+    excerpt = first_bytes[:200].decode("utf-8", "replace")
+    said = extract_server_message(first_bytes) if "json" in media_type else None
+    what = f"the message {said!r}" if said else f"a body starting with {excerpt!r}"
+    return MalformedResponseError(
+        f"Asked {hints.engine} at {url} for a stream (text/event-stream), but it answered "
+        f"HTTP {status} with Content-Type {media_type!r} and {what}. Is base_url pointing at "
+        f"{hints.engine}, not at another service or a proxy's page?",
+        url=url,
+    )

@@ -1,14 +1,18 @@
 """``HTTPTransport``: the connection-pooled client every server backend talks through.
 
 It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
-timeouts, the retries (``retry.py``) and the API key, which is a ``pydantic.SecretStr``
-and appears in no repr, log line or error. The sync and async methods are thin I/O
-shells around the same decisions (``errors.py``, ``retry.py``).
+timeouts (one ``Deadline`` per call, ``deadline.py``), the retries (``retry.py``) and
+the credentials: the API key, a
+``pydantic.SecretStr``, and a ``user:password@`` in ``base_url``, which is taken out of
+the URL and sent as HTTP basic authentication. Neither appears in a repr, log line or
+error, even when a server echoes them back (``redaction.py``). The sync and async
+methods are thin I/O shells around the same decisions (``errors.py``, ``retry.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
@@ -21,7 +25,15 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from speculative_llm.backends.http.errors import EngineHints, decode_json_object, error_for_status
+from speculative_llm.backends.http.deadline import Deadline
+from speculative_llm.backends.http.errors import (
+    EngineHints,
+    decode_json_object,
+    describe_seconds,
+    error_for_status,
+    not_a_stream_error,
+)
+from speculative_llm.backends.http.redaction import Redactor, split_credentials
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
 from speculative_llm.errors import (
@@ -43,7 +55,12 @@ __all__ = [
 logger = logging.getLogger("speculative_llm.backends.http")
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_READ_TIMEOUT_S = 600.0
+DEFAULT_READ_TIMEOUT_S = 120.0
+"""Default ``timeout``: a call that gets no answer for two minutes fails (pass more for long
+non-streamed generations on slow hardware; a stream only needs its bytes to keep coming)."""
+
+_FETCH_TIMEOUT_S = 10.0
+"""Longest wait for an auxiliary GET (``/metrics``, ``/slots``...): they answer at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +110,24 @@ class HTTPTransport:
     """A connection-pooled HTTP client for one server, with sync and async methods.
 
     Args:
-        base_url: The server URL (``http://127.0.0.1:8080`` or ``.../v1``).
+        base_url: The server URL (``http://127.0.0.1:8080`` or ``.../v1``). A
+            ``user:password@`` in it is sent as HTTP basic authentication and left out
+            of ``base_url`` and of every message.
         api_key: Sent as ``Authorization: Bearer``; stored as a ``SecretStr``.
-        timeout: Read timeout in seconds: longest wait for the next bytes of an answer.
-        connect_timeout: Longest wait for a TCP connection, in seconds.
+        timeout: Deadline of one call, in seconds: its auxiliary GETs, connecting, the
+            retries and the waits between them, and the answer all draw on it. A stream
+            that has started may run longer, as long as no silence between its bytes
+            lasts ``timeout``.
+        connect_timeout: Longest wait for a TCP connection, in seconds (within the deadline).
         max_retries: Retries of connection failures and HTTP 429/502/503.
         retry_backoff: First retry delay in seconds (doubles each time, capped at 8 s).
         headers: Extra headers sent with every request.
         hints: Engine wording for error messages.
         verify: TLS certificate verification (``False`` or a CA bundle path).
+
+    Attributes:
+        redactor: Masks this connection's secrets; every error the transport raises has
+            passed through it (backends pass theirs through it too).
 
     Raises:
         ConfigError: A value is invalid.
@@ -120,7 +146,7 @@ class HTTPTransport:
         hints: EngineHints | None = None,
         verify: bool | str = True,
     ) -> None:
-        self.base_url = validate_base_url(base_url)
+        self.base_url, credentials = split_credentials(validate_base_url(base_url))
         self.root_url, self.api_prefix = split_base_url(self.base_url)
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -132,6 +158,17 @@ class HTTPTransport:
         self._api_key: SecretStr | None = (
             api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
         )
+        if credentials is not None and self._api_key is not None:
+            raise ConfigError(
+                "base_url carries credentials (user:password@) and api_key is set too; both "
+                "would go in the Authorization header. Give only one of them.",
+                field="api_key",
+            )
+        self._auth = httpx.BasicAuth(*credentials) if credentials is not None else None
+        self.redactor = Redactor(
+            [self._api_key.get_secret_value() if self._api_key is not None else None],
+            credentials=credentials,
+        )
         self.retry = RetryPolicy(max_retries=max_retries, backoff_s=retry_backoff)
         self.read_timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
@@ -141,10 +178,7 @@ class HTTPTransport:
         self._timeout = httpx.Timeout(
             self.read_timeout, connect=self.connect_timeout, pool=self.connect_timeout
         )
-        # Auxiliary GETs (/metrics, /props...) answer at once: do not wait a generation's time.
-        self._fetch_timeout = httpx.Timeout(
-            min(self.read_timeout, 30.0), connect=self.connect_timeout
-        )
+        self._fetch_timeout_s = min(self.read_timeout, _FETCH_TIMEOUT_S)
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._aclient: httpx.AsyncClient | None = None
@@ -169,6 +203,15 @@ class HTTPTransport:
             return f"{self.root_url}{path[len('/v1') :]}"
         return f"{self.root_url}{path}"
 
+    def deadline(self) -> Deadline:
+        """A new deadline of ``timeout`` seconds: create one per call, pass it to every step."""
+        return Deadline(self.read_timeout)
+
+    def _timeout_within(self, deadline: Deadline, read_s: float) -> httpx.Timeout:
+        """The timeouts of one step: ``read_s`` and connecting, capped by the deadline."""
+        connect = deadline.cap(self.connect_timeout)
+        return httpx.Timeout(deadline.cap(read_s), connect=connect, pool=connect)
+
     def _request_headers(self) -> dict[str, str]:
         headers = dict(self._headers)
         if self._api_key is not None:
@@ -180,7 +223,9 @@ class HTTPTransport:
     def _sync_client(self) -> httpx.Client:
         with self._lock:
             if self._client is None or self._client.is_closed:
-                self._client = httpx.Client(timeout=self._timeout, verify=self._verify)
+                self._client = httpx.Client(
+                    timeout=self._timeout, verify=self._verify, auth=self._auth
+                )
             return self._client
 
     def _async_client(self) -> httpx.AsyncClient:
@@ -188,7 +233,9 @@ class HTTPTransport:
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._aclient is None or self._aclient.is_closed or self._aclient_loop is not loop:
-                self._aclient = httpx.AsyncClient(timeout=self._timeout, verify=self._verify)
+                self._aclient = httpx.AsyncClient(
+                    timeout=self._timeout, verify=self._verify, auth=self._auth
+                )
                 self._aclient_loop = loop
             return self._aclient
 
@@ -210,11 +257,17 @@ class HTTPTransport:
 
     # -- what a failure means (shared by the sync and async paths) --
 
-    def _attempt(self, method: str, path: str, body: Any, model: str | None) -> _Attempt:
-        return _Attempt(self, method, self.url(path), body, model)
+    def _attempt(
+        self, method: str, path: str, body: Any, model: str | None, deadline: Deadline
+    ) -> _Attempt:
+        return _Attempt(self, method, self.url(path), body, model, deadline)
 
-    def _transport_error(self, error: Exception, url: str, retries: int) -> BackendError:
+    def _transport_error(
+        self, error: Exception, url: str, retries: int, deadline: Deadline
+    ) -> BackendError:
         """The typed error of a request that got no answer (refused, timed out...)."""
+        if isinstance(error, httpx.TimeoutException) and deadline.expired:
+            return self.deadline_error(url, deadline)
         if isinstance(error, httpx.ConnectTimeout):
             return BackendTimeoutError(
                 f"Connecting to {self.hints.engine} at {url} timed out after "
@@ -223,22 +276,38 @@ class HTTPTransport:
                 url=url,
             )
         if isinstance(error, httpx.TimeoutException):
-            return BackendTimeoutError(
-                f"{self.hints.engine} at {url} did not answer within the read timeout of "
-                f"{self.read_timeout:g} s. If generation is just slow, pass a larger "
-                "timeout=...; otherwise the server may be stuck (see its log).",
-                url=url,
-            )
+            return self.deadline_error(url, deadline)
         return BackendUnavailableError(
             f"Cannot reach {self.hints.engine} at {url} ({_connection_reason(error)}; "
             f"{retries} retries). Is it running? {self.hints.start_hint}",
             url=url,
         )
 
-    def _body_error(self, error: httpx.TransportError, url: str, *, streamed: bool) -> BackendError:
+    def deadline_error(self, url: str, deadline: Deadline) -> BackendTimeoutError:
+        """The error of a call whose deadline passed before the server answered."""
+        steps = deadline.describe()
+        return BackendTimeoutError(
+            f"{self.hints.engine} at {url} did not answer within timeout={self.read_timeout:g} "
+            f"s (the whole call's limit{', reached ' + steps if steps else ''}). If generation "
+            "is just slow, pass a larger timeout=... or stream the answer; otherwise the "
+            "server may be stuck or shutting down (see its log).",
+            url=url,
+        )
+
+    def _body_error(
+        self, error: httpx.TransportError, url: str, *, streamed: bool, deadline: Deadline
+    ) -> BackendError:
         """The typed error of an answer whose body stopped arriving (a stall or a break)."""
         if isinstance(error, httpx.TimeoutException):
-            return self._transport_error(error, url, 0)
+            if not streamed:
+                return self.deadline_error(url, deadline)
+            return BackendTimeoutError(
+                f"The stream from {self.hints.engine} at {url} stalled: nothing arrived for "
+                f"{self.read_timeout:g} s (timeout=...); the text received so far is in "
+                "partial_text. The server may be stuck or shutting down (see its log); if it "
+                "is just slow, pass a larger timeout=....",
+                url=url,
+            )
         if streamed:
             return StreamInterruptedError(
                 f"The stream from {self.hints.engine} at {url} broke off "
@@ -252,125 +321,210 @@ class HTTPTransport:
             url=url,
         )
 
-    def _fetch_options(self) -> dict[str, Any]:
-        return {"headers": self._request_headers(), "timeout": self._fetch_timeout}
+    def _check_stream(self, response: httpx.Response, url: str, first: bytes) -> None:
+        """Raise when a streamed request got a web page or a JSON answer, not a stream."""
+        error = not_a_stream_error(
+            response.headers.get("content-type"),
+            first,
+            url=url,
+            hints=self.hints,
+            status=response.status_code,
+        )
+        if error is not None:
+            raise self.redactor.error(error)
+
+    def _fetch_step(self, path: str, deadline: Deadline | None) -> tuple[str, Any] | FetchResult:
+        """The URL and options of an auxiliary GET, or its result when no time is left."""
+        if deadline is not None:
+            if deadline.expired:
+                return FetchResult(path, error="no time left of the call's timeout")
+            deadline.note(f"GET {path}")
+        within = deadline or Deadline(self._fetch_timeout_s)
+        timeout = self._timeout_within(within, self._fetch_timeout_s)
+        return self.url(path), {"headers": self._request_headers(), "timeout": timeout}
 
     # -- sync I/O --
 
-    def _send(self, method: str, path: str, body: Any, *, model: str | None) -> httpx.Response:
-        attempt = self._attempt(method, path, body, model)
+    def _send(
+        self, method: str, path: str, body: Any, *, model: str | None, deadline: Deadline
+    ) -> httpx.Response:
+        attempt = self._attempt(method, path, body, model, deadline)
         client = self._sync_client()
-        while True:
-            try:
-                response = client.send(attempt.request(client), stream=True)
-            except httpx.TransportError as error:
-                time.sleep(attempt.delay_after(error))
-                continue
-            if attempt.answered(response):
-                return response
-            time.sleep(attempt.delay_after(response, _read_error_body(response)))
+        with self.redactor.errors():
+            while True:
+                try:
+                    response = client.send(attempt.request(client), stream=True)
+                except httpx.TransportError as error:
+                    time.sleep(attempt.delay_after(error))
+                    continue
+                if attempt.answered(response):
+                    return response
+                time.sleep(attempt.delay_after(response, _read_error_body(response)))
 
     def request_json(
-        self, method: str, path: str, body: Any = None, *, model: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        model: str | None = None,
+        deadline: Deadline | None = None,
     ) -> JSONResponse:
-        """Send a request and parse its JSON object answer.
+        """Send a request and parse its JSON object answer, all within ``deadline``.
+
+        Args:
+            method: HTTP method.
+            path: Path of the endpoint (``/v1/...`` paths follow the API prefix).
+            body: JSON body.
+            model: The model asked for (named in errors).
+            deadline: The call's deadline (a new one of ``timeout`` seconds by default).
 
         Raises:
             BackendError: A typed subclass saying what went wrong and what to do.
         """
-        response = self._send(method, path, body, model=model)
-        try:
-            content = response.read()
-        except httpx.TransportError as error:
-            raise self._body_error(error, self.url(path), streamed=False) from None
-        finally:
-            response.close()
-        return _json_response(response, content, self.url(path))
+        deadline = deadline or self.deadline()
+        url = self.url(path)
+        response = self._send(method, path, body, model=model, deadline=deadline)
+        with self.redactor.errors():
+            pieces: list[bytes] = []
+            try:
+                for piece in response.iter_bytes():
+                    pieces.append(piece)
+                    if deadline.expired:
+                        raise self.deadline_error(url, deadline)
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
+            finally:
+                response.close()
+            return _json_response(response, b"".join(pieces), url)
 
-    def fetch(self, path: str) -> FetchResult:
-        """GET an auxiliary endpoint without retries; failures become a ``FetchResult``."""
+    def fetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
+        """GET an auxiliary endpoint without retries; failures become a ``FetchResult``.
+
+        Args:
+            path: The endpoint.
+            deadline: The call's deadline the GET draws on (else its own short limit).
+        """
+        step = self._fetch_step(path, deadline)
+        if isinstance(step, FetchResult):
+            return step
+        url, options = step
         try:
-            response = self._sync_client().get(self.url(path), **self._fetch_options())
+            response = self._sync_client().get(url, **options)
         except httpx.HTTPError as error:
-            return FetchResult(path, error=_connection_reason(error))
+            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @contextmanager
     def open_stream(
-        self, path: str, body: Any, *, model: str | None = None
+        self, path: str, body: Any, *, model: str | None = None, deadline: Deadline | None = None
     ) -> Iterator[Iterator[bytes]]:
         """POST ``body`` and yield an iterator over the response body's bytes.
 
-        Errors while reading become ``BackendTimeoutError`` (the server stalled) or
-        ``StreamInterruptedError`` (the connection broke).
+        ``deadline`` bounds the wait for the answer to start; then no silence between
+        pieces may last ``timeout``. Errors while reading become ``BackendTimeoutError``
+        (the server stalled) or ``StreamInterruptedError`` (the connection broke).
         """
-        response = self._send("POST", path, body, model=model)
+        deadline = deadline or self.deadline()
+        response = self._send("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._iter_body(response, self.url(path))
+            url = self.url(path)
+            body_pieces = self._iter_body(response, url, deadline)
+            first = next(body_pieces, b"")
+            self._check_stream(response, url, first)
+            yield itertools.chain((first,), body_pieces)
         finally:
             response.close()
 
-    def _iter_body(self, response: httpx.Response, url: str) -> Iterator[bytes]:
-        try:
-            yield from response.iter_bytes()
-        except httpx.TransportError as error:
-            raise self._body_error(error, url, streamed=True) from None
+    def _iter_body(self, response: httpx.Response, url: str, deadline: Deadline) -> Iterator[bytes]:
+        with self.redactor.errors():
+            try:
+                yield from response.iter_bytes()
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
 
     # -- async I/O --
 
     async def _asend(
-        self, method: str, path: str, body: Any, *, model: str | None
+        self, method: str, path: str, body: Any, *, model: str | None, deadline: Deadline
     ) -> httpx.Response:
-        attempt = self._attempt(method, path, body, model)
+        attempt = self._attempt(method, path, body, model, deadline)
         client = self._async_client()
-        while True:
-            try:
-                response = await client.send(attempt.request(client), stream=True)
-            except httpx.TransportError as error:
-                await asyncio.sleep(attempt.delay_after(error))
-                continue
-            if attempt.answered(response):
-                return response
-            await asyncio.sleep(attempt.delay_after(response, await _aread_error_body(response)))
+        with self.redactor.errors():
+            while True:
+                try:
+                    response = await client.send(attempt.request(client), stream=True)
+                except httpx.TransportError as error:
+                    await asyncio.sleep(attempt.delay_after(error))
+                    continue
+                if attempt.answered(response):
+                    return response
+                error_body = await _aread_error_body(response)
+                await asyncio.sleep(attempt.delay_after(response, error_body))
 
     async def arequest_json(
-        self, method: str, path: str, body: Any = None, *, model: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        model: str | None = None,
+        deadline: Deadline | None = None,
     ) -> JSONResponse:
         """Async twin of ``request_json``."""
-        response = await self._asend(method, path, body, model=model)
-        try:
-            content = await response.aread()
-        except httpx.TransportError as error:
-            raise self._body_error(error, self.url(path), streamed=False) from None
-        finally:
-            await response.aclose()
-        return _json_response(response, content, self.url(path))
+        deadline = deadline or self.deadline()
+        url = self.url(path)
+        response = await self._asend(method, path, body, model=model, deadline=deadline)
+        with self.redactor.errors():
+            pieces: list[bytes] = []
+            try:
+                async for piece in response.aiter_bytes():
+                    pieces.append(piece)
+                    if deadline.expired:
+                        raise self.deadline_error(url, deadline)
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
+            finally:
+                await response.aclose()
+            return _json_response(response, b"".join(pieces), url)
 
-    async def afetch(self, path: str) -> FetchResult:
+    async def afetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
         """Async twin of ``fetch``."""
+        step = self._fetch_step(path, deadline)
+        if isinstance(step, FetchResult):
+            return step
+        url, options = step
         try:
-            response = await self._async_client().get(self.url(path), **self._fetch_options())
+            response = await self._async_client().get(url, **options)
         except httpx.HTTPError as error:
-            return FetchResult(path, error=_connection_reason(error))
+            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @asynccontextmanager
     async def aopen_stream(
-        self, path: str, body: Any, *, model: str | None = None
+        self, path: str, body: Any, *, model: str | None = None, deadline: Deadline | None = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Async twin of ``open_stream``."""
-        response = await self._asend("POST", path, body, model=model)
+        deadline = deadline or self.deadline()
+        response = await self._asend("POST", path, body, model=model, deadline=deadline)
         try:
-            yield self._aiter_body(response, self.url(path))
+            url = self.url(path)
+            body_pieces = self._aiter_body(response, url, deadline)
+            first = await anext(body_pieces, b"")
+            self._check_stream(response, url, first)
+            yield _prepend(first, body_pieces)
         finally:
             await response.aclose()
 
-    async def _aiter_body(self, response: httpx.Response, url: str) -> AsyncIterator[bytes]:
-        try:
-            async for raw in response.aiter_bytes():
-                yield raw
-        except httpx.TransportError as error:
-            raise self._body_error(error, url, streamed=True) from None
+    async def _aiter_body(
+        self, response: httpx.Response, url: str, deadline: Deadline
+    ) -> AsyncIterator[bytes]:
+        with self.redactor.errors():
+            try:
+                async for raw in response.aiter_bytes():
+                    yield raw
+            except httpx.TransportError as error:
+                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
 
 
 class _Attempt:
@@ -378,25 +532,39 @@ class _Attempt:
 
     ``delay_after`` says how long to wait before the next try, or raises the typed
     error: connection errors and HTTP 429/502/503 are retried with backoff
-    (``Retry-After`` honoured) until ``max_retries``; anything else raises at once.
+    (``Retry-After`` honoured) until ``max_retries`` or the call's deadline; anything
+    else raises at once. Each try waits at most what is left of the deadline.
     """
 
     def __init__(
-        self, transport: HTTPTransport, method: str, url: str, body: Any, model: str | None
+        self,
+        transport: HTTPTransport,
+        method: str,
+        url: str,
+        body: Any,
+        model: str | None,
+        deadline: Deadline,
     ) -> None:
         self.transport = transport
         self.method = method
         self.url = url
         self.body = body
         self.model = model
+        self.deadline = deadline
         self.retries = 0
         self.started = 0.0
 
     def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        """The request of the next try (its clock starts now)."""
+        """The request of the next try (its clock starts now), within the deadline."""
+        if self.deadline.expired:
+            raise self.transport.deadline_error(self.url, self.deadline)
         self.started = time.perf_counter()
         return client.build_request(
-            self.method, self.url, json=self.body, headers=self.transport._request_headers()
+            self.method,
+            self.url,
+            json=self.body,
+            headers=self.transport._request_headers(),
+            timeout=self.transport._timeout_within(self.deadline, self.transport.read_timeout),
         )
 
     def answered(self, response: httpx.Response) -> bool:
@@ -416,7 +584,10 @@ class _Attempt:
             retry_after = parse_retry_after(failure.headers.get("retry-after"))
             retryable = failure.status_code in RETRY_STATUSES
             delay = policy.delay(self.retries, retry_after) if retryable else None
-            if delay is None:
+            if delay is None or not self.deadline.allows(delay):
+                note = self._no_time_note(delay) or (
+                    self._retry_after_note(retry_after) if retryable else ""
+                )
                 raise error_for_status(
                     failure.status_code,
                     error_body,
@@ -424,13 +595,16 @@ class _Attempt:
                     hints=self.transport.hints,
                     model=self.model,
                     retries=self.retries,
+                    note=note,
                 )
             what = f"HTTP {failure.status_code}"
         else:
             retryable = isinstance(failure, _RETRIED_FAILURES)
             delay = policy.delay(self.retries) if retryable else None
-            if delay is None:
-                raise self.transport._transport_error(failure, self.url, self.retries) from None
+            if delay is None or not self.deadline.allows(delay):
+                raise self.transport._transport_error(
+                    failure, self.url, self.retries, self.deadline
+                ) from None
             what = type(failure).__name__
         logger.warning(
             "%s from %s; retry %d/%d in %.2f s",
@@ -441,7 +615,27 @@ class _Attempt:
             delay,
         )
         self.retries += 1
+        self.deadline.note(f"retry {self.retries}")
         return delay
+
+    def _no_time_note(self, delay: float | None) -> str:
+        if delay is None or self.deadline.allows(delay):
+            return ""
+        return (
+            f"The call's timeout={self.transport.read_timeout:g} s left no time to wait "
+            f"{describe_seconds(delay)} for another try."
+        )
+
+    def _retry_after_note(self, retry_after: float | None) -> str:
+        if retry_after is None:
+            return ""
+        longest = self.transport.retry.max_retry_after_s
+        if retry_after > longest:
+            return (
+                f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After), "
+                f"longer than the {longest:g} s this client waits: try again later."
+            )
+        return f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After)."
 
     def _log_response(self, response: httpx.Response) -> None:
         logger.debug(
@@ -455,6 +649,13 @@ class _Attempt:
 
 # Failures before any answer that a new try may cure (the server was restarting...).
 _RETRIED_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    if first:
+        yield first
+    async for piece in rest:
+        yield piece
 
 
 def _read_error_body(response: httpx.Response) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from speculative_llm.backends.http.redaction import redact_url
 from speculative_llm.errors import ConfigError
 
 __all__ = ["split_base_url", "validate_base_url"]
@@ -11,6 +12,9 @@ __all__ = ["split_base_url", "validate_base_url"]
 
 def validate_base_url(url: object, *, field: str = "base_url") -> str:
     """Check a server URL and return it normalised (no trailing slash).
+
+    Credentials in the URL (``http://user:password@host``) are kept; error messages show
+    them masked.
 
     Raises:
         ConfigError: The URL is not an http(s) URL with a host, or carries a query.
@@ -23,22 +27,23 @@ def validate_base_url(url: object, *, field: str = "base_url") -> str:
         )
     text = url.strip()
     parts = urlsplit(text)
+    shown = redact_url(text)
     if parts.scheme not in ("http", "https"):
-        hint = f" Did you mean 'http://{text}'?" if not parts.scheme or "://" not in text else ""
+        hint = f" Did you mean 'http://{shown}'?" if not parts.scheme or "://" not in text else ""
         raise ConfigError(
-            f"{field} {text!r} must start with http:// or https://.{hint}", field=field
+            f"{field} {shown!r} must start with http:// or https://.{hint}", field=field
         )
     try:
         parts.port  # noqa: B018 - parsing the port validates it
     except ValueError as error:
-        raise ConfigError(f"{field} {text!r} has an invalid port: {error}.", field=field) from None
+        raise ConfigError(f"{field} {shown!r} has an invalid port: {error}.", field=field) from None
     if not parts.hostname:
         raise ConfigError(
-            f"{field} {text!r} has no host; use for example 'http://127.0.0.1:8080'.", field=field
+            f"{field} {shown!r} has no host; use for example 'http://127.0.0.1:8080'.", field=field
         )
     if parts.query or parts.fragment:
         raise ConfigError(
-            f"{field} {text!r} must not contain a query or fragment; give only "
+            f"{field} {shown!r} must not contain a query or fragment; give only "
             "scheme://host:port[/prefix].",
             field=field,
         )

@@ -6,7 +6,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,10 +34,19 @@ from speculative_llm.backends.local.text import (
     StopStringFilter,
     make_pending,
 )
+from speculative_llm.backends.local.tools import ToolPlan, plan_tools
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
+from speculative_llm.json_tools import final_chunk_of, json_tool_completion
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Message, Usage
+from speculative_llm.types import (
+    Chunk,
+    Completion,
+    FinishReason,
+    GenerationRequest,
+    Message,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local.tokenizers import Tokenizer
@@ -69,6 +78,8 @@ class _Job:
     params: SamplingParams
     grammar: Any = None
     """The compiled grammar the output must follow, or None."""
+    tools: ToolPlan | None = None
+    """How the request's tools were offered, when it has any."""
 
 
 class LocalBackend(Backend):
@@ -210,13 +221,14 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Methods none/draft_model/ngram, exact stats, token provenance, structured output."""
+        """Methods none/draft_model/ngram, exact stats, provenance, tools, structured output."""
         return Capabilities(
             methods=frozenset(LOCAL_METHODS),
             per_request_stats=True,
             live_stats=True,
             token_provenance=True,
             per_request_toggle=True,
+            tool_calling=True,
             structured_output=True,
         )
 
@@ -312,26 +324,47 @@ class LocalBackend(Backend):
         """Token ids of the request's prompt (chat template applied to messages).
 
         Models without a chat template (base models such as gemma3-270m) get a plain
-        transcript: ``User: ...`` lines followed by ``Assistant:``.
+        transcript: ``User: ...`` lines followed by ``Assistant:``. A request with tools
+        is encoded as ``tools.plan_tools`` plans it.
 
         Raises:
-            ConfigError: Text that cannot be encoded (a lone surrogate), or a chat
-                template that refuses the messages.
+            ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
+                that refuses the messages, or tools that cannot be offered.
         """
         tokenizer = self._loaded().tokenizer
+        plan = plan_tools(request, tokenizer)
+        if plan is not None:
+            return self._encode_messages(plan.messages, plan.template_tools)
         if request.messages is None:
             assert request.prompt is not None
             return tokenizer.encode(request.prompt)
+        return self._encode_messages(request.messages, None)
+
+    def _encode_messages(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
+    ) -> list[int]:
+        tokenizer = self._loaded().tokenizer
         if tokenizer.chat_template:
-            text = tokenizer.render_chat([self._template_message(m) for m in request.messages])
+            text = tokenizer.render_chat([self._template_message(m) for m in messages], tools=tools)
             # The template already holds the special tokens (BOS included).
             return tokenizer.encode(text, add_special_tokens=False)
-        transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in request.messages)
+        transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in messages)
         return tokenizer.encode(transcript + "Assistant:")
 
     @staticmethod
     def _template_message(message: Message) -> dict[str, Any]:
-        return {"role": message.role, "content": message.content}
+        rendered: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            # Chat templates take the arguments as a mapping (OpenAI's wire format is text).
+            rendered["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in message.tool_calls
+            ]
+        if message.tool_call_id is not None:
+            rendered["tool_call_id"] = message.tool_call_id
+        if message.name is not None:
+            rendered["name"] = message.name
+        return rendered
 
     def _prepare(self, request: GenerationRequest) -> _Job:
         self._loaded()
@@ -343,12 +376,15 @@ class LocalBackend(Backend):
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
+        tools = plan_tools(request, self._loaded().tokenizer)
+        response_format = tools.response_format if tools else request.response_format
         grammar = (
-            response_format_grammar(request.response_format, self._grammar_vocabulary())
-            if request.response_format
+            response_format_grammar(response_format, self._grammar_vocabulary())
+            if response_format
             else None
         )
-        return _Job(request, spec, prompt_tokens, self._make_drafter(spec), params, grammar)
+        drafter = self._make_drafter(spec)
+        return _Job(request, spec, prompt_tokens, drafter, params, grammar, tools)
 
     def _grammar_vocabulary(self) -> GrammarVocabulary:
         """The target's vocabulary for grammars, built on the first constrained request."""
@@ -365,9 +401,29 @@ class LocalBackend(Backend):
         Validation (unsupported method, tools, vocabulary mismatch...) happens here,
         before the first chunk is asked for. Each chunk's tokens are marked ``draft``
         or ``target`` and carry live statistics; the final chunk carries the final
-        ``SpecStats`` (source ``exact``), the finish reason and the usage.
+        ``SpecStats`` (source ``exact``), the finish reason and the usage. With tools,
+        the chunks before the last carry only live statistics, and the last the call
+        (``tool_calls``, finish reason ``tool_calls``) or the answer's text.
         """
-        return self._run(self._prepare(request))
+        job = self._prepare(request)
+        chunks = self._run(job)
+        return chunks if job.tools is None else self._tool_answer(chunks)
+
+    @staticmethod
+    def _tool_answer(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The stream of a request with tools: live statistics, then the parsed answer."""
+        seen: list[Chunk] = []
+        try:
+            for chunk in chunks:
+                seen.append(chunk)
+                if not chunk.final:
+                    yield Chunk(stats=chunk.stats)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        completion = Completion.from_chunks(seen, backend="local")
+        yield final_chunk_of(json_tool_completion(completion))
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``: runs the engine in a worker thread."""
@@ -443,6 +499,7 @@ class LocalBackend(Backend):
                 total_s=now - started,
                 draft_s=counters.draft_s,
                 verify_s=counters.verify_s,
+                grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
             )
 
         try:

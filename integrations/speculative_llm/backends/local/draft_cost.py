@@ -55,6 +55,10 @@ class VerifyCost:
     window: int = 9
     samples: dict[int, deque[float]] = field(default_factory=dict)
     draft_samples: deque[float] = field(init=False)
+    # The medians, kept up to date by the observations: the policy reads them several
+    # times per step, a median of a deque per read cost a tenth of a one-token pass.
+    _medians: dict[int, float] = field(default_factory=dict, repr=False)
+    _draft_median: float | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.draft_samples = deque(maxlen=self.window)
@@ -69,16 +73,17 @@ class VerifyCost:
             self.samples[tokens] = deque(maxlen=self.window)
             return
         recent.append(seconds)
+        self._medians[tokens] = statistics.median(recent)
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         """Record the drafter's time for ``tokens`` proposed tokens."""
         if tokens >= 1 and seconds >= 0:
             self.draft_samples.append(seconds / tokens)
+            self._draft_median = statistics.median(self.draft_samples)
 
     def seconds(self, tokens: int) -> float | None:
         """The median measured time of a ``tokens``-token pass (None: not measured yet)."""
-        recent = self.samples.get(tokens)
-        return statistics.median(recent) if recent else None
+        return self._medians.get(tokens)
 
     def ratio(self, tokens: int) -> float:
         """Time of a ``tokens``-token pass over a one-token pass.
@@ -92,19 +97,18 @@ class VerifyCost:
             return 1.0
         measured = self.seconds(tokens)
         if measured is None:
-            smaller = [size for size in self.samples if 1 < size < tokens and self.samples[size]]
+            smaller = [size for size in self._medians if 1 < size < tokens]
             if not smaller:
                 return 1.0
-            measured = self.seconds(max(smaller))
-            assert measured is not None
+            measured = self._medians[max(smaller)]
         return max(measured / one, 1.0)
 
     def draft_ratio(self) -> float:
         """Drafting time per token over a one-token target pass (0 when unmeasured)."""
         one = self.seconds(1)
-        if not one or not self.draft_samples:
+        if not one or self._draft_median is None:
             return 0.0
-        return statistics.median(self.draft_samples) / one
+        return self._draft_median / one
 
 
 MATCH_QUALITY_EDGES: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 20, 32)

@@ -60,6 +60,10 @@ class Drafter(Protocol):
     name: str
     """Method name reported in statistics (``ngram``, ``draft_model``...)."""
 
+    cheap: bool
+    """Whether a proposal costs next to nothing (prompt lookup): the loop then asks for
+    the longest draft and lets the policy cut it once its match is known."""
+
     def reset(self, prompt_tokens: Sequence[int]) -> None:
         """Forget the previous sequence; a new one starts with ``prompt_tokens``."""
 
@@ -103,6 +107,7 @@ class PromptLookupDrafter:
     """
 
     name = "ngram"
+    cheap = True
 
     def __init__(
         self, ngram_min: int = 1, ngram_max: int = 3, *, candidates: int = 8, context: int = 32
@@ -235,6 +240,7 @@ class DraftModelDrafter:
     """
 
     name = "draft_model"
+    cheap = False
 
     def __init__(self, runner: Runner, target_vocab_size: int) -> None:
         self.runner = runner

@@ -469,8 +469,10 @@ def generate_steps(
         if step.finish_reason is not None:
             return
         # A step emits at most k + 1 tokens: never draft past the budget, nor verify more
-        # tokens in one pass than the runner scores exactly as one-token passes would.
-        k = min(draft_length.next_k(), max_new_tokens - generated - 1, verify_limit - 1)
+        # tokens in one pass than the runner scores exactly as one-token passes would. A
+        # cheap drafter proposes the longest draft; the policy keeps what pays.
+        wanted = draft_length.k if getattr(drafter, "cheap", False) else draft_length.next_k()
+        k = min(wanted, max_new_tokens - generated - 1, verify_limit - 1)
         step = speculative_step(
             target,
             drafter,

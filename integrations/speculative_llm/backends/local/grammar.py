@@ -34,7 +34,10 @@ import torch
 
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
-__all__ = ["Constraint", "GrammarVocabulary", "response_format_grammar"]
+__all__ = ["JSON_WHITESPACE", "Constraint", "GrammarVocabulary", "response_format_grammar"]
+
+JSON_WHITESPACE = 2
+"""Most whitespace characters between two JSON tokens in a schema's grammar."""
 
 
 def _xgrammar() -> Any:
@@ -96,7 +99,11 @@ class GrammarVocabulary:
         return cls(tokenizer.text_pieces(), vocab_size, stops)
 
     def json_schema(self, schema: Mapping[str, Any] | str) -> Any:
-        """The compiled grammar of a JSON schema (compact JSON, schema key order).
+        """The compiled grammar of a JSON schema (keys in the schema's order).
+
+        Up to ``JSON_WHITESPACE`` whitespace characters may separate JSON tokens, as
+        llama-server's schema grammars allow: forcing one compact layout pushes small
+        models off their own formatting and into loops inside strings.
 
         Raises:
             ConfigError: The schema is not valid JSON, or uses a construct xgrammar does
@@ -112,7 +119,9 @@ class GrammarVocabulary:
             ) from error
         with self._lock:
             try:
-                return self._compiler.compile_json_schema(text, any_whitespace=False)
+                return self._compiler.compile_json_schema(
+                    text, any_whitespace=True, max_whitespace_cnt=JSON_WHITESPACE
+                )
             except (RuntimeError, ValueError, TypeError) as error:
                 raise ConfigError(
                     f"The JSON schema cannot be turned into a grammar: {error}. Simplify the "

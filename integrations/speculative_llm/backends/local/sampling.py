@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speculative_llm.errors import ConfigError
+from speculative_llm.types import check_sampling
 
 __all__ = [
     "AcceptanceRule",
@@ -50,15 +50,7 @@ class SamplingParams:
     top_k: int = 0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(
-                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
-                field="temperature",
-            )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must lie in (0, 1], got {self.top_p}.", field="top_p")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 = off), got {self.top_k}.", field="top_k")
+        check_sampling(self.temperature, self.top_p, self.top_k)
 
     @property
     def greedy(self) -> bool:

@@ -19,6 +19,7 @@ from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    Deadline,
     EngineHints,
     FetchResult,
     HTTPTransport,
@@ -77,7 +78,9 @@ class OpenAICompatibleBackend(Backend):
         base_url: Server URL, e.g. ``http://127.0.0.1:8000`` or ``.../v1``.
         model: Model name sent with each request (a request's ``model`` wins).
         api_key: Bearer token; kept as a secret, never shown in reprs or logs.
-        timeout: Read timeout in seconds (longest silence while waiting for bytes).
+        timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
+            request, its retries and the answer all draw on it; a started stream may run
+            longer while no silence between its bytes lasts this long.
         connect_timeout: TCP connect timeout in seconds.
         max_retries: Retries on connection errors and HTTP 429/502/503.
         retry_backoff: First retry delay in seconds (doubles each retry).
@@ -465,62 +468,81 @@ class OpenAICompatibleBackend(Backend):
         self.check_request(request)
         return _Exchange(self, self._context(request, streamed=streamed))
 
-    def _fetch(self, exchange: _Exchange, phase: Phase) -> None:
-        exchange.fetched(phase, {p: self._transport.fetch(p) for p in exchange.fetches(phase)})
+    def _fetch(self, exchange: _Exchange, phase: Phase, deadline: Deadline | None) -> None:
+        paths = exchange.fetches(phase)
+        exchange.fetched(phase, {p: self._transport.fetch(p, deadline=deadline) for p in paths})
 
-    async def _afetch(self, exchange: _Exchange, phase: Phase) -> None:
-        results = {p: await self._transport.afetch(p) for p in exchange.fetches(phase)}
+    async def _afetch(self, exchange: _Exchange, phase: Phase, deadline: Deadline | None) -> None:
+        paths = exchange.fetches(phase)
+        results = {p: await self._transport.afetch(p, deadline=deadline) for p in paths}
         exchange.fetched(phase, results)
+
+    # Every shell runs inside ``redactor.errors()``: an error raised while parsing what
+    # the server sent (which may echo the API key) has the secrets masked. One deadline
+    # bounds each call: the GETs before it, the request and its retries (and, for a
+    # non-streamed call, the GETs after it); a started stream runs while bytes come.
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion (one non-streamed request)."""
-        exchange = self._exchange(request, streamed=False)
-        self._fetch(exchange, "before")
-        body = exchange.start()
-        response = self._transport.request_json("POST", exchange.path, body, model=exchange.model)
-        exchange.answered(response)
-        self._fetch(exchange, "after")
-        return self.parse_completion(exchange.context, response)
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=False)
+            deadline = self._transport.deadline()
+            self._fetch(exchange, "before", deadline)
+            body = exchange.start()
+            response = self._transport.request_json(
+                "POST", exchange.path, body, model=exchange.model, deadline=deadline
+            )
+            exchange.answered(response)
+            self._fetch(exchange, "after", deadline)
+            return self.parse_completion(exchange.context, response)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
-        exchange = self._exchange(request, streamed=False)
-        await self._afetch(exchange, "before")
-        body = exchange.start()
-        response = await self._transport.arequest_json(
-            "POST", exchange.path, body, model=exchange.model
-        )
-        exchange.answered(response)
-        await self._afetch(exchange, "after")
-        return self.parse_completion(exchange.context, response)
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=False)
+            deadline = self._transport.deadline()
+            await self._afetch(exchange, "before", deadline)
+            body = exchange.start()
+            response = await self._transport.arequest_json(
+                "POST", exchange.path, body, model=exchange.model, deadline=deadline
+            )
+            exchange.answered(response)
+            await self._afetch(exchange, "after", deadline)
+            return self.parse_completion(exchange.context, response)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Stream chunks; the last one is final and carries the statistics."""
-        exchange = self._exchange(request, streamed=True)
-        self._fetch(exchange, "before")
-        body = exchange.start()
-        session = exchange.session()
-        with session.keeping_partial_text():
-            with self._transport.open_stream(exchange.path, body, model=exchange.model) as pieces:
-                yield from session.decode(pieces)
-            self._fetch(exchange, "after")
-            yield from session.end()
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=True)
+            deadline = self._transport.deadline()
+            self._fetch(exchange, "before", deadline)
+            body = exchange.start()
+            session = exchange.session()
+            with session.keeping_partial_text():
+                with self._transport.open_stream(
+                    exchange.path, body, model=exchange.model, deadline=deadline
+                ) as pieces:
+                    yield from session.decode(pieces)
+                self._fetch(exchange, "after", None)
+                yield from session.end()
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``."""
-        exchange = self._exchange(request, streamed=True)
-        await self._afetch(exchange, "before")
-        body = exchange.start()
-        session = exchange.session()
-        with session.keeping_partial_text():
-            async with self._transport.aopen_stream(
-                exchange.path, body, model=exchange.model
-            ) as pieces:
-                async for chunk in session.adecode(pieces):
+        with self._transport.redactor.errors():
+            exchange = self._exchange(request, streamed=True)
+            deadline = self._transport.deadline()
+            await self._afetch(exchange, "before", deadline)
+            body = exchange.start()
+            session = exchange.session()
+            with session.keeping_partial_text():
+                async with self._transport.aopen_stream(
+                    exchange.path, body, model=exchange.model, deadline=deadline
+                ) as pieces:
+                    async for chunk in session.adecode(pieces):
+                        yield chunk
+                await self._afetch(exchange, "after", None)
+                for chunk in session.end():
                     yield chunk
-            await self._afetch(exchange, "after")
-            for chunk in session.end():
-                yield chunk
 
 
 class _Exchange:

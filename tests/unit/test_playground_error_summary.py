@@ -1,0 +1,72 @@
+"""What the page shows about errors: status and a short reason, never what servers sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from speculative_llm.errors import (
+    BackendHTTPError,
+    BackendUnavailableError,
+    ConfigError,
+    MalformedResponseError,
+    ModelNotFoundError,
+    VocabularyMismatchError,
+)
+from speculative_playground.error_summary import DETAILS_IN_LOG, browser_message
+
+BODY = "Traceback (most recent call last): internal-service secret config at /srv/app"
+
+
+def test_http_errors_show_the_status_and_a_reason_not_the_body() -> None:
+    error = BackendHTTPError(
+        f"HTTP 500 from the server at http://127.0.0.1:9/v1/chat/completions: {BODY}",
+        status_code=500,
+        server_message=BODY,
+        url="http://127.0.0.1:9/v1/chat/completions",
+    )
+    message = browser_message(error)
+    assert "HTTP 500 (Internal Server Error)" in message and "127.0.0.1:9" in message
+    assert "internal-service" not in message and DETAILS_IN_LOG in message
+    unauthorized = BackendHTTPError("HTTP 401", status_code=401, url="http://h:1")
+    assert "API key" in browser_message(unauthorized)
+
+
+def test_malformed_answers_quote_nothing() -> None:
+    error = MalformedResponseError(f"The response is not valid JSON; it starts with {BODY!r}")
+    assert "internal-service" not in browser_message(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ModelNotFoundError(
+            'llama-server could not load a model: "gguf_init_from_file_impl: invalid magic '
+            "characters: 'root', expected 'GGUF'\". Check that the .gguf file is complete and "
+            "supported by this build. Log: /tmp/llama-server-x1.log\nLast log lines:\nroot:x:0:0"
+        ),
+        VocabularyMismatchError(
+            "llama-server refused the draft model 'd.gguf' for target 't.gguf': their "
+            "vocabularies differ. Server log: 'common_speculative: root'. Use a draft model "
+            "with the target's tokenizer."
+        ),
+        BackendUnavailableError(
+            "llama-server exited with code 1 while starting. Log: /tmp/llama-server-x1.log\n"
+            "Last log lines:\nroot:x:0:0"
+        ),
+    ],
+    ids=["load-failed", "vocabulary", "exited"],
+)
+def test_messages_quoting_server_logs_keep_their_first_sentence_only(error: Exception) -> None:
+    message = browser_message(error)
+    assert "root" not in message and ".log" not in message
+    assert message.startswith("llama-server") and DETAILS_IN_LOG in message
+
+
+def test_own_one_line_messages_are_shown_whole_and_secrets_masked() -> None:
+    error = ConfigError("Choose a model.")
+    assert browser_message(error) == "Choose a model."
+    assert "sk-123" not in browser_message(ConfigError("bad key sk-123"), ["sk-123"])
+    assert (
+        browser_message(RuntimeError("boom /etc/x"))
+        == f"The run failed (RuntimeError). {DETAILS_IN_LOG}"
+    )
