@@ -1,9 +1,10 @@
 """The Gradio app: layout and wiring. The logic lives in the sibling modules.
 
-``build_app`` lays out the sidebar (settings), the prompt area and the results, then
-wires the events to ``handlers.Handlers`` by name: inputs are picked by the names of
+``build_app`` lays out the prompt area, the two panes and the results first (so the
+tab order reaches Run right after the prompt), then the settings sidebar, and wires
+the events to ``handlers.Handlers`` by name: inputs are picked by the names of
 ``RunInputs``, outputs are the components of ``ResultViews``. ``launch`` starts it with
-the playground's theme, CSS and security settings (Gradio 6 takes theme and CSS in
+the playground's theme, CSS, page script and security settings (Gradio 6 takes them in
 ``launch()``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import html
+import json
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -22,6 +24,7 @@ from typing import Any
 import gradio as gr
 
 from speculative_playground.backend_pool import BackendPool
+from speculative_playground.charts import acceptance_chart, timeline_chart
 from speculative_playground.handlers import (
     Handlers,
     PlaygroundConfig,
@@ -31,19 +34,20 @@ from speculative_playground.handlers import (
 )
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.host_guard import guarded_app_kwargs
-from speculative_playground.presets import CATEGORIES, PRESETS, find_preset, preset_names
+from speculative_playground.page_script import PAGE_SCRIPT, STATUS_ON_LOAD
+from speculative_playground.pairings import draft_candidates, draft_note
+from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, Preset, preset_names
 from speculative_playground.render import (
-    acceptance_frame,
-    legend_html,
+    basis_html,
     speedup_cards_html,
     stats_table_html,
     status_html,
-    timeline_frame,
 )
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import (
     BACKEND_KINDS,
     DEFAULT_MODEL,
+    MAX_RUNS,
     PACKAGED_MODELS,
     SERVER_KINDS,
     RunSettings,
@@ -65,25 +69,17 @@ _METHOD_LABELS: dict[str, str] = {
 # Every method stays a choice (Gradio checks API values against the choices); the
 # settings say clearly when a backend cannot use the one chosen.
 _METHOD_CHOICES = [(label, method) for method, label in _METHOD_LABELS.items()]
-_HISTORY_WIDTHS: list[str | int] = [
-    "84px",
-    "230px",
-    "96px",
-    "40px",
-    "86px",
-    "74px",
-    "96px",
-    "110px",
-    "150px",
-    "104px",
-    "110px",
-    "120px",
-    "130px",
-    "90px",
+_TIMING_CHOICES = [
+    ("Auto", "auto"),
+    ("Interleaved (local engine)", "interleaved"),
+    ("Fair (one after the other)", "fair"),
+    ("Concurrent", "concurrent"),
 ]
+# Shares of the table's width: every column fits at 1440 px with the sidebar open.
+_HISTORY_WIDTHS: list[str | int] = ["8%", "14%", "13%", "8%", "9%", "11%", "9%", "10%", "10%", "8%"]
 # (minimum, maximum, step, label, info) of the sidebar's sliders, by name.
 _SLIDERS: dict[str, tuple[float, float, float, str, str]] = {
-    "k": (1, 16, 1, "Draft length k", "Tokens proposed per verify step."),
+    "k": (1, 16, 1, "Draft length k", "Longest draft per verify step."),
     "temperature": (0.0, 1.5, 0.05, "Temperature", "0 = greedy: both sides agree."),
     "max_tokens": (1, 1024, 1, "Max tokens", "Tokens each side generates at most."),
 }
@@ -108,28 +104,47 @@ class _Sidebar:
     temperature: Any
     max_tokens: Any
     timing: Any
+    runs: Any
 
 
 @dataclass(frozen=True)
 class _PromptArea:
-    """The prompt, the presets and the run/stop buttons."""
+    """The prompt, the run/stop buttons and the presets."""
 
     prompt: Any
+    run_button: Any
+    stop_button: Any
     category: Any
     preset: Any
     tip: Any
-    run_button: Any
-    stop_button: Any
 
 
 def _tip(text: str) -> str:
     return f'<div class="sp-tip">{html.escape(text)}</div>'
 
 
+def _draft_picker(
+    target: str, draft: str, policy: SecurityPolicy, offered: tuple[str, ...]
+) -> dict[str, Any]:
+    """Choices, value and hint of the draft-model picker for ``target``.
+
+    The target is never offered as its own draft; with no pairing, the hint says so.
+    """
+    candidates = draft_candidates(target, offered)
+    keep = draft if draft and (draft in candidates or policy.custom_models_allowed) else ""
+    if keep == target.strip():
+        keep = ""
+    return {
+        "choices": [("(none)", ""), *((m, m) for m in candidates)],
+        "value": keep,
+        "info": draft_note(target, candidates, custom_allowed=policy.custom_models_allowed),
+    }
+
+
 def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...]) -> _Sidebar:
-    """The settings panel, starting from ``start``."""
+    """The settings panel, starting from ``start`` (closed on narrow screens: page script)."""
     url = start.backend == "url"
-    with gr.Sidebar(width=340, label="Settings"):
+    with gr.Sidebar(width=340, label="Settings", open=False, elem_id="settings-sidebar"):
         gr.Markdown("### Settings")
         backend = gr.Radio(
             choices=[(label, kind) for kind, label in BACKEND_KINDS.items()],
@@ -148,11 +163,10 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 allow_custom_value=policy.custom_models_allowed,
             )
             draft_model = gr.Dropdown(
-                choices=[("(none)", ""), *((m, m) for m in offered)],
-                value=start.draft_model or "",
+                **_draft_picker(start.model, start.draft_model or "", policy, offered),
                 label="Draft model",
-                info="Only for the draft-model method; needs the target's vocabulary.",
                 allow_custom_value=policy.custom_models_allowed,
+                elem_id="draft-model",
             )
         with gr.Group(visible=url) as url_group:
             server_kind = gr.Dropdown(
@@ -197,14 +211,19 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
             for name, (low, high, step, label, info) in _SLIDERS.items()
         }
         timing = gr.Radio(
-            choices=[
-                ("Auto", "auto"),
-                ("Fair (one after the other)", "fair"),
-                ("Concurrent", "concurrent"),
-            ],
+            choices=_TIMING_CHOICES,
             value=start.timing,
             label="Timing mode",
-            info="Auto is fair unless the two sides run on different servers.",
+            info="Auto: interleaved on the local engine; for servers fair, or concurrent "
+            "when the two sides run on different hosts.",
+        )
+        runs = gr.Slider(
+            1,
+            MAX_RUNS,
+            value=start.runs,
+            step=1,
+            label="Runs",
+            info="Repeat the comparison: the speedup is the median, with its range.",
         )
         gr.HTML(
             '<p class="sp-sidebar-note">Settings apply to the next run. Loaded models and '
@@ -223,80 +242,65 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         api_key=api_key,
         method=method,
         timing=timing,
+        runs=runs,
         **sliders,
     )
 
 
 def _prompt_area() -> _PromptArea:
-    """The prompt box, the preset pickers and the buttons."""
+    """The prompt box, the buttons (next in the tab order) and the presets."""
     first = PRESETS[0]
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
-            prompt = gr.Textbox(
-                value=first.prompt,
-                label="Prompt",
-                lines=7,
-                max_lines=14,
-                placeholder="Type a prompt, or pick a preset on the right.",
-                elem_id="prompt-box",
+    with gr.Row(equal_height=False, elem_id="prompt-row"):
+        prompt = gr.Textbox(
+            value=first.prompt,
+            label="Prompt",
+            lines=4,
+            max_lines=5,
+            placeholder="Type a prompt, or pick a preset.",
+            info="Ctrl+Enter runs it.",
+            elem_id="prompt-box",
+            scale=6,
+            min_width=320,  # on a phone the buttons go below the prompt
+        )
+        with gr.Column(scale=1, min_width=150, elem_id="run-column"):
+            run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+            stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
+    with gr.Row(equal_height=True, elem_id="preset-row"):
+        pickers = (
+            ("Preset category", "preset-category", list(CATEGORIES), first.category, 2),
+            ("Preset", "preset-name", [*preset_names(first.category), CUSTOM], first.name, 3),
+        )
+        category, preset = (
+            gr.Dropdown(
+                choices=choices, value=value, label=label, elem_id=id_, scale=scale, min_width=180
             )
-        with gr.Column(scale=1, min_width=260):
-            category = gr.Dropdown(
-                choices=list(CATEGORIES), value=first.category, label="Preset category"
-            )
-            preset = gr.Dropdown(
-                choices=preset_names(first.category), value=first.name, label="Preset"
-            )
-            tip = gr.HTML(_tip(first.why))
-            with gr.Row():
-                run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-                stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
-    return _PromptArea(prompt, category, preset, tip, run_button, stop_button)
+            for label, id_, choices, value, scale in pickers
+        )
+    tip = gr.HTML(_tip(first.why), elem_id="preset-tip")
+    return _PromptArea(prompt, run_button, stop_button, category, preset, tip)
 
 
 def _results() -> ResultViews:
-    """Status, speedup cards, both panes, statistics, plots, history and the last record."""
-    status = gr.HTML(status_html(None), elem_id="run-status")
+    """Status, both panes, speedup cards, statistics, charts, history and the last record."""
+    status = gr.HTML(status_html(None), elem_id="run-status", js_on_load=STATUS_ON_LOAD)
+    with gr.Row(equal_height=True, elem_id="panes"):
+        baseline_pane = gr.HTML(idle_pane("baseline"), elem_id="baseline-pane", min_width=300)
+        speculative_pane = gr.HTML(
+            idle_pane("speculative"), elem_id="speculative-pane", min_width=300
+        )
     cards = gr.HTML(speedup_cards_html(None), elem_id="speedup-cards")
-    with gr.Row(equal_height=True):
-        with gr.Column():
-            gr.HTML('<div class="sp-section-title">Baseline<small>target model alone</small></div>')
-            baseline_pane = gr.HTML(idle_pane("baseline"), elem_id="baseline-pane")
-        with gr.Column():
-            gr.HTML(f'<div class="sp-section-title">Speculative{legend_html()}</div>')
-            speculative_pane = gr.HTML(idle_pane("speculative"), elem_id="speculative-pane")
+    basis = gr.HTML(basis_html(None), elem_id="speedup-basis")
     with gr.Row(equal_height=False):
-        with gr.Column(scale=1):
+        with gr.Column(scale=1, min_width=300):
             stats_table = gr.HTML(stats_table_html(None), elem_id="stats-table")
-        with gr.Column(scale=1):
-            acceptance_plot = gr.BarPlot(
-                acceptance_frame(None),
-                x="position",
-                y="acceptance",
-                title="Acceptance by draft position",
-                x_title="draft position",
-                y_title="accepted / proposed",
-                y_lim=[0, 1],
-                sort="x",
-                height=220,
-                elem_id="acceptance-plot",
-            )
-            timeline_plot = gr.LinePlot(
-                timeline_frame(None),
-                x="seconds",
-                y="tokens",
-                color="side",
-                color_map={"baseline": "#94a3b8", "speculative": "#4f46e5"},
-                title="Tokens over time",
-                x_title="seconds since the request",
-                y_title="tokens generated",
-                height=220,
-                elem_id="timeline-plot",
-            )
+        with gr.Column(scale=1, min_width=300):
+            timeline = gr.HTML(timeline_chart(None), elem_id="timeline-chart")
+            acceptance = gr.HTML(acceptance_chart(None), elem_id="acceptance-chart")
     with gr.Accordion("History", open=True):
         history_table = gr.Dataframe(
             value=[],
             headers=list(TABLE_HEADERS),
+            datatype="str",
             interactive=False,
             wrap=True,
             max_height=320,
@@ -314,12 +318,13 @@ def _results() -> ResultViews:
         details = gr.JSON(label="Both sides' statistics and texts", elem_id="run-details")
     return ResultViews(
         status=status,
-        cards=cards,
         baseline_pane=baseline_pane,
         speculative_pane=speculative_pane,
+        cards=cards,
+        basis=basis,
         stats_table=stats_table,
-        acceptance_plot=acceptance_plot,
-        timeline_plot=timeline_plot,
+        timeline_chart=timeline,
+        acceptance_chart=acceptance,
         history=gr.State([]),
         history_table=history_table,
         csv_button=csv_button,
@@ -328,8 +333,40 @@ def _results() -> ResultViews:
     )
 
 
-def _settings_events(sidebar: _Sidebar, area: _PromptArea) -> None:
-    """The settings panel's own events: the backend kind, the preset pickers."""
+def _preset_payload(preset: Preset) -> dict[str, str]:
+    return {"prompt": preset.prompt, "tip": _tip(preset.why)}
+
+
+def _preset_script(mode: str) -> str:
+    """A browser-side handler: the prompt is set where the preset is picked, at once.
+
+    Picking a preset and pressing Run straight away then runs the prompt the box shows:
+    no server round trip in between. ``mode`` is ``preset`` (the input is a preset name),
+    ``category`` (the first preset of the category) or ``edited`` (the prompt changed:
+    the picker names the preset it matches, else ``CUSTOM``; this sees typing, pasting
+    and the presets' own changes alike).
+    """
+    presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
+    if mode == "edited":
+        return (
+            f"(prompt) => {{ const presets = {presets};"
+            "const match = Object.entries(presets).find(([name, p]) => p.prompt === prompt);"
+            f"return match ? match[0] : {json.dumps(CUSTOM)}; }}"
+        )
+    firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
+    pick = "firsts[value]" if mode == "category" else "value"
+    return (
+        "(value, prompt, tip) => {"
+        f"const presets = {presets}; const firsts = {firsts};"
+        f"const p = presets[{pick}];"
+        "return p ? [p.prompt, p.tip] : [prompt, tip]; }"
+    )
+
+
+def _settings_events(
+    sidebar: _Sidebar, area: _PromptArea, policy: SecurityPolicy, offered: tuple[str, ...]
+) -> None:
+    """The page's own events: backend kind, the drafts a target pairs with, presets."""
 
     def backend_changed(kind: str) -> dict[Any, Any]:
         url = kind == "url"
@@ -340,31 +377,42 @@ def _settings_events(sidebar: _Sidebar, area: _PromptArea) -> None:
         }
 
     def category_changed(category: str) -> dict[Any, Any]:
-        preset = find_preset(preset_names(category)[0])
-        return {
-            area.preset: gr.Dropdown(choices=preset_names(category), value=preset.name),
-            area.prompt: preset.prompt,
-            area.tip: _tip(preset.why),
-        }
+        names = preset_names(category)
+        return {area.preset: gr.Dropdown(choices=[*names, CUSTOM], value=names[0])}
 
-    def preset_chosen(name: str) -> dict[Any, Any]:
-        preset = find_preset(name)
-        return {area.prompt: preset.prompt, area.tip: _tip(preset.why)}
+    def target_changed(target: str, draft: str) -> dict[Any, Any]:
+        return {sidebar.draft_model: gr.Dropdown(**_draft_picker(target, draft, policy, offered))}
 
+    sidebar.model.change(
+        target_changed,
+        inputs=[sidebar.model, sidebar.draft_model],
+        outputs=[sidebar.draft_model],
+        api_visibility="private",
+    )
     sidebar.backend.change(
         backend_changed,
         inputs=sidebar.backend,
         outputs=[sidebar.local_group, sidebar.url_group, sidebar.method],
         api_visibility="private",
     )
+    preset_fields = [area.prompt, area.tip]
+    for picker, mode in ((area.preset, "preset"), (area.category, "category")):
+        picker.input(
+            None,
+            inputs=[picker, *preset_fields],
+            outputs=preset_fields,
+            js=_preset_script(mode),
+            api_visibility="private",
+        )
     area.category.input(
-        category_changed,
-        inputs=area.category,
-        outputs=[area.preset, area.prompt, area.tip],
-        api_visibility="private",
+        category_changed, inputs=area.category, outputs=[area.preset], api_visibility="private"
     )
-    area.preset.input(
-        preset_chosen, inputs=area.preset, outputs=[area.prompt, area.tip], api_visibility="private"
+    area.prompt.change(
+        None,
+        inputs=[area.prompt],
+        outputs=[area.preset],
+        js=_preset_script("edited"),
+        api_visibility="private",
     )
 
 
@@ -375,11 +423,12 @@ def _comparison_events(
     views: ResultViews,
     concurrency_limit: int | None,
 ) -> None:
-    """Run and Stop: the inputs are picked by the names of ``RunInputs``."""
+    """Run (button, or Shift+Enter in the prompt) and Stop, by the names of ``RunInputs``."""
     named = {f.name: getattr(sidebar, f.name) for f in dataclasses.fields(sidebar)}
     named.update(prompt=area.prompt, history=views.history)
-    area.run_button.click(
-        handlers.compare,
+    gr.on(
+        triggers=[area.run_button.click, area.prompt.submit],
+        fn=handlers.compare,
         inputs=[named[name] for name in RunInputs.names()],
         outputs=views.components(),
         api_name="compare",
@@ -402,9 +451,8 @@ def _header_html(policy: SecurityPolicy) -> str:
     login = "login required" if policy.auth else "no login"
     return (
         '<div class="sp-header"><h1>Speculative decoding playground</h1>'
-        "<p>The same prompt decoded twice: by the target model alone (baseline) and with "
-        "speculative decoding, side by side, with the statistics of the accepted draft "
-        "tokens.</p>"
+        "<p>The same prompt, decoded by the target model alone (baseline) and with "
+        "speculative decoding, side by side.</p>"
         f'<div class="sp-badges"><span class="sp-badge">{html.escape(exposure)}</span>'
         f'<span class="sp-badge">{html.escape(login)}</span></div></div>'
     )
@@ -425,7 +473,7 @@ def build_app(
     Args:
         policy: Deployment policy (bind address, allowlist...); local-only by default.
         pool: Backend pool to use; by default one is made (and closed at exit).
-        models: Models offered in the model dropdowns (the first is the default unless
+        models: Models offered in the target dropdown (the first is the default unless
             ``defaults`` says otherwise).
         defaults: Initial values of the settings panel.
         update_interval_s: Least time between two streamed updates of the page.
@@ -450,11 +498,12 @@ def build_app(
     )
     app = gr.Blocks(title="Speculative decoding playground", analytics_enabled=False)
     with app:
-        sidebar = _sidebar(start, policy, offered)
         gr.HTML(_header_html(policy))
         area = _prompt_area()
         views = _results()
-        _settings_events(sidebar, area)
+        # Declared last, so the tab order goes prompt, Run, results, then the settings.
+        sidebar = _sidebar(start, policy, offered)
+        _settings_events(sidebar, area, policy, offered)
         _comparison_events(Handlers(config, views), sidebar, area, views, concurrency_limit)
     return app
 
@@ -469,7 +518,7 @@ def launch(
     quiet: bool = False,
     **launch_options: Any,
 ) -> tuple[Any, str, str | None]:
-    """Start the playground with its theme, CSS and the policy's bind address and login.
+    """Start the playground with its theme, CSS, page script and the policy's settings.
 
     Args:
         app: The app from ``build_app`` (built with ``policy`` when None).
@@ -497,6 +546,7 @@ def launch(
         quiet=quiet,
         theme=playground_theme(),
         css=PLAYGROUND_CSS,
+        js=PAGE_SCRIPT,
         footer_links=["api", "settings"],
         # Gradio's run history would keep every input in the browser, API key included.
         run_history=False,

@@ -138,6 +138,8 @@ class BackendPair:
         baseline_spec: ``spec`` of the baseline request (None: the server's default).
         speculative_spec: ``spec`` of the speculative request (None: the server's).
         shared_machine: Whether both sides run on the same machine.
+        draft_length: k as the app configured it (None: the server's own, unknown).
+        engine: One line on how the model runs (the local engine's runner, or the server).
     """
 
     baseline: Backend
@@ -145,10 +147,17 @@ class BackendPair:
     baseline_spec: SpecConfig | None
     speculative_spec: SpecConfig | None
     shared_machine: bool
+    draft_length: int | None = None
+    engine: str | None = None
 
     @classmethod
     def on_one_machine(
-        cls, baseline: Backend, speculative: Backend, speculative_spec: SpecConfig | None
+        cls,
+        baseline: Backend,
+        speculative: Backend,
+        speculative_spec: SpecConfig | None,
+        *,
+        engine: str | None = None,
     ) -> BackendPair:
         """Both sides on this machine, the baseline turning speculation off per request."""
         return cls(
@@ -157,6 +166,8 @@ class BackendPair:
             baseline_spec=SpecConfig.baseline(),
             speculative_spec=speculative_spec,
             shared_machine=True,
+            draft_length=_draft_length(speculative_spec),
+            engine=engine,
         )
 
     def requests(self, request: GenerationRequest) -> tuple[GenerationRequest, GenerationRequest]:
@@ -181,12 +192,25 @@ def _close_backend(backend: Backend) -> None:
     backend.close()
 
 
-def _warm_up(backend: Backend, spec: SpecConfig | None) -> None:
-    """One tiny generation per side, so the first measured run pays no start-up cost."""
+def _warm_up(backend: Backend, specs: Sequence[SpecConfig | None]) -> None:
+    """One tiny generation per spec, so the first measured run pays no start-up cost."""
     request = GenerationRequest(messages=(Message(role="user", content="Hi"),), max_tokens=4)
-    for side_spec in (SpecConfig.baseline(), spec):
-        for _ in backend.stream(request.replace(spec=side_spec)):
+    for spec in specs:
+        for _ in backend.stream(request.replace(spec=spec)):
             pass
+
+
+def _draft_length(spec: SpecConfig | None) -> int | None:
+    """The draft length k of a configuration (None: the server's own, or no speculation)."""
+    if spec is None or not spec.speculative or spec.method == "server":
+        return None
+    return spec.num_speculative_tokens
+
+
+def _engine_line(backend: Backend) -> str | None:
+    """How a backend runs its model, where it says (the local engine's runner)."""
+    description = getattr(backend, "runner_description", None)
+    return description if isinstance(description, str) else None
 
 
 class BackendPool:
@@ -260,35 +284,37 @@ class BackendPool:
         speculative = stack.enter_context(
             self._local.lease(("local", model), lambda: self._load_local(model))
         )
-        self._warm(("local", model), speculative, spec)
+        self._warm(("local", model), speculative, [SpecConfig.baseline(), spec])
         baseline = speculative
-        if settings.timing_mode() == "concurrent":
-            # One engine runs one request at a time: overlapping the sides needs a second.
+        if settings.timing_mode() in ("interleaved", "concurrent"):
+            # One engine serves one stream at a time: sides that take turns or overlap
+            # need an engine each (the same model, loaded twice).
             baseline = stack.enter_context(
                 self._local.lease(("local-baseline", model), lambda: self._load_local(model))
             )
-            self._warm(("local-baseline", model), baseline, None)
-        return BackendPair.on_one_machine(baseline, speculative, spec)
+            self._warm(("local-baseline", model), baseline, [SpecConfig.baseline()])
+        return BackendPair.on_one_machine(
+            baseline, speculative, spec, engine=_engine_line(speculative)
+        )
 
     def _load_local(self, model: str) -> Backend:
         return self._backend_factory(
             "local", model=model, speculative=SpecConfig(method="ngram"), **self.local_options
         )
 
-    def _warm(self, key: Hashable, backend: Backend, spec: SpecConfig | None) -> None:
+    def _warm(self, key: Hashable, backend: Backend, specs: Sequence[SpecConfig | None]) -> None:
         """Warm a backend up once per configuration (the first run would pay loading costs)."""
         if not self.warm_up:
             return
         warm_key = (
             key,
             id(backend),
-            spec.method if spec else None,
-            spec.draft_model if spec else None,
+            tuple((spec.method, spec.draft_model) if spec else None for spec in specs),
         )
         with self._warm_lock:
             if warm_key in self._warmed:
                 return
-            _warm_up(backend, spec)
+            _warm_up(backend, specs)
             self._warmed.add(warm_key)
 
     # ---- managed llama-server ------------------------------------------------------------
@@ -328,6 +354,10 @@ class BackendPool:
             baseline_spec=baseline_spec,
             speculative_spec=speculative_spec,
             shared_machine=True,
+            # llama-server does not report k: it is the draft length the app started it with.
+            draft_length=settings.k,
+            engine=f"llama-server started by the playground ({spec_type}, draft length up to "
+            f"{settings.k}); the baseline runs on a second server without speculation",
         )
 
     def _start_server(self, model: str, **options: Any) -> Any:
@@ -360,6 +390,7 @@ class BackendPool:
         speculative_spec = settings.spec_config()
         if speculative_spec is None:
             speculative_spec = _server_side_spec(speculative)
+        engine = settings.describe_backend()
         if baseline_url is not None:
             baseline = self._backend_factory(settings.server_kind, base_url=baseline_url, **options)
             stack.callback(baseline.close)
@@ -369,6 +400,8 @@ class BackendPool:
                 baseline_spec=None,
                 speculative_spec=speculative_spec,
                 shared_machine=settings.timing_mode() == "fair",
+                draft_length=_draft_length(speculative_spec),
+                engine=engine,
             )
         if not speculative.capabilities.per_request_toggle:
             raise UnsupportedFeatureError(
@@ -376,7 +409,7 @@ class BackendPool:
                 "one request, so it cannot run the baseline itself. Start a second server "
                 "without speculative flags and enter its URL as the baseline URL."
             )
-        return BackendPair.on_one_machine(speculative, speculative, speculative_spec)
+        return BackendPair.on_one_machine(speculative, speculative, speculative_spec, engine=engine)
 
 
 def _server_side_spec(backend: Backend) -> SpecConfig | None:

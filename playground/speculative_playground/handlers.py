@@ -12,7 +12,6 @@ import dataclasses
 import html
 import logging
 import re
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from typing import Any
 import gradio as gr
 
 from speculative_llm.errors import ConfigError
+from speculative_llm.stats import SpecStats
 from speculative_playground.backend_pool import BackendPool
+from speculative_playground.charts import acceptance_chart, timeline_chart
 from speculative_playground.error_summary import browser_message
 from speculative_playground.history import (
     append_record,
@@ -31,23 +32,23 @@ from speculative_playground.history import (
     write_csv,
     write_json,
 )
+from speculative_playground.measure import Measurement, pooled_stats
 from speculative_playground.render import (
-    acceptance_frame,
+    basis_html,
     pane_html,
     speedup_cards_html,
     stats_table_html,
     status_html,
-    timeline_frame,
 )
-from speculative_playground.runner import CancelRegistry, Comparison, run_comparison
+from speculative_playground.runner import CancelRegistry, run_comparison
 from speculative_playground.security import SecurityPolicy, redact
 from speculative_playground.settings import RunSettings
+from speculative_playground.sides import Comparison
 
 __all__ = ["Handlers", "PlaygroundConfig", "ResultViews", "RunInputs", "idle_pane"]
 
 logger = logging.getLogger("speculative_playground.app")
 
-_PLOT_INTERVAL_S = 0.5
 _BASELINE_PLACEHOLDER = "The baseline answer (target model alone) appears here."
 _SPECULATIVE_PLACEHOLDER = "The speculative answer appears here, draft tokens highlighted."
 
@@ -79,6 +80,7 @@ class RunInputs:
     temperature: float
     max_tokens: float
     timing: str
+    runs: float
     server_kind: str
     server_url: str
     baseline_url: str
@@ -112,6 +114,7 @@ class RunInputs:
             baseline_url=self.baseline_url or "",
             api_key=self.api_key or None,
             seed=0,
+            runs=int(self.runs),
         )
 
 
@@ -120,12 +123,13 @@ class ResultViews:
     """The components a comparison updates (the ``/compare`` API's outputs, in order)."""
 
     status: Any
-    cards: Any
     baseline_pane: Any
     speculative_pane: Any
+    cards: Any
+    basis: Any
     stats_table: Any
-    acceptance_plot: Any
-    timeline_plot: Any
+    timeline_chart: Any
+    acceptance_chart: Any
     history: Any
     history_table: Any
     csv_button: Any
@@ -160,6 +164,11 @@ def _describe(error: Exception) -> str:
     return browser_message(error)
 
 
+def _expected_words(stats: SpecStats | None) -> str:
+    expected = stats.expected_speedup() if stats is not None else None
+    return "" if expected is None else f", expected ×{expected:.2f}"
+
+
 class Handlers:
     """The event handlers of one app, bound to its configuration and result components."""
 
@@ -173,11 +182,11 @@ class Handlers:
         """Stop this session's comparison (both sides)."""
         stopped = self.config.registry.cancel(request.session_hash or "")
         if stopped:
-            return '<div class="sp-status sp-status-warn">Stopping both runs…</div>'
+            return '<div class="sp-status sp-status-warn">Stopping both sides…</div>'
         return status_html(None)
 
     def compare(self, request: gr.Request, *values: Any) -> Iterator[Updates]:
-        """Run the baseline and the speculative side; stream both into the page.
+        """Run the baseline and the speculative side (``runs`` times); stream them.
 
         ``values`` are the ``RunInputs``, in their order (Gradio passes inputs by position).
         """
@@ -193,33 +202,37 @@ class Handlers:
             return
 
         cancel = config.registry.start(session)
-        outputs = _ComparisonViews(config, self.views, list(inputs.history or []))
-        state: Comparison | None = None
+        outputs = _ComparisonViews(config, self.views, list(inputs.history or []), settings)
+        runs: list[Comparison] = []
         try:
-            yield outputs.loading(settings)
+            yield outputs.loading()
             with config.pool.lease(settings) as pair:
+                outputs.engine = pair.engine
                 baseline_request, speculative_request = pair.requests(base_request)
-                states = run_comparison(
-                    pair.baseline,
-                    pair.speculative,
-                    baseline_request,
-                    speculative_request,
-                    mode=settings.timing_mode(),
-                    cancel=cancel,
-                    min_interval_s=config.update_interval_s,
-                )
-                # closing(): when Gradio closes this generator (Stop, a client's cancel),
-                # the runner is closed at once and tells its workers to free the engine.
-                with closing(states):
-                    for state in states:
-                        if not state.finished:
-                            yield outputs.progress(state)
-            assert state is not None  # run_comparison always yields a final state
-            if state.phase == "failed":
-                message = redact(state.error or "The run failed.", secrets)
-                state.error = message
-                gr.Warning(message)
-            yield outputs.final(state, settings, inputs.prompt, session)
+                for _ in range(settings.runs):
+                    states = run_comparison(
+                        pair.baseline,
+                        pair.speculative,
+                        baseline_request,
+                        speculative_request,
+                        mode=settings.timing_mode(),
+                        cancel=cancel,
+                        min_interval_s=config.update_interval_s,
+                        draft_length=pair.draft_length,
+                    )
+                    # closing(): when Gradio closes this generator (Stop, a client's
+                    # cancel), the runner is closed at once and frees the engines.
+                    with closing(states):
+                        for state in states:
+                            if not state.finished:
+                                yield outputs.progress(state, runs)
+                    runs.append(state)
+                    if state.phase != "done":
+                        break
+            last = runs[-1]
+            if last.phase == "failed":
+                last.error = redact(last.error or "The run failed.", secrets)
+            yield outputs.final(runs, inputs.prompt, session)
         except Exception as error:
             # Server down, bad model, missing dependency...: say so, keep the app alive.
             logger.warning("playground run failed", exc_info=True)
@@ -228,72 +241,84 @@ class Handlers:
             config.registry.finish(session, cancel)
 
     def _error(self, message: str) -> Updates:
-        gr.Warning(message)
+        # The status line is a live region: no toast repeating it over the controls.
         return {self.views.status: status_html(None, message=message)}
 
 
 class _ComparisonViews:
-    """Comparison states as updates of the result components, throttling the plots."""
+    """Comparison states as updates of the result components."""
 
     def __init__(
-        self, config: PlaygroundConfig, views: ResultViews, history: list[dict[str, Any]]
+        self,
+        config: PlaygroundConfig,
+        views: ResultViews,
+        history: list[dict[str, Any]],
+        settings: RunSettings,
     ) -> None:
         self.config = config
         self.views = views
         self.history = history
-        self._last_plot = float("-inf")
+        self.settings = settings
+        self.engine: str | None = None
 
-    def _shown(self, state: Comparison) -> Updates:
-        """What every phase shows: status, speedup cards, both panes, the statistics."""
-        views = self.views
+    def _shown(self, state: Comparison, runs: list[Comparison], *, extra: str = "") -> Updates:
+        """What every phase shows: status, both panes, cards, statistics and charts.
+
+        ``runs``: the repeats that have ended (``state`` among them once it has ended).
+        """
+        views, settings = self.views, self.settings
+        measurement = Measurement.of(runs)
+        stats = pooled_stats(runs) if runs else None
+        index = len(runs) + (0 if any(run is state for run in runs) else 1)
+        if state.phase == "done" and measurement is not None:
+            extra = f" Measured ×{measurement.median:.2f}{_expected_words(stats)}.{extra}"
         return {
-            views.status: status_html(state),
-            views.cards: speedup_cards_html(state),
+            views.status: status_html(
+                state, run_index=max(index, 1), runs=settings.runs, extra=extra
+            ),
             views.baseline_pane: _pane(state, "baseline"),
             views.speculative_pane: _pane(state, "speculative"),
-            views.stats_table: stats_table_html(state),
+            views.cards: speedup_cards_html(state, measurement=measurement, stats=stats),
+            views.basis: basis_html(state, measurement.runs if measurement else 1),
+            views.stats_table: stats_table_html(state, engine=self.engine),
+            views.timeline_chart: timeline_chart(state),
+            views.acceptance_chart: acceptance_chart(
+                state.speculative.stats, finished=state.finished
+            ),
         }
 
-    def _plots(self, state: Comparison) -> Updates:
-        return {
-            self.views.acceptance_plot: acceptance_frame(state.speculative.stats),
-            self.views.timeline_plot: timeline_frame(state),
-        }
-
-    def loading(self, settings: RunSettings) -> Updates:
+    def loading(self) -> Updates:
         """Empty results and what is being loaded."""
+        settings = self.settings
         what = {
             "local": f"Loading {settings.model} (cached after the first run)…",
             "managed": f"Starting llama-server with {settings.model} (cached after the first run)…",
             "url": f"Connecting to {settings.describe_backend()}…",
         }[settings.backend]
-        empty = Comparison(mode=settings.timing_mode())
         views = self.views
+        empty = Comparison(mode=settings.timing_mode())
         return {
             views.status: f'<div class="sp-status sp-status-running">{html.escape(what)}</div>',
-            views.cards: speedup_cards_html(None),
             views.baseline_pane: _pane(empty, "baseline"),
             views.speculative_pane: _pane(empty, "speculative"),
+            views.cards: speedup_cards_html(None),
+            views.basis: basis_html(None),
             views.stats_table: stats_table_html(None),
-            views.acceptance_plot: acceptance_frame(None),
-            views.timeline_plot: timeline_frame(None),
+            views.timeline_chart: timeline_chart(None),
+            views.acceptance_chart: acceptance_chart(None),
         }
 
-    def progress(self, state: Comparison) -> Updates:
-        """Both sides so far; the plots at most every half second (redrawing them costs)."""
-        updates = self._shown(state)
-        now = time.monotonic()
-        if now - self._last_plot >= _PLOT_INTERVAL_S:
-            self._last_plot = now
-            updates.update(self._plots(state))
-        return updates
+    def progress(self, state: Comparison, runs: list[Comparison]) -> Updates:
+        """The running comparison (``runs``: the repeats already finished)."""
+        return self._shown(state, runs)
 
-    def final(self, state: Comparison, settings: RunSettings, prompt: str, session: str) -> Updates:
+    def final(self, runs: list[Comparison], prompt: str, session: str) -> Updates:
         """The finished comparison, its history row and exports, and its record."""
-        record = make_record(state, settings, prompt)
-        updates = {**self._shown(state), **self._plots(state), self.views.details: record}
+        state = runs[-1]
+        record = make_record(runs, self.settings, prompt, engine=self.engine)
+        updates = {**self._shown(state, runs), self.views.details: record}
         started = state.baseline.started_at is not None
-        if state.phase == "done" or (state.phase == "cancelled" and started):
+        if state.phase == "done" or (state.phase == "stopped" and started):
             self.history = append_record(self.history, record)
             directory = _session_dir(self.config, session)
             csv_path = write_csv(self.history, directory / "speculative-playground-history.csv")

@@ -1,8 +1,10 @@
 """The table of past runs, and its CSV and JSON export.
 
-A record holds what a run was (prompt, backend, model, method, k, timing mode) and
-what it measured (both sides' full ``SpecStats``, the speedups). It never holds an
-API key or URL credentials: the backend is described by kind and host only.
+A record holds what a comparison was (prompt, backend, model, method, k, timing mode,
+runs) and what it measured (the speedup of every complete run, their median, both
+sides' full ``SpecStats``). It never holds an API key or URL credentials: the backend
+is described by kind and host only. The page's table, the CSV and the JSON list all
+put the newest run first.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from speculative_playground.runner import Comparison
+from speculative_playground.measure import Measurement, check, pooled_stats
+from speculative_playground.render import DASH
 from speculative_playground.settings import RunSettings
+from speculative_playground.sides import Comparison
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -34,29 +38,37 @@ MAX_RECORDS = 200
 HISTORY_COLUMNS: tuple[str, ...] = (
     "time",
     "prompt",
+    "backend",
+    "model",
     "method",
     "k",
-    "speedup",
     "timing",
+    "runs",
+    "speedup",
+    "speedup low",
+    "speedup high",
     "expected speedup",
     "acceptance",
     "mean accepted length",
     "baseline tok/s",
     "speculative tok/s",
-    "backend",
-    "model",
     "status",
 )
-"""Columns of the CSV export, in order (the speedup next to its timing mode)."""
+"""Columns of the CSV export, in order (unknown values are empty cells)."""
 
-_SHORT_HEADERS = {
-    "expected speedup": "expected",
-    "mean accepted length": "mean acc. length",
-    "baseline tok/s": "base tok/s",
-    "speculative tok/s": "spec. tok/s",
-}
-TABLE_HEADERS: tuple[str, ...] = tuple(_SHORT_HEADERS.get(c, c) for c in HISTORY_COLUMNS)
-"""The same columns with the shorter headers of the page's table."""
+TABLE_HEADERS: tuple[str, ...] = (
+    "time",
+    "prompt",
+    "backend, model",
+    "method",
+    "timing",
+    "speedup",
+    "expected",
+    "acceptance",
+    "tok/s base → spec.",
+    "status",
+)
+"""Columns of the page's table: fewer, wider-reaching cells, a dash for unknown values."""
 
 _PROMPT_PREVIEW = 60
 
@@ -66,43 +78,68 @@ def _round(value: float | None, digits: int) -> float | None:
 
 
 def make_record(
-    comparison: Comparison,
+    runs: Sequence[Comparison],
     settings: RunSettings,
     prompt: str,
     *,
+    engine: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """A JSON-compatible record of one finished comparison."""
+    """A JSON-compatible record of one comparison: its runs, in order (the last shown).
+
+    Args:
+        runs: The runs of the comparison (at least one); only complete runs are measured.
+        settings: What was run.
+        prompt: The prompt both sides answered.
+        engine: How the backend ran the model (for example the local engine's runner).
+        now: The record's time (default: now).
+    """
+    latest = runs[-1]
     moment = now or datetime.now(UTC)
-    measured = comparison.measured_speedup()
-    spec_stats = comparison.speculative.stats
-    model = settings.model.strip() or "(server default)"
+    measurement = Measurement.of(runs)
+    stats = pooled_stats(runs)
+    expected = stats.expected_speedup() if stats is not None else None
+    findings = (
+        check(measurement, expected=expected, longest_draft=latest.longest_draft)
+        if measurement is not None
+        else []
+    )
+    partial = latest.measured_speedup() if measurement is None else None
+    spec_stats = latest.speculative.stats
     return {
         "time": moment.isoformat(timespec="seconds"),
         "prompt": prompt,
         "backend": settings.describe_backend(),
-        "model": model,
+        "engine": engine,
+        "model": settings.model.strip() or "(server default)",
         "draft_model": settings.draft_model_used,
         "method": settings.method,
-        "k": settings.k,
+        "k": latest.longest_draft or settings.k,
         "temperature": settings.temperature,
         "max_tokens": settings.max_tokens,
-        "timing": comparison.mode,
-        "status": comparison.phase,
-        "error": comparison.error,
-        "speedup": _round(measured.value if measured else None, 3),
-        "speedup_basis": measured.basis if measured else None,
-        "expected_speedup": _round(comparison.expected_speedup(), 3),
-        "acceptance_rate": _round(spec_stats.acceptance_rate if spec_stats else None, 4),
-        "mean_accepted_length": _round(spec_stats.mean_accepted_length if spec_stats else None, 3),
-        "baseline_tokens_per_second": _round(comparison.baseline.tokens_per_second, 2),
-        "speculative_tokens_per_second": _round(comparison.speculative.tokens_per_second, 2),
-        "texts_match": comparison.greedy_texts_match,
-        "baseline_text": comparison.baseline.text,
-        "speculative_text": comparison.speculative.text,
-        "baseline_stats": (
-            comparison.baseline.stats.to_dict() if comparison.baseline.stats else None
-        ),
+        "timing": latest.mode,
+        "status": latest.phase,
+        "baseline_status": latest.baseline.status,
+        "speculative_status": latest.speculative.status,
+        "error": latest.error,
+        "runs": len(runs),
+        "runs_complete": measurement.runs if measurement else 0,
+        "speedups": [round(v, 4) for v in measurement.speedups] if measurement else [],
+        "speedup": _round(measurement.median if measurement else None, 4),
+        "speedup_low": _round(measurement.low if measurement else None, 4),
+        "speedup_high": _round(measurement.high if measurement else None, 4),
+        "speedup_basis": measurement.basis if measurement else None,
+        "partial_speedup": _round(partial.value if partial else None, 4),
+        "expected_speedup": _round(expected, 4),
+        "findings": [f.text for f in findings],
+        "acceptance_rate": _round(stats.acceptance_rate if stats else None, 4),
+        "mean_accepted_length": _round(stats.mean_accepted_length if stats else None, 3),
+        "baseline_tokens_per_second": _round(latest.baseline.tokens_per_second, 2),
+        "speculative_tokens_per_second": _round(latest.speculative.tokens_per_second, 2),
+        "texts_match": latest.greedy_texts_match,
+        "baseline_text": latest.baseline.text,
+        "speculative_text": latest.speculative.text,
+        "baseline_stats": latest.baseline.stats.to_dict() if latest.baseline.stats else None,
         "speculative_stats": spec_stats.to_dict() if spec_stats else None,
     }
 
@@ -127,45 +164,82 @@ def _display_time(iso: str) -> str:
         return iso
 
 
-def _row(record: dict[str, Any], *, export: bool) -> list[Any]:
+def _times(value: Any) -> str:
+    return DASH if value is None else f"×{value:.2f}"
+
+
+def _speedup_cell(record: dict[str, Any]) -> str:
+    if record.get("speedup") is None:
+        partial = record.get("partial_speedup")
+        return DASH if partial is None else f"×{partial:.2f} (partial)"
+    if record.get("runs_complete", 1) > 1:
+        return (
+            f"×{record['speedup']:.2f} (×{record['speedup_low']:.2f}–{record['speedup_high']:.2f})"
+        )
+    return _times(record["speedup"])
+
+
+def _rate(value: Any) -> str:
+    return DASH if value is None else f"{value:.1f}"
+
+
+def _table_row(record: dict[str, Any]) -> list[str]:
     acceptance = record.get("acceptance_rate")
     return [
-        record["time"] if export else _display_time(record["time"]),
-        record["prompt"] if export else _preview(record["prompt"]),
-        record["method"],
-        record["k"],
-        record["speedup"],
+        _display_time(record["time"]),
+        _preview(record["prompt"]),
+        f"{record['backend']}, {record['model']}",
+        f"{record['method']} k={record['k']}",
         record["timing"],
-        record["expected_speedup"],
-        None if acceptance is None else round(acceptance, 3),
-        record["mean_accepted_length"],
-        record["baseline_tokens_per_second"],
-        record["speculative_tokens_per_second"],
-        record["backend"],
-        record["model"],
+        _speedup_cell(record),
+        _times(record.get("expected_speedup")),
+        DASH if acceptance is None else f"{acceptance:.0%}",
+        f"{_rate(record['baseline_tokens_per_second'])} → "
+        f"{_rate(record['speculative_tokens_per_second'])}",
         record["status"],
     ]
 
 
-def history_rows(
-    records: Sequence[dict[str, Any]], *, newest_first: bool = True
-) -> list[list[Any]]:
-    """Rows of the page's table (prompts shortened, times of day), newest first by default."""
-    ordered = reversed(records) if newest_first else iter(records)
-    return [_row(record, export=False) for record in ordered]
+def _export_row(record: dict[str, Any]) -> list[Any]:
+    return [
+        record["time"],
+        record["prompt"],
+        record["backend"],
+        record["model"],
+        record["method"],
+        record["k"],
+        record["timing"],
+        record.get("runs", 1),
+        record["speedup"],
+        record.get("speedup_low"),
+        record.get("speedup_high"),
+        record["expected_speedup"],
+        record["acceptance_rate"],
+        record["mean_accepted_length"],
+        record["baseline_tokens_per_second"],
+        record["speculative_tokens_per_second"],
+        record["status"],
+    ]
+
+
+def history_rows(records: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the page's table, newest first (short prompts, times of day, dashes)."""
+    return [_table_row(record) for record in reversed(records)]
 
 
 def write_csv(records: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write the history columns (full prompts) as CSV, oldest run first."""
+    """Write the history columns (full prompts) as CSV, newest run first."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(HISTORY_COLUMNS)
-        for record in records:
-            writer.writerow("" if value is None else value for value in _row(record, export=True))
+        for record in reversed(records):
+            writer.writerow("" if value is None else value for value in _export_row(record))
     return path
 
 
 def write_json(records: Sequence[dict[str, Any]], path: Path) -> Path:
-    """Write the full records (texts and both sides' statistics) as a JSON list."""
-    path.write_text(json.dumps(list(records), indent=2, ensure_ascii=False), encoding="utf-8")
+    """Write the full records (texts and both sides' statistics) as a JSON list, newest first."""
+    path.write_text(
+        json.dumps(list(reversed(records)), indent=2, ensure_ascii=False), encoding="utf-8"
+    )
     return path

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from speculative_llm.errors import ConfigError
 
-__all__ = ["CATEGORIES", "PRESETS", "Preset", "find_preset", "preset_names"]
+__all__ = ["CATEGORIES", "CUSTOM", "PRESETS", "Preset", "find_preset", "preset_names"]
+
+CUSTOM = "Custom prompt"
+"""What the preset picker shows once the prompt (or schema) has been edited by hand."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ to take about two years. Supporters said the neighbourhood has had no library
 since 2009, when the old branch closed. The two council members who voted against
 the plan argued that the money would be better spent on road repairs, and asked
 for an independent review of the cost estimate, which the council rejected."""
+
 
 PRESETS: tuple[Preset, ...] = (
     Preset(

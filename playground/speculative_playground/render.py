@@ -1,33 +1,33 @@
-"""HTML and plot data for the page: token panes, legend, statistics, speedup cards.
+"""HTML for the page: token panes, legend, statistics, speedup cards, status line.
 
 Every piece of text that came from a model or a user is escaped here; the app only
-places the returned strings into ``gr.HTML`` components.
+places the returned strings into ``gr.HTML`` components. The charts are in ``charts``.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Token
-from speculative_playground.runner import Comparison, SideRun
-
-if TYPE_CHECKING:
-    import pandas as pd
+from speculative_playground.measure import Finding, Measurement, check
+from speculative_playground.settings import TimingMode
+from speculative_playground.sides import Comparison, SideRun, SpeedupBasis
 
 __all__ = [
+    "DASH",
+    "MODE_DESCRIPTIONS",
     "PROVENANCE_CLASSES",
     "TOKEN_CSS_CLASS",
-    "acceptance_frame",
+    "basis_html",
     "format_number",
     "legend_html",
+    "pane_heading",
     "pane_html",
     "speedup_cards_html",
     "stats_table_html",
     "status_html",
-    "timeline_frame",
     "tokens_html",
 ]
 
@@ -44,34 +44,49 @@ _PROVENANCE_TITLES = {
     "target": "target model tokens",
     "unknown": "provenance not reported",
 }
-_DASH = "—"
-_MODE_LABELS = {
-    "fair": "fair timing: one side after the other",
-    "concurrent": "concurrent timing: both sides at once",
+DASH = "—"
+"""What the page shows for a figure nobody reported."""
+MODE_DESCRIPTIONS: dict[TimingMode, str] = {
+    "interleaved": "interleaved: both sides take turns step by step on this machine, each "
+    "timed over its own steps only",
+    "fair": "fair: one side after the other, each with the machine to itself",
+    "concurrent": "concurrent: both sides at once (fair only when they run on two machines)",
+}
+"""What each timing mode means, in the words the page uses."""
+_BASIS_DESCRIPTIONS: dict[SpeedupBasis, str] = {
+    "steps": "timed by the playground over each side's own steps",
+    "backend": "timed by the backends (their decode time)",
+    "playground": "timed by the playground from chunk arrival times (a backend reported no "
+    "decode time)",
 }
 
 
 def format_number(value: float | int | None, spec: str = ".2f", suffix: str = "") -> str:
     """``value`` formatted with ``spec`` and ``suffix``, or a dash when it is unknown."""
     if value is None:
-        return _DASH
+        return DASH
     return f"{value:{spec}}{suffix}"
 
 
 def _percent(value: float | None) -> str:
-    return _DASH if value is None else f"{value:.0%}"
+    return DASH if value is None else f"{value:.0%}"
 
 
 def _seconds(value: float | None) -> str:
     if value is None:
-        return _DASH
+        return DASH
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def tokens_html(tokens: Sequence[Token], text: str = "") -> str:
-    """Tokens as spans coloured by provenance (runs of one provenance share a span).
+# ---- panes ------------------------------------------------------------------------------
 
-    Falls back to ``text`` as plain escaped text when there are no tokens.
+
+def tokens_html(tokens: Sequence[Token], text: str = "") -> str:
+    """Tokens as spans marked by provenance (runs of one provenance share a span).
+
+    Accepted draft tokens are ``<mark>`` elements; every span has a ``title`` naming
+    its provenance, so hovering and screen readers say what the colour shows. Falls
+    back to ``text`` as plain escaped text when there are no tokens.
     """
     if not tokens:
         return html.escape(text)
@@ -81,9 +96,12 @@ def tokens_html(tokens: Sequence[Token], text: str = "") -> str:
 
     def flush() -> None:
         if run and current is not None:
-            provenance_class = PROVENANCE_CLASSES.get(current, PROVENANCE_CLASSES["unknown"])
-            css = f"{TOKEN_CSS_CLASS} {provenance_class}"
-            pieces.append(f'<span class="{css}">{html.escape("".join(run))}</span>')
+            known = current if current in PROVENANCE_CLASSES else "unknown"
+            tag = "mark" if known == "draft" else "span"
+            pieces.append(
+                f'<{tag} class="{TOKEN_CSS_CLASS} {PROVENANCE_CLASSES[known]}" '
+                f'title="{_PROVENANCE_TITLES[known]}">{html.escape("".join(run))}</{tag}>'
+            )
 
     for token in tokens:
         if token.provenance != current:
@@ -95,51 +113,64 @@ def tokens_html(tokens: Sequence[Token], text: str = "") -> str:
     return "".join(pieces)
 
 
+def pane_heading(side: str) -> str:
+    """The heading above a pane: its name, and the legend of token colours (speculative)."""
+    if side == "baseline":
+        return (
+            '<div class="sp-section-title"><h2>Baseline</h2><small>target model alone</small></div>'
+        )
+    return f'<div class="sp-section-title"><h2>Speculative</h2>{legend_html()}</div>'
+
+
 def pane_html(run: SideRun, *, colour_tokens: bool, placeholder: str) -> str:
-    """One output pane: the text so far (coloured by provenance when asked), or a placeholder."""
-    state = "done" if run.done else ("running" if run.running else "idle")
+    """One output pane under its heading.
+
+    The pane shows the text so far (marked by provenance when ``colour_tokens``), or a
+    placeholder.
+    """
+    state = run.status.replace(" ", "-") if run.done else ("running" if run.running else "idle")
     if run.tokens and colour_tokens:
         body = tokens_html(run.tokens, run.text)
     else:
         body = html.escape(run.text)
     if not body:
         message = "Waiting for the first token…" if run.running else placeholder
+        if run.skipped:
+            message = "Not started: the run ended before this side's turn."
         body = f'<span class="sp-placeholder">{html.escape(message)}</span>'
     caret = '<span class="sp-caret" aria-hidden="true"></span>' if run.running else ""
+    label = "Baseline answer" if run.name == "baseline" else "Speculative answer"
     return (
-        f'<div class="sp-pane sp-pane-{run.name}" data-side="{run.name}" data-state="{state}">'
-        f"{body}{caret}</div>"
+        f"{pane_heading(run.name)}"
+        f'<div class="sp-pane sp-pane-{run.name}" data-side="{run.name}" data-state="{state}" '
+        f'role="region" aria-label="{label}" aria-busy="{str(run.running).lower()}">'
+        f'<div class="sp-pane-text">{body}{caret}</div></div>'
     )
 
 
 def legend_html(provenances: Iterable[str] = ("draft", "target")) -> str:
     """The legend of token colours."""
     items = "".join(
-        f'<span class="sp-legend-item"><span class="sp-swatch {PROVENANCE_CLASSES[p]}"></span>'
-        f"{html.escape(_PROVENANCE_TITLES[p])}</span>"
+        f'<span class="sp-legend-item"><span class="sp-swatch {PROVENANCE_CLASSES[p]}" '
+        f'aria-hidden="true"></span>{html.escape(_PROVENANCE_TITLES[p])}</span>'
         for p in provenances
     )
-    return f'<div class="sp-legend">{items}</div>'
+    return f'<span class="sp-legend">{items}</span>'
 
 
-def _side_status(run: SideRun) -> str:
-    if run.error:
-        return "failed"
-    if run.done:
-        return "stopped" if run.finish_reason == "cancelled" else "done"
-    return "running" if run.running else "waiting"
+# ---- statistics table ----------------------------------------------------------------------
 
 
 def _stats_rows(run: SideRun) -> list[str]:
     stats: SpecStats | None = run.stats
     speculative = run.name == "speculative"
-    rate_note = "" if run.rate_source == "backend" else " *"
+    rate_note = " *" if run.rate_source == "playground" else ""
 
     def figure(name: str) -> str:
-        return _DASH if stats is None or not speculative else name
+        return DASH if stats is None or not speculative else name
 
     return [
-        _side_status(run),
+        run.status,
         str(run.token_count),
         format_number(run.tokens_per_second, ".1f") + rate_note,
         _seconds(run.ttft_s),
@@ -149,16 +180,16 @@ def _stats_rows(run: SideRun) -> list[str]:
         figure(_percent(stats.acceptance_rate if stats else None)),
         figure(format_number(stats.mean_accepted_length if stats else None, ".2f")),
         format_number(stats.verify_steps if stats else None, "d"),
-        stats.source if stats is not None else _DASH,
+        stats.source if stats is not None else DASH,
     ]
 
 
 _STAT_LABELS = (
-    ("Status", ""),
+    ("Status", "done, running, waiting, stopped, not started or failed"),
     ("Tokens generated", ""),
-    ("Decode speed (tokens/s)", "generated tokens / decode time"),
+    ("Decode speed (tokens/s)", "generated tokens / decode time (the prompt's pass left out)"),
     ("Time to first token", "from the request to the first generated token"),
-    ("Wall time", "from the request to the last token"),
+    ("Time to last token", "from the request to the last token (own steps when interleaved)"),
     ("Draft tokens", "tokens proposed by the drafter"),
     ("Accepted draft tokens", "proposed tokens the target accepted"),
     ("Acceptance rate", "accepted / draft tokens"),
@@ -168,109 +199,222 @@ _STAT_LABELS = (
 )
 
 
-def stats_table_html(comparison: Comparison | None) -> str:
-    """The side-by-side statistics table (live while streaming)."""
+def stats_table_html(comparison: Comparison | None, *, engine: str | None = None) -> str:
+    """The side-by-side statistics table (live while streaming), and the engine in use.
+
+    Args:
+        comparison: The comparison (None: nothing run yet).
+        engine: One line on how the backend runs the model (runner, weights, threads).
+    """
+    labels = _STAT_LABELS
+    notes: list[str] = []
     if comparison is None:
-        base_rows = spec_rows = [_DASH] * len(_STAT_LABELS)
-        playground_rates = False
+        base_rows = spec_rows = [DASH] * len(labels)
     else:
         base_rows = _stats_rows(comparison.baseline)
         spec_rows = _stats_rows(comparison.speculative)
-        playground_rates = any(
+        if any(
             run.rate_source == "playground" and run.tokens_per_second is not None
             for run in (comparison.baseline, comparison.speculative)
-        )
+        ):
+            notes.append(
+                "* measured by the playground from chunk arrival times (the backend "
+                "reported no decode time)."
+            )
+        if comparison.mode == "interleaved":
+            notes.append("Interleaved timing: speeds and times count each side's own steps only.")
+    if engine:
+        notes.append(f"Engine: {engine}")
     body = "".join(
         f'<tr><th scope="row" title="{html.escape(hint)}">{html.escape(label)}</th>'
         f"<td>{html.escape(base)}</td><td>{html.escape(spec)}</td></tr>"
-        for (label, hint), base, spec in zip(_STAT_LABELS, base_rows, spec_rows, strict=True)
+        for (label, hint), base, spec in zip(labels, base_rows, spec_rows, strict=True)
     )
-    note = (
-        '<p class="sp-note">* measured by the playground from chunk arrival times '
-        "(the backend reported no decode time).</p>"
-        if playground_rates
-        else ""
-    )
+    foot = "".join(f'<p class="sp-note">{html.escape(note)}</p>' for note in notes)
     return (
-        '<div class="sp-stats-wrap"><table class="sp-stats"><thead><tr>'
+        '<div class="sp-stats-wrap"><table class="sp-stats"><caption class="sp-sr-only">'
+        "Statistics of both sides</caption><thead><tr>"
         '<th scope="col">Statistic</th><th scope="col">Baseline</th>'
         '<th scope="col">Speculative</th></tr></thead>'
-        f"<tbody>{body}</tbody></table>{note}</div>"
+        f"<tbody>{body}</tbody></table>{foot}</div>"
     )
 
 
-def _card(title: str, value: str, detail: str, *, accent: bool = False) -> str:
-    css = "sp-card sp-card-accent" if accent else "sp-card"
+# ---- speedup cards --------------------------------------------------------------------------
+
+
+def _card(title: str, value: str, details: Sequence[str], *, css: str = "") -> str:
+    lines = "".join(f'<div class="sp-card-detail">{html.escape(d)}</div>' for d in details)
     return (
-        f'<div class="{css}"><div class="sp-card-title">{html.escape(title)}</div>'
-        f'<div class="sp-card-value">{html.escape(value)}</div>'
-        f'<div class="sp-card-detail">{html.escape(detail)}</div></div>'
+        f'<div class="sp-card {css}"><div class="sp-card-title">{html.escape(title)}</div>'
+        f'<div class="sp-card-value">{html.escape(value)}</div>{lines}</div>'
     )
 
 
-def speedup_cards_html(comparison: Comparison | None) -> str:
-    """Headline cards: measured and expected speedup (with the timing mode), acceptance."""
-    if comparison is None:
-        mode_label = "timing mode shown after a run"
-        measured_value, measured_detail = _DASH, mode_label
-        expected_value, expected_detail = _DASH, "Leviathan et al. (2023) formula"
-        acceptance_value = mean_length_value = _DASH
-        acceptance_detail = "accepted / draft tokens"
-    else:
-        mode_label = comparison.mode
-        measured = comparison.measured_speedup()
-        running = not comparison.finished
-        if measured is None:
-            measured_value = _DASH
-            measured_detail = f"{mode_label} timing · appears when both sides have run"
-        else:
-            measured_value = f"×{measured.value:.2f}"
-            basis = "backend timings" if measured.basis == "backend" else "measured here"
-            state = "so far" if running else basis
-            measured_detail = f"{mode_label} timing · decode tokens/s, {state}"
-        stats = comparison.speculative.stats
-        expected = comparison.expected_speedup()
-        expected_value = _DASH if expected is None else f"×{expected:.2f}"
-        if stats is not None and expected is not None:
-            alpha = stats.alpha
-            cost = stats.cost_ratio or 0.0
-            expected_detail = (
-                f"{mode_label} timing · Leviathan, α={format_number(alpha, '.2f')}, "
-                f"k={stats.num_speculative_tokens}, c={cost:.2f}"
-            )
-        else:
-            expected_detail = f"{mode_label} timing · needs acceptance figures from the backend"
-        acceptance_value = _percent(stats.acceptance_rate if stats else None)
-        acceptance_detail = (
-            f"{stats.accepted_tokens} of {stats.draft_tokens} draft tokens accepted"
-            if stats is not None and stats.draft_tokens
-            else "accepted / draft tokens"
+def _measured_card(
+    comparison: Comparison, measurement: Measurement | None, findings: Sequence[Finding]
+) -> str:
+    css = "sp-card-accent" + (" sp-card-warn" if any(f.level == "warn" for f in findings) else "")
+    mode = f"{comparison.mode} timing"
+    if measurement is not None:
+        runs = measurement.runs
+        value = f"×{measurement.median:.2f}"
+        spread = (
+            f"median of {runs} runs, ×{measurement.low:.2f} to ×{measurement.high:.2f}"
+            if runs > 1
+            else "1 run"
         )
-        mean_length_value = format_number(stats.mean_accepted_length if stats else None, ".2f")
+        return _card("Measured speedup", value, [mode, spread], css=css)
+    live = comparison.measured_speedup()
+    if live is None:
+        return _card("Measured speedup", DASH, [mode, "appears when both sides have run"], css=css)
+    if comparison.finished:
+        # A stopped run: the figure is labelled as partial, never headlined as final.
+        tokens = comparison.speculative.token_count
+        return _card(
+            "Measured speedup (partial)",
+            f"×{live.value:.2f}",
+            [mode, f"stopped: from {tokens} speculative tokens, not a full run"],
+            css=css + " sp-card-partial",
+        )
+    return _card("Measured speedup", f"×{live.value:.2f}", [mode, "so far"], css=css)
+
+
+def speedup_cards_html(
+    comparison: Comparison | None,
+    *,
+    measurement: Measurement | None = None,
+    stats: SpecStats | None = None,
+) -> str:
+    """Headline cards (measured and expected speedup, acceptance), then what to make of them.
+
+    The measured card gives the median and range of the complete runs.
+
+    Args:
+        comparison: The latest run (None: nothing run yet).
+        measurement: The complete runs' speedups (None: no complete run yet).
+        stats: The speculative side's statistics for the expected figure and the
+            acceptance (default: the latest run's).
+    """
+    if comparison is None:
+        return (
+            '<div class="sp-cards">'
+            + _card(
+                "Measured speedup", DASH, ["timing mode shown after a run"], css="sp-card-accent"
+            )
+            + _card("Expected speedup", DASH, ["Leviathan et al. (2023) formula"])
+            + _card("Acceptance rate", DASH, ["accepted / draft tokens"])
+            + _card("Mean accepted length", DASH, ["tokens per verify step"])
+            + "</div>"
+        )
+    stats = stats if stats is not None else comparison.speculative.stats
+    expected = stats.expected_speedup() if stats is not None else None
+    findings = (
+        check(measurement, expected=expected, longest_draft=comparison.longest_draft)
+        if measurement is not None
+        else []
+    )
+    if stats is not None and expected is not None:
+        cost = stats.cost_ratio or 0.0
+        expected_details = [
+            f"Leviathan et al.: α={format_number(stats.alpha, '.2f')}, "
+            f"k={stats.num_speculative_tokens}, c={cost:.2f}",
+            "α: accepted / checked draft tokens (a draft is checked up to its first rejection)",
+        ]
+    else:
+        expected_details = ["needs acceptance figures and k from the backend"]
+    acceptance_detail = (
+        f"{stats.accepted_tokens} of {stats.draft_tokens} proposed draft tokens accepted"
+        if stats is not None and stats.draft_tokens
+        else "accepted / proposed draft tokens"
+    )
+    cards = (
+        _measured_card(comparison, measurement, findings)
+        + _card(
+            "Expected speedup", DASH if expected is None else f"×{expected:.2f}", expected_details
+        )
+        + _card(
+            "Acceptance rate",
+            _percent(stats.acceptance_rate if stats else None),
+            [acceptance_detail],
+        )
+        + _card(
+            "Mean accepted length",
+            format_number(stats.mean_accepted_length if stats else None, ".2f"),
+            ["tokens per verify step, bonus token included"],
+        )
+    )
+    notes = "".join(
+        f'<li class="sp-finding sp-finding-{f.level}">{html.escape(f.text)}</li>' for f in findings
+    )
+    listing = f'<ul class="sp-findings">{notes}</ul>' if notes else ""
+    return f'<div class="sp-cards">{cards}</div>{listing}'
+
+
+def basis_html(comparison: Comparison | None, runs: int = 1) -> str:
+    """One line saying what the measured speedup is based on."""
+    if comparison is None:
+        return (
+            '<p class="sp-basis">Measured speedup = decode speed of the speculative side / '
+            "the baseline's (generated tokens / decode time).</p>"
+        )
+    speedup = comparison.measured_speedup()
+    basis = _BASIS_DESCRIPTIONS[speedup.basis if speedup else comparison.baseline.rate_source]
+    count = f"; median of {runs} runs" if runs > 1 else ""
     return (
-        '<div class="sp-cards">'
-        + _card("Measured speedup", measured_value, measured_detail, accent=True)
-        + _card("Expected speedup", expected_value, expected_detail)
-        + _card("Acceptance rate", acceptance_value, acceptance_detail)
-        + _card("Mean accepted length", mean_length_value, "tokens per verify step")
-        + "</div>"
+        '<p class="sp-basis">Measured speedup = decode speed of the speculative side / the '
+        f"baseline's (generated tokens / decode time, the prompt's pass left out), {basis}. "
+        f"Timing {html.escape(MODE_DESCRIPTIONS[comparison.mode])}{count}.</p>"
     )
 
 
-def status_html(comparison: Comparison | None, *, message: str | None = None) -> str:
-    """A one-line status: what is running, how it ended, or an error."""
+# ---- status line ------------------------------------------------------------------------------
+
+
+def _stopped_detail(comparison: Comparison) -> str:
+    parts = []
+    for run in (comparison.baseline, comparison.speculative):
+        after = f" after {run.token_count} tokens" if run.status == "stopped" else ""
+        parts.append(f"{run.name} {run.status}{after}")
+    return ", ".join(parts)
+
+
+def status_html(
+    comparison: Comparison | None,
+    *,
+    message: str | None = None,
+    run_index: int = 1,
+    runs: int = 1,
+    extra: str = "",
+) -> str:
+    """A one-line status: what is running, how it ended, or an error.
+
+    Args:
+        comparison: The current run (None: nothing run yet).
+        message: An error to show instead.
+        run_index: Which of the ``runs`` repeats is shown (1-based).
+        runs: How many repeats were asked for.
+        extra: A sentence appended when the run is done (for example a JSON check).
+    """
     if message is not None:
-        return f'<div class="sp-status sp-status-error" role="alert">{html.escape(message)}</div>'
+        return f'<div class="sp-status sp-status-error">{html.escape(message)}</div>'
     if comparison is None:
-        return '<div class="sp-status">Ready. Type a prompt or pick a preset, then press Run.</div>'
-    mode = _MODE_LABELS[comparison.mode]
+        return (
+            '<div class="sp-status">Ready. Type a prompt or pick a preset, then press Run '
+            "(or Ctrl+Enter in the prompt).</div>"
+        )
+    mode = f"{comparison.mode} timing"
+    of_runs = f", run {run_index} of {runs}" if runs > 1 else ""
     if comparison.phase == "failed":
         return (
-            f'<div class="sp-status sp-status-error" role="alert">'
+            f'<div class="sp-status sp-status-error">'
             f"{html.escape(comparison.error or 'The run failed.')}</div>"
         )
-    if comparison.phase == "cancelled":
-        return f'<div class="sp-status sp-status-warn">Stopped ({html.escape(mode)}).</div>'
+    if comparison.phase == "stopped":
+        return (
+            f'<div class="sp-status sp-status-warn">Stopped ({html.escape(mode + of_runs)}): '
+            f"{html.escape(_stopped_detail(comparison))}.</div>"
+        )
     if comparison.phase == "done":
         match = comparison.greedy_texts_match
         same = (
@@ -278,38 +422,14 @@ def status_html(comparison: Comparison | None, *, message: str | None = None) ->
             if match
             else " The texts differ (expected when sampling, or with server-side batching)."
         )
-        return f'<div class="sp-status sp-status-ok">Done ({html.escape(mode)}).{same}</div>'
+        count = f", {runs} runs" if runs > 1 else ""
+        return (
+            f'<div class="sp-status sp-status-ok">Done ({html.escape(mode + count)}).'
+            f"{same}{html.escape(extra)}</div>"
+        )
     running = [run.name for run in (comparison.baseline, comparison.speculative) if run.running]
     doing = " and ".join(running) if running else "starting"
-    return f'<div class="sp-status sp-status-running">Running {doing} ({html.escape(mode)})…</div>'
-
-
-def acceptance_frame(stats: SpecStats | None) -> pd.DataFrame:
-    """Acceptance by draft position: ``position`` (1-based, text), ``acceptance``, counts."""
-    import pandas as pd
-
-    columns = ["position", "acceptance", "accepted", "drafted"]
-    if stats is None or stats.acceptance_by_position is None:
-        return pd.DataFrame({name: [] for name in columns})
-    drafted = stats.drafted_per_position or ()
-    accepted = stats.accepted_per_position or ()
-    rows = [
-        (str(position + 1), rate, accepted[position], drafted[position])
-        for position, rate in enumerate(stats.acceptance_by_position)
-        if position < len(drafted) and drafted[position] > 0
-    ]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def timeline_frame(comparison: Comparison | None) -> pd.DataFrame:
-    """Tokens over time: ``seconds`` since each side's request, ``tokens`` so far, ``side``."""
-    import pandas as pd
-
-    rows: list[tuple[float, int, str]] = []
-    if comparison is not None:
-        for run in (comparison.baseline, comparison.speculative):
-            if run.started_at is None:
-                continue
-            rows.append((0.0, 0, run.name))
-            rows.extend((round(seconds, 4), count, run.name) for seconds, count in run.timeline)
-    return pd.DataFrame(rows, columns=["seconds", "tokens", "side"])
+    return (
+        f'<div class="sp-status sp-status-running">Running {doing} '
+        f"({html.escape(mode + of_runs)})…</div>"
+    )

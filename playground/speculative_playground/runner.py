@@ -1,14 +1,21 @@
 """Run the baseline and the speculative side and merge their streams into one state.
 
 Nothing here knows about Gradio: ``run_comparison`` drives two backends and yields a
-``Comparison`` snapshot whenever something changed, and the app renders it. Each
-side streams in a worker thread that only *reports* chunks through a queue; the
-caller's thread owns the state, so rendering never sees a half-applied update.
+``Comparison`` snapshot whenever something changed, and the app renders it. The sides
+stream in worker threads that only *report* chunks through a queue; the caller's
+thread owns the state, so rendering never sees a half-applied update.
 
 Timing modes:
 
+* ``interleaved``: both sides on one machine, taking turns step by step: the side
+  that has used less of its own time so far runs its next step (one target forward
+  pass) while the other waits. Each side is timed over its own steps only, so a
+  change of machine load lands on both sides alike, and both panes stream at once:
+  at any moment each side shows what it produced in the same compute time. Needs
+  backends whose streams do their work when asked for the next chunk (the local
+  engine), and one backend per side (an engine serves one stream at a time).
 * ``fair``: the baseline runs, then the speculative side, each with the machine to
-  itself. Use it whenever both sides share hardware (the default).
+  itself (servers, which generate on their own schedule).
 * ``concurrent``: both run at once. Only fair when they run on different machines;
   on one machine they slow each other down.
 """
@@ -19,213 +26,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, FinishReason, GenerationRequest, Token
+from speculative_llm.types import Chunk, GenerationRequest
 from speculative_playground.error_summary import browser_message
-from speculative_playground.settings import TimingMode
+from speculative_playground.settings import TIMING_MODES, TimingMode
+from speculative_playground.sides import Comparison, SideName
 
-__all__ = [
-    "CancelRegistry",
-    "Comparison",
-    "Phase",
-    "SideName",
-    "SideRun",
-    "Speedup",
-    "run_comparison",
-]
+__all__ = ["CancelRegistry", "run_comparison"]
 
 logger = logging.getLogger("speculative_playground.runner")
 
-SideName = Literal["baseline", "speculative"]
-Phase = Literal["running", "done", "cancelled", "failed"]
 Clock = Callable[[], float]
-
-
-@dataclass
-class SideRun:
-    """Everything one side has produced so far.
-
-    Attributes:
-        name: ``baseline`` or ``speculative``.
-        tokens: Tokens received, with provenance (empty when the backend sends text only).
-        text_parts: Text deltas received, in order.
-        stats: The latest statistics (live while streaming, final at the end).
-        started_at: Clock time the request was sent (None: not started).
-        first_token_at: Clock time the first text arrived.
-        last_token_at: Clock time the latest text arrived.
-        finished_at: Clock time the stream ended.
-        timeline: ``(seconds since the request, tokens so far)`` after each chunk.
-        updates: Chunks that carried text.
-        first_chunk_tokens: Tokens in the first chunk with text.
-        finish_reason: Why the stream ended.
-        error: Message of the error that ended this side, if any.
-        done: Whether the stream has ended (finished, failed or cancelled).
-    """
-
-    name: SideName
-    tokens: list[Token] = field(default_factory=list)
-    text_parts: list[str] = field(default_factory=list)
-    stats: SpecStats | None = None
-    started_at: float | None = None
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    finished_at: float | None = None
-    timeline: list[tuple[float, int]] = field(default_factory=list)
-    updates: int = 0
-    first_chunk_tokens: int = 0
-    finish_reason: FinishReason | None = None
-    error: str | None = None
-    done: bool = False
-    _token_count: int = 0
-
-    @property
-    def text(self) -> str:
-        """The text generated so far."""
-        return "".join(self.text_parts)
-
-    @property
-    def token_count(self) -> int:
-        """Tokens generated so far (the backend's final count once it has one)."""
-        if self.done and self.stats is not None and self.stats.generated_tokens is not None:
-            return self.stats.generated_tokens
-        return self._token_count
-
-    @property
-    def running(self) -> bool:
-        """Whether this side has started and not ended."""
-        return self.started_at is not None and not self.done
-
-    @property
-    def ttft_s(self) -> float | None:
-        """Time to first token: the backend's figure, else measured here."""
-        if self.stats is not None and self.stats.ttft_s is not None:
-            return self.stats.ttft_s
-        if self.started_at is None or self.first_token_at is None:
-            return None
-        return self.first_token_at - self.started_at
-
-    @property
-    def measured_tokens_per_second(self) -> float | None:
-        """Decode rate measured here: tokens after the first chunk / time since it."""
-        if self.first_token_at is None or self.last_token_at is None:
-            return None
-        elapsed = self.last_token_at - self.first_token_at
-        later_tokens = self._token_count - self.first_chunk_tokens
-        if elapsed <= 0 or later_tokens <= 0:
-            return None
-        return later_tokens / elapsed
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        """Decode rate: the backend's (``generated / decode_s``), else measured here."""
-        if self.stats is not None and self.stats.tokens_per_second is not None:
-            return self.stats.tokens_per_second
-        return self.measured_tokens_per_second
-
-    @property
-    def rate_source(self) -> str:
-        """Who measured ``tokens_per_second``: ``backend`` or ``playground``."""
-        if self.stats is not None and self.stats.tokens_per_second is not None:
-            return "backend"
-        return "playground"
-
-    @property
-    def elapsed_s(self) -> float | None:
-        """Seconds from the request to the end (or to the latest chunk while running)."""
-        if self.started_at is None:
-            return None
-        end = self.finished_at if self.finished_at is not None else self.last_token_at
-        return None if end is None else end - self.started_at
-
-    def _apply(self, chunk: Chunk, at: float) -> None:
-        if chunk.stats is not None:
-            self.stats = chunk.stats
-        if chunk.finish_reason is not None:
-            self.finish_reason = chunk.finish_reason
-        new_tokens = len(chunk.tokens) if chunk.tokens else (1 if chunk.text else 0)
-        if not new_tokens:
-            return
-        self.tokens.extend(chunk.tokens)
-        self.text_parts.append(chunk.text or "".join(t.text for t in chunk.tokens))
-        if self.first_token_at is None:
-            self.first_token_at = at
-            self.first_chunk_tokens = new_tokens
-        self.last_token_at = at
-        self._token_count += new_tokens
-        self.updates += 1
-        assert self.started_at is not None
-        self.timeline.append((at - self.started_at, self._token_count))
-
-
-@dataclass(frozen=True, slots=True)
-class Speedup:
-    """A speedup figure and where it comes from.
-
-    Attributes:
-        value: Speculative decode rate / baseline decode rate.
-        basis: ``backend`` (both rates from the backends' timings) or ``playground``
-            (measured here from chunk arrival times).
-    """
-
-    value: float
-    basis: Literal["backend", "playground"]
-
-
-@dataclass
-class Comparison:
-    """The state of one comparison: both sides, the timing mode and the outcome.
-
-    Attributes:
-        mode: ``fair`` or ``concurrent``.
-        baseline: The baseline side.
-        speculative: The speculative side.
-        phase: ``running``, ``done``, ``cancelled`` or ``failed``.
-        error: What went wrong (``failed``), naming the side.
-    """
-
-    mode: TimingMode
-    baseline: SideRun = field(default_factory=lambda: SideRun("baseline"))
-    speculative: SideRun = field(default_factory=lambda: SideRun("speculative"))
-    phase: Phase = "running"
-    error: str | None = None
-
-    def side(self, name: SideName) -> SideRun:
-        """The side called ``name``."""
-        return self.baseline if name == "baseline" else self.speculative
-
-    @property
-    def finished(self) -> bool:
-        """Whether the comparison has ended, one way or another."""
-        return self.phase != "running"
-
-    @property
-    def greedy_texts_match(self) -> bool | None:
-        """Whether both sides produced the same text (None until both are done)."""
-        if not (self.baseline.done and self.speculative.done):
-            return None
-        return self.baseline.text == self.speculative.text
-
-    def measured_speedup(self) -> Speedup | None:
-        """Decode-rate ratio, from the backends' timings when both give them."""
-        base, spec = self.baseline, self.speculative
-        if base.stats is not None and spec.stats is not None and base.done and spec.done:
-            value = spec.stats.speedup_over(base.stats)
-            if value is not None:
-                return Speedup(value, "backend")
-        base_rate, spec_rate = base.measured_tokens_per_second, spec.measured_tokens_per_second
-        if base_rate and spec_rate:
-            return Speedup(spec_rate / base_rate, "playground")
-        return None
-
-    def expected_speedup(self) -> float | None:
-        """Leviathan et al.'s expected wall-time factor for the measured acceptance."""
-        stats = self.speculative.stats
-        return None if stats is None else stats.expected_speedup()
 
 
 class CancelRegistry:
@@ -282,6 +96,7 @@ class _Received:
     side: SideName
     chunk: Chunk
     at: float
+    own_s: float | None = None  # the side's own time so far (interleaved timing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,25 +107,35 @@ class _Ended:
 
 
 _Event = _Started | _Received | _Ended
+_Side = tuple[SideName, Backend, GenerationRequest]
+
+
+def _close(iterator: Iterator[Chunk]) -> BaseException | None:
+    """Close a stream (frees what the backend holds for it); returns what that raised."""
+    close = getattr(iterator, "close", None)
+    if close is None:
+        return None
+    try:
+        close()
+    except Exception as caught:
+        return caught
+    return None
 
 
 def _pump(
-    side: SideName,
-    backend: Backend,
-    request: GenerationRequest,
-    events: queue.Queue[_Event],
-    cancel: threading.Event,
-    clock: Clock,
+    sides: list[_Side], events: queue.Queue[_Event], cancel: threading.Event, clock: Clock
 ) -> None:
     """Stream one side into ``events``; stop after the next chunk once ``cancel`` is set.
 
     Closing the stream on the way out releases what the backend holds for it (the
-    local engine's lock, an HTTP connection), so a cancelled run frees the engine.
+    local engine's lock, an HTTP connection), so a stopped run frees the engine.
     """
+    ((side, backend, request),) = sides
     events.put(_Started(side, clock()))
     error: BaseException | None = None
-    iterator = backend.stream(request)
+    iterator: Iterator[Chunk] | None = None
     try:
+        iterator = backend.stream(request)
         for chunk in iterator:
             events.put(_Received(side, chunk, clock()))
             if cancel.is_set():
@@ -318,19 +143,66 @@ def _pump(
     except BaseException as caught:  # reported to the consumer, which owns the state
         error = caught
     finally:
-        close = getattr(iterator, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception as caught:
-                error = error or caught
+        if iterator is not None:
+            error = error or _close(iterator)
         events.put(_Ended(side, clock(), error))
+
+
+def _interleave(
+    sides: list[_Side], events: queue.Queue[_Event], cancel: threading.Event, clock: Clock
+) -> None:
+    """Step the sides in turns in this one thread, timing each side's own steps.
+
+    The side that has used less of its own time goes next (the baseline on a tie), so
+    at any moment both have had about the same compute time. A failing side ends the
+    turns: the other side's stream is closed too.
+    """
+    streams: dict[SideName, Iterator[Chunk]] = {}
+    own: dict[SideName, float] = {}
+    try:
+        for side, backend, request in sides:
+            events.put(_Started(side, clock()))
+            try:
+                streams[side] = backend.stream(request)
+                own[side] = 0.0
+            except BaseException as caught:
+                events.put(_Ended(side, clock(), caught))
+        while streams and not cancel.is_set():
+            side = min(streams, key=own.__getitem__)
+            before = clock()
+            try:
+                chunk = next(streams[side])
+            except StopIteration:
+                events.put(_Ended(side, clock(), _close(streams.pop(side))))
+                continue
+            except BaseException as caught:
+                _close(streams.pop(side))
+                events.put(_Ended(side, clock(), caught))
+                break  # the other side stops with it (closed below)
+            after = clock()
+            own[side] += after - before
+            events.put(_Received(side, chunk, after, own[side]))
+    finally:
+        for side, stream in streams.items():
+            events.put(_Ended(side, clock(), _close(stream)))
 
 
 def _describe(error: BaseException) -> str:
     # The page gets a summary; the whole error goes to the playground's log.
     logger.warning("a playground run failed", exc_info=error)
     return browser_message(error)
+
+
+_Worker = Callable[[list[_Side], "queue.Queue[_Event]", threading.Event, Clock], None]
+_Wave = list[tuple[_Worker, list[_Side]]]
+
+
+def _plan(mode: TimingMode, sides: list[_Side]) -> list[_Wave]:
+    """The waves of a comparison, one after the other: (worker, the sides it streams)."""
+    if mode == "interleaved":
+        return [[(_interleave, sides)]]
+    workers: _Wave = [(_pump, [side]) for side in sides]
+    return [workers] if mode == "concurrent" else [[worker] for worker in workers]
 
 
 def run_comparison(
@@ -345,6 +217,7 @@ def run_comparison(
     poll_s: float = 0.05,
     join_timeout_s: float = 10.0,
     clock: Clock = time.perf_counter,
+    draft_length: int | None = None,
 ) -> Generator[Comparison, None, None]:
     """Run both sides and yield the merged state whenever it changed.
 
@@ -354,47 +227,58 @@ def run_comparison(
 
     Args:
         baseline_backend: Backend of the baseline side.
-        speculative_backend: Backend of the speculative side (may be the same).
+        speculative_backend: Backend of the speculative side (the same one is fine for
+            ``fair``; ``interleaved`` and ``concurrent`` need two when a backend serves
+            one stream at a time, as the local engine does).
         baseline_request: The request without speculation.
         speculative_request: The same request with speculation.
-        mode: ``fair`` (one side after the other) or ``concurrent`` (both at once).
+        mode: ``interleaved``, ``fair`` or ``concurrent`` (see the module's docstring).
         cancel: Set it to stop both sides; they stop after their next chunk.
         min_interval_s: Least time between two yielded snapshots.
         poll_s: How often a waiting loop checks ``cancel``.
         join_timeout_s: On the way out, how long to wait for the workers to close their
             streams (so that the backends are idle when the caller releases them).
         clock: Monotonic clock (seconds).
+        draft_length: k as the app configured it, for backends whose statistics do not
+            say (``Comparison.draft_length``).
 
     Yields:
         The comparison state. A failing side ends the run with ``phase="failed"`` and
-        a message naming the side; cancelling ends it with ``phase="cancelled"``.
+        a message naming the side; stopping ends it with ``phase="stopped"``, each side
+        marked ``stopped`` (cut off) or ``skipped`` (never started).
+
+    Raises:
+        ValueError: An unknown ``mode``.
     """
-    if mode not in ("fair", "concurrent"):
-        raise ValueError(f"mode must be 'fair' or 'concurrent', got {mode!r}")
+    if mode not in TIMING_MODES:
+        raise ValueError(f"mode must be one of {', '.join(TIMING_MODES)}, got {mode!r}")
     stop = cancel if cancel is not None else threading.Event()
-    state = Comparison(mode=mode)
+    state = Comparison(mode=mode, draft_length=draft_length)
     events: queue.Queue[_Event] = queue.Queue()
-    plan: list[tuple[SideName, Backend, GenerationRequest]] = [
-        ("baseline", baseline_backend, baseline_request),
-        ("speculative", speculative_backend, speculative_request),
-    ]
-    waves = [plan] if mode == "concurrent" else [[item] for item in plan]
+    waves = _plan(
+        mode,
+        [
+            ("baseline", baseline_backend, baseline_request),
+            ("speculative", speculative_backend, speculative_request),
+        ],
+    )
     last_yield = float("-inf")
-    workers: list[threading.Thread] = []
+    threads: list[threading.Thread] = []
     try:
         for wave in waves:
             if stop.is_set() or state.phase == "failed":
                 break
-            for side, backend, request in wave:
-                worker = threading.Thread(
-                    target=_pump,
-                    args=(side, backend, request, events, stop, clock),
-                    name=f"playground-{side}",
+            pending: set[SideName] = set()
+            for worker, sides in wave:
+                thread = threading.Thread(
+                    target=worker,
+                    args=(sides, events, stop, clock),
+                    name="playground-" + "-".join(side for side, _, _ in sides),
                     daemon=True,
                 )
-                worker.start()
-                workers.append(worker)
-            pending = {side for side, _, _ in wave}
+                thread.start()
+                threads.append(thread)
+                pending.update(side for side, _, _ in sides)
             while pending:
                 try:
                     event = events.get(timeout=poll_s)
@@ -408,7 +292,7 @@ def run_comparison(
                     run.started_at = event.at
                     boundary = True
                 elif isinstance(event, _Received):
-                    run._apply(event.chunk, event.at)
+                    state.take(event.side, event.chunk, event.at, event.own_s)
                 else:
                     pending.discard(event.side)
                     run.done = True
@@ -418,7 +302,9 @@ def run_comparison(
                         run.error = _describe(event.error)
                         state.phase = "failed"
                         state.error = f"The {event.side} run failed: {run.error}"
-                        stop.set()  # the other side (concurrent mode) stops too
+                        stop.set()  # the other side stops too
+                    elif run.finish_reason is None and stop.is_set():
+                        run.stopped = True
                 now = clock()
                 if boundary or now - last_yield >= min_interval_s:
                     last_yield = now
@@ -426,11 +312,14 @@ def run_comparison(
             if stop.is_set():
                 break
         if state.phase == "running":
-            state.phase = "cancelled" if stop.is_set() else "done"
+            state.phase = "stopped" if stop.is_set() else "done"
         for run in (state.baseline, state.speculative):
             if run.running:
                 run.done = True
                 run.finished_at = clock()
+                run.stopped = run.finish_reason is None and run.error is None
+            elif run.started_at is None and state.phase != "done":
+                run.done = run.skipped = True
         yield state
     finally:
         # The consumer may stop iterating (Gradio closes the generator on Stop):
@@ -438,5 +327,5 @@ def run_comparison(
         if state.phase == "running":
             stop.set()
         deadline = time.monotonic() + join_timeout_s
-        for worker in workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -14,8 +14,10 @@ from speculative_llm.types import GenerationRequest, Message
 __all__ = [
     "BACKEND_KINDS",
     "DEFAULT_MODEL",
+    "MAX_RUNS",
     "PACKAGED_MODELS",
     "SERVER_KINDS",
+    "TIMING_MODES",
     "BackendKind",
     "RunSettings",
     "TimingChoice",
@@ -23,10 +25,14 @@ __all__ = [
 ]
 
 BackendKind = Literal["local", "managed", "url"]
-TimingChoice = Literal["auto", "fair", "concurrent"]
-TimingMode = Literal["fair", "concurrent"]
-"""``fair``: the two sides run one after the other, each with the machine to itself.
-``concurrent``: both run at once (fair only when they run on different machines)."""
+TimingChoice = Literal["auto", "interleaved", "fair", "concurrent"]
+TimingMode = Literal["interleaved", "fair", "concurrent"]
+"""``interleaved``: both sides on one machine, taking turns step by step, each timed over
+its own steps (local engine). ``fair``: one side after the other, each with the machine
+to itself. ``concurrent``: both at once (fair only when they run on different machines)."""
+TIMING_MODES: tuple[TimingMode, ...] = ("interleaved", "fair", "concurrent")
+MAX_RUNS = 10
+"""The most repeats of one comparison (the page shows their median and spread)."""
 
 BACKEND_KINDS: dict[str, str] = {
     "local": "Local engine (in-process)",
@@ -67,14 +73,16 @@ class RunSettings:
         k: Draft length (tokens proposed per verify step).
         temperature: 0 for greedy decoding.
         max_tokens: Most tokens each side generates.
-        timing: ``fair``, ``concurrent`` or ``auto`` (fair unless the two sides run on
-            different servers).
+        timing: ``interleaved`` (local engine only), ``fair``, ``concurrent`` or ``auto``
+            (interleaved on the local engine; for servers fair, unless the two sides
+            run on different hosts).
         server_kind: Kind of the running server (``url`` backend): a ``SERVER_KINDS`` key.
         server_url: URL of the running server (the speculative side).
         baseline_url: URL of a second server without speculation, for servers that
             cannot switch it off per request (empty: use ``server_url``).
         api_key: API key for the servers; never displayed or stored in the history.
         seed: Sampling seed shared by both sides (so sampled runs are comparable).
+        runs: How many times the comparison runs (the speedup is their median).
     """
 
     backend: BackendKind = "local"
@@ -90,6 +98,7 @@ class RunSettings:
     baseline_url: str = ""
     api_key: str | None = field(default=None, repr=False)
     seed: int = 0
+    runs: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_KINDS:
@@ -129,11 +138,22 @@ class RunSettings:
                 f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
                 field="temperature",
             )
-        if self.timing not in ("auto", "fair", "concurrent"):
+        if self.timing not in ("auto", *TIMING_MODES):
             raise ConfigError(
-                f"Unknown timing mode {self.timing!r}; choose auto, fair or concurrent.",
+                f"Unknown timing mode {self.timing!r}; choose auto, {', '.join(TIMING_MODES)}.",
                 field="timing",
             )
+        if self.timing == "interleaved" and self.backend != "local":
+            raise ConfigError(
+                "Interleaved timing needs the local engine: a server generates on its own "
+                "schedule and cannot take turns. Choose fair (one side after the other) or, "
+                "for servers on two machines, concurrent.",
+                field="timing",
+            )
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int):
+            raise ConfigError(f"runs must be an integer, got {self.runs!r}.", field="runs")
+        if not 1 <= self.runs <= MAX_RUNS:
+            raise ConfigError(f"runs must be from 1 to {MAX_RUNS}, got {self.runs}.", field="runs")
         if self.backend == "url":
             if self.server_kind not in SERVER_KINDS:
                 raise ConfigError(
@@ -168,9 +188,15 @@ class RunSettings:
         )
 
     def timing_mode(self) -> TimingMode:
-        """The timing mode to use: ``auto`` is fair unless the sides run on different hosts."""
+        """The timing mode to use.
+
+        ``auto`` is interleaved on the local engine; for servers it is fair, unless the
+        two sides run on different hosts (then concurrent).
+        """
         if self.timing != "auto":
             return self.timing
+        if self.backend == "local":
+            return "interleaved"
         if self.backend == "url" and self.baseline_url.strip():
             speculative_host = urlsplit(self.server_url.strip()).hostname
             baseline_host = urlsplit(self.baseline_url.strip()).hostname

@@ -1,9 +1,19 @@
 """The playground in a real browser: headless Chromium (Debian package) driven by Playwright.
 
-Opens the app on the packaged SmolLM2, types a code-editing prompt, presses Run, waits
-for both panes and the statistics, checks that accepted draft tokens are highlighted,
-and saves a screenshot to ``test-artifacts/e2e/`` (copied to docs/images/playground.png
-for the documentation).
+On the packaged SmolLM2 (interleaved timing, the local default):
+
+* at 1440x900, both panes stream side by side above the fold with the prompt; a
+  preset picked just before Run is the prompt that runs; the tokens-over-time chart
+  has a line per side with a point per token; accepted draft tokens are highlighted;
+* Stop in the middle of a run leaves "stopped" (or "not started") everywhere and no
+  headline speedup;
+* at phone width (390x844) the prompt comes first and the settings open fully on screen;
+* text and marks meet their contrast ratios (4.5:1, 3:1), computed from the page's
+  styles, in the light and the dark theme;
+* the app writes no error or warning to the browser console.
+
+Screenshots go to ``test-artifacts/e2e/`` and are copied to ``docs/images/`` for the
+documentation. No Playwright browser is downloaded: Debian's ``/usr/bin/chromium`` runs.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +38,7 @@ sync_api = pytest.importorskip(
 
 from speculative_playground import build_app, launch  # noqa: E402
 from speculative_playground.backend_pool import BackendPool  # noqa: E402
-from speculative_playground.presets import find_preset  # noqa: E402
+from speculative_playground.presets import CUSTOM, find_preset  # noqa: E402
 from speculative_playground.render import PROVENANCE_CLASSES  # noqa: E402
 from speculative_playground.settings import RunSettings  # noqa: E402
 
@@ -44,8 +55,121 @@ CHROMIUM_ARGS = [
 ]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO_ROOT / "test-artifacts" / "e2e"
-DOCS_SCREENSHOT = REPO_ROOT / "docs" / "images" / "playground.png"
+DOCS_IMAGES = REPO_ROOT / "docs" / "images"
 RUN_TIMEOUT_MS = 600_000  # a guard against hangs, not a performance check
+DESKTOP = {"width": 1440, "height": 900}
+PHONE = {"width": 390, "height": 844}
+TEXT_RATIO, MARK_RATIO = 4.5, 3.0  # WCAG 2.2: text 1.4.3, non-text marks 1.4.11
+
+# Both panes hold some lines while both sides run: the race, seen as it happens.
+WATCH_THE_RACE = """() => {
+  window.spBothStreaming = null;
+  const text = (side) => {
+    const pane = document.querySelector(`#${side}-pane .sp-pane[data-state="running"]`);
+    if (!pane || pane.querySelector(".sp-placeholder")) { return ""; }
+    return pane.querySelector(".sp-pane-text").textContent.trim();
+  };
+  const box = (selector) => {
+    const r = document.querySelector(selector).getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right};
+  };
+  const look = () => {
+    // Some lines on each side (a few tokens: the speculative side may end at twice the speed).
+    if (window.spBothStreaming || text("baseline").length < 60
+        || text("speculative").length < 60) { return; }
+    window.spBothStreaming = {  // where the panes are, the moment both hold text
+      baseline: box("#baseline-pane .sp-pane"), speculative: box("#speculative-pane .sp-pane"),
+      prompt: box("#prompt-box textarea"),
+    };
+  };
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true,
+    characterData: true, attributes: true});
+}"""
+
+# Contrast of each [selector, colour property, minimum] against the colour beneath it:
+# the element's own background over its ancestors' (alpha composited), or, for a
+# background colour, its parent's. SVG marks are measured against the chart's box.
+CONTRASTS = """(checks) => {
+  const parse = (value) => {
+    let m = value.match(/^rgba?\\(([^)]*)\\)$/);
+    if (m) {
+      const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+      return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+    }
+    m = value.match(/^color\\(srgb ([^)]*)\\)$/);
+    if (m) {
+      const p = m[1].split(/[\\s\\/]+/).filter(Boolean).map(Number);
+      return [p[0] * 255, p[1] * 255, p[2] * 255, p.length > 3 ? p[3] : 1];
+    }
+    return null;
+  };
+  const over = (top, bottom) => [0, 1, 2].map((i) => top[i] * top[3] + bottom[i] * (1 - top[3]))
+    .concat([1]);
+  const beneath = (element) => {
+    const layers = [];
+    for (let e = element; e; e = e.parentElement) {
+      const colour = parse(getComputedStyle(e).backgroundColor);
+      if (colour === null) { return null; }
+      if (colour[3] > 0) { layers.push(colour); if (colour[3] >= 1) { break; } }
+    }
+    return layers.reverse().reduce((under, layer) => over(layer, under), [255, 255, 255, 1]);
+  };
+  const luminance = (c) => {
+    const [r, g, b] = c.slice(0, 3).map((v) => {
+      v /= 255;
+      return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const ratio = (a, b) => {
+    const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
+    return (x + 0.05) / (y + 0.05);
+  };
+  return checks.map(([selector, property, minimum]) => {
+    const element = document.querySelector(selector);
+    if (!element) { return {selector, property, minimum, missing: true}; }
+    const svg = element.closest("svg");
+    const under = property === "backgroundColor" ? element.parentElement
+      : svg ? svg.parentElement : element;
+    const bg = beneath(under);
+    const raw = parse(getComputedStyle(element)[property]);
+    if (raw === null || bg === null) {
+      return {selector, property, minimum, unparsed: getComputedStyle(element)[property]};
+    }
+    const fg = over(raw, bg);
+    return {selector, property, minimum, ratio: Math.round(ratio(fg, bg) * 100) / 100,
+      fg: fg.map(Math.round), bg: bg.map(Math.round)};
+  });
+}"""
+
+TEXT = "color"
+CONTRAST_CHECKS: list[tuple[str, str, float]] = [
+    (f"#speculative-pane mark.{PROVENANCE_CLASSES['draft']}", "backgroundColor", MARK_RATIO),
+    (f"#speculative-pane mark.{PROVENANCE_CLASSES['draft']}", TEXT, TEXT_RATIO),
+    (f"#speculative-pane .{PROVENANCE_CLASSES['target']}", TEXT, TEXT_RATIO),
+    ("#baseline-pane .sp-pane-text", TEXT, TEXT_RATIO),
+    (".sp-header p", TEXT, TEXT_RATIO),
+    (".sp-badge", TEXT, TEXT_RATIO),
+    (".sp-tip", TEXT, TEXT_RATIO),
+    (".sp-section-title small", TEXT, TEXT_RATIO),
+    (".sp-legend-item", TEXT, TEXT_RATIO),
+    (".sp-status", TEXT, TEXT_RATIO),
+    (".sp-card-title", TEXT, TEXT_RATIO),
+    (".sp-card-detail", TEXT, TEXT_RATIO),
+    (".sp-basis", TEXT, TEXT_RATIO),
+    (".sp-stats thead th", TEXT, TEXT_RATIO),
+    (".sp-note", TEXT, TEXT_RATIO),
+    (".sp-chart-summary", TEXT, TEXT_RATIO),
+    (".sp-tick", "fill", TEXT_RATIO),
+    (".sp-axis-title", "fill", TEXT_RATIO),
+    (".sp-line-baseline", "stroke", MARK_RATIO),
+    (".sp-line-speculative", "stroke", MARK_RATIO),
+    (".sp-bar", "fill", MARK_RATIO),
+    ("#prompt-box [data-testid='block-info']", TEXT, TEXT_RATIO),
+    ("#prompt-box textarea", TEXT, TEXT_RATIO),
+    ("#history-table td", TEXT, TEXT_RATIO),
+    ("#run-button", TEXT, TEXT_RATIO),
+]
 
 
 def free_port() -> int:
@@ -66,7 +190,7 @@ def app_url(smollm2_gguf: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     with sync_api.sync_playwright() as playwright:
@@ -77,40 +201,205 @@ def browser() -> Iterator[object]:
         browser.close()
 
 
-def test_run_in_the_browser_highlights_draft_tokens(app_url: str, browser: object) -> None:
-    page = browser.new_page(viewport={"width": 1440, "height": 1300})  # type: ignore[attr-defined]
-    page.goto(app_url, wait_until="domcontentloaded", timeout=120_000)
+class Console:
+    """Every console message and uncaught error of a page."""
+
+    def __init__(self, page: Any) -> None:
+        self.messages: list[str] = []
+        page.on("console", lambda m: self.messages.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda error: self.messages.append(f"pageerror: {error}"))
+
+    def problems(self) -> list[str]:
+        """Errors and warnings (Chromium's console types ``error`` and ``warning``)."""
+        return [m for m in self.messages if m.split(":", 1)[0] in ("error", "warning", "pageerror")]
+
+
+def open_page(browser: Any, url: str, viewport: dict[str, int], **options: Any) -> Any:
+    page = browser.new_page(viewport=viewport, **options)
+    page.spconsole = Console(page)
+    page.goto(url, wait_until="domcontentloaded", timeout=120_000)
     page.wait_for_selector("#run-button", timeout=120_000)
+    page.wait_for_selector("#run-status .sp-status", timeout=120_000)
+    return page
 
-    prompt = find_preset("Code edit: add type hints").prompt
-    box = page.locator("#prompt-box textarea")
-    box.fill("")
-    box.type(prompt[:40])  # typed like a user, then the rest pasted
-    box.fill(prompt)
+
+def choose_preset(page: Any, name: str) -> None:
+    page.click("#preset-name input")
+    page.get_by_role("option", name=name, exact=True).click()
+
+
+def run_to_the_end(page: Any) -> None:
     page.click("#run-button")
-
-    page.wait_for_selector("#baseline-pane .sp-pane[data-state='running']", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_selector("#run-status .sp-status-running", timeout=RUN_TIMEOUT_MS)
     page.wait_for_selector("#run-status .sp-status-ok", timeout=RUN_TIMEOUT_MS)
 
-    baseline_text = page.inner_text("#baseline-pane .sp-pane")
-    speculative_text = page.inner_text("#speculative-pane .sp-pane")
-    assert baseline_text.strip() and baseline_text == speculative_text
-    draft_spans = page.locator(f"#speculative-pane .{PROVENANCE_CLASSES['draft']}")
-    assert draft_spans.count() > 0
-    colour = draft_spans.first.evaluate("e => getComputedStyle(e).backgroundColor")
-    assert colour not in ("rgba(0, 0, 0, 0)", "transparent")  # the CSS really applies
-    assert page.locator("#baseline-pane .sp-tok-draft").count() == 0
-    cards = page.inner_text("#speedup-cards")
-    assert "×" in cards and "fair timing" in cards
-    stats = page.inner_text("#stats-table")
-    assert "Acceptance rate" in stats and "%" in stats
-    assert page.locator("#history-table").inner_text().count("ngram") >= 1
 
+def stats_row(page: Any, label: str) -> list[str]:
+    """The baseline and speculative cells of one row of the statistics table."""
+    row = page.locator("#stats-table tr", has=page.locator(f"th:text-is('{label}')"))
+    return [cell.strip() for cell in row.locator("td").all_inner_texts()]
+
+
+def history_rows(page: Any) -> list[str]:
+    """The history table's data rows, newest first, each as one line of text."""
+    rows = page.locator("#history-table [role='row']:has([role='gridcell'])")
+    return [" ".join(text.split()) for text in rows.all_inner_texts()]
+
+
+def contrast_failures(page: Any) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = page.evaluate(CONTRASTS, CONTRAST_CHECKS)
+    return [r for r in results if "ratio" not in r or r["ratio"] < r["minimum"]]
+
+
+def save_screenshot(page: Any, name: str, *, full_page: bool = False) -> None:
     page.mouse.move(0, 0)  # no hover effect in the screenshot
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    screenshot = ARTIFACTS / "playground.png"
-    page.screenshot(path=str(screenshot), full_page=True)
-    assert screenshot.stat().st_size > 10_000
-    DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(screenshot, DOCS_SCREENSHOT)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=full_page)
+    assert path.stat().st_size > 10_000
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, DOCS_IMAGES / name)
+
+
+def test_the_race_at_1440x900(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    assert page.locator("#settings-sidebar.open").count() == 1  # wide: settings open
+
+    # Run is the next stop after the prompt; the status line is a live region.
+    page.focus("#prompt-box textarea")
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => document.activeElement.id") == "run-button"
+    assert page.locator("#run-status [aria-live='polite']").count() == 1
+
+    # A preset picked just before Run is the prompt that runs.
+    preset = find_preset("Code edit: rename a method")
+    choose_preset(page, preset.name)
+    page.evaluate(WATCH_THE_RACE)
+    page.click("#run-button")
+    page.wait_for_function(
+        "() => window.spBothStreaming !== null || document.querySelector("
+        "'#run-status .sp-status-ok, #run-status .sp-status-warn, #run-status .sp-status-error')",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    save_screenshot(page, "playground-race.png")  # mid-race, unless the race never was
+    page.wait_for_selector("#run-status .sp-status-ok", timeout=RUN_TIMEOUT_MS)
+
+    race = page.evaluate("() => window.spBothStreaming")
+    assert race is not None, "the panes never held text at the same time"
+    base, spec, prompt = race["baseline"], race["speculative"], race["prompt"]
+    assert abs(base["top"] - spec["top"]) < 2 and base["right"] <= spec["left"]  # side by side
+    assert prompt["top"] >= 0 and base["bottom"] <= DESKTOP["height"]  # all above the fold
+    assert spec["bottom"] <= DESKTOP["height"]
+
+    ran = history_rows(page)[0]
+    assert " ".join(preset.prompt.split())[:40] in ran
+    baseline_text = page.inner_text("#baseline-pane .sp-pane-text")
+    speculative_text = page.inner_text("#speculative-pane .sp-pane-text")
+    assert baseline_text.strip() and baseline_text == speculative_text
+    drafts = page.locator(f"#speculative-pane mark.{PROVENANCE_CLASSES['draft']}")
+    assert drafts.count() > 0 and drafts.first.get_attribute("title") == "accepted draft tokens"
+    assert page.locator("#baseline-pane .sp-tok-draft").count() == 0
+
+    # The chart draws a line per side with a point per token.
+    tokens = [int(n) for n in stats_row(page, "Tokens generated")]
+    for side, count in zip(("baseline", "speculative"), tokens, strict=True):
+        line = page.locator(f"#timeline-chart polyline[data-side='{side}']")
+        assert len((line.get_attribute("points") or "").split()) == count > 0
+    assert page.locator("#acceptance-chart rect.sp-bar").count() > 0
+    cards = page.inner_text("#speedup-cards")
+    assert "×" in cards and "interleaved timing" in cards
+    assert "own steps" in page.inner_text("#speedup-basis")
+    assert "Baseline:" in page.inner_text("#timeline-chart figcaption")
+
+    assert contrast_failures(page) == []
+    save_screenshot(page, "playground.png", full_page=True)
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def test_stop_mid_run_says_stopped_everywhere(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    box = page.locator("#prompt-box textarea")
+    box.fill("Count from 1 to 400, one number per line, and nothing else.")
+    page.wait_for_function(
+        f"() => document.querySelector('#preset-name input').value === {CUSTOM!r}"
+    )
+    page.fill("input[aria-label='number input for Max tokens']", "600")
+    page.keyboard.press("Tab")
+    box.press("Control+Enter")  # Ctrl+Enter in the prompt runs
+    page.wait_for_function(
+        "() => { const p = document.querySelector('#speculative-pane .sp-pane');"
+        " return p && p.dataset.state === 'running' && !p.querySelector('.sp-placeholder')"
+        " && p.textContent.trim().length > 4; }",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    page.click("#stop-button")
+    page.wait_for_function(  # "Stopping both sides…" first, then how each side ended
+        "() => document.querySelector('#run-status').innerText.startsWith('Stopped')",
+        timeout=RUN_TIMEOUT_MS,
+    )
+
+    status = page.inner_text("#run-status")
+    assert status.startswith("Stopped")
+    sides = stats_row(page, "Status")
+    assert sides[1] == "stopped" and sides[0] in ("stopped", "done")
+    for side, word in zip(("baseline", "speculative"), sides, strict=True):
+        assert f"{side} {word}" in status
+        assert page.get_attribute(f"#{side}-pane .sp-pane", "data-state") == word
+    assert page.locator(".sp-caret").count() == 0
+    title = page.locator("#speedup-cards .sp-card-title").first.text_content()
+    value = page.locator("#speedup-cards .sp-card-value").first.text_content()
+    assert title == "Measured speedup (partial)" or value == "—"
+    assert "not a full run" in page.inner_text("#speedup-cards") or value == "—"
+    assert history_rows(page)[0].endswith("stopped")  # the same word in the history
+    assert "cancel" not in page.inner_text("body").lower()
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def test_phone_width_shows_the_prompt_first(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, PHONE, is_mobile=True, has_touch=True)
+    assert page.locator("#settings-sidebar.open").count() == 0
+    # Nothing covers the prompt: it is what a tap in its middle reaches.
+    reached = page.evaluate(
+        "() => { const r = document.querySelector('#prompt-box textarea').getBoundingClientRect();"
+        " const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);"
+        " return [r.top, r.bottom, hit && hit.closest('#prompt-box') !== null]; }"
+    )
+    assert reached[0] >= 0 and reached[1] <= PHONE["height"] and reached[2] is True
+    save_screenshot(page, "playground-phone.png")
+
+    page.click("#settings-sidebar .toggle-button")
+    page.wait_for_selector("#settings-sidebar.open")
+    page.wait_for_timeout(500)  # the sidebar slides in
+    for selector in ("#settings-sidebar .sidebar-content", "#settings-sidebar .toggle-button"):
+        box = page.locator(selector).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    page.click("#settings-sidebar .toggle-button")
+    page.wait_for_selector("#settings-sidebar:not(.open)")
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def test_dark_theme_contrast(app_url: str, browser: Any) -> None:
+    page = open_page(browser, f"{app_url}?__theme=dark", DESKTOP, color_scheme="dark")
+    assert page.locator("body.dark, .dark").count() > 0
+    run_to_the_end(page)
+    assert contrast_failures(page) == []
+    page.evaluate("() => window.scrollTo(0, 0)")
+    save_screenshot(page, "playground-dark.png")
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def test_contrast_check_catches_a_pale_highlight(app_url: str, browser: Any) -> None:
+    # The check itself: the old highlight (emerald at 20% over white) fails it.
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    page.evaluate(
+        "() => document.querySelector('#baseline-pane .sp-pane-text').insertAdjacentHTML("
+        '\'beforeend\', \'<mark class="sp-tok sp-tok-draft" id="probe" '
+        'style="background: rgba(16, 185, 129, 0.2); color: inherit">x</mark>\')'
+    )
+    (result,) = page.evaluate(CONTRASTS, [["#probe", "backgroundColor", MARK_RATIO]])
+    assert result["ratio"] == pytest.approx(1.21, abs=0.02)
     page.close()

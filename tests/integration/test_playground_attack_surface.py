@@ -74,6 +74,7 @@ def compare(url: str, **values: Any) -> list[tuple[Any, ...]]:
         "temperature": 0.0,
         "max_tokens": 8,
         "timing": "auto",
+        "runs": 1,
         "server_kind": "openai",
         "server_url": "",
         "baseline_url": "",

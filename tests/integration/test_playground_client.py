@@ -1,10 +1,10 @@
 """The playground end to end through ``gradio_client``, on the real local engine.
 
 The app runs in this process on 127.0.0.1 (a free port) over the tiny random model
-(fast), plus one run on the packaged SmolLM2. Each ``Client`` is its own browser
-session. Outputs of the ``/compare`` endpoint, in order: status, speedup cards,
-baseline pane, speculative pane, statistics table, acceptance plot, timeline plot,
-history table, CSV export, JSON export, last-run record.
+(fast), plus a run on the packaged SmolLM2. Each ``Client`` is its own browser session.
+Outputs of the ``/compare`` endpoint, in order: status, baseline pane, speculative pane,
+speedup cards, what the speedup is based on, statistics table, tokens-over-time chart,
+acceptance chart, history table, CSV export, JSON export, last-run record.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from gradio_client import Client
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.history import HISTORY_COLUMNS
+from speculative_playground.presets import find_preset
 from speculative_playground.security import SecurityPolicy, UrlAllowlist
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-STATUS, CARDS, BASELINE, SPECULATIVE, STATS = 0, 1, 2, 3, 4
-ACCEPTANCE, TIMELINE, HISTORY, CSV, JSON, RECORD = 5, 6, 7, 8, 9, 10
+STATUS, BASELINE, SPECULATIVE, CARDS, BASIS, STATS = 0, 1, 2, 3, 4, 5
+TIMELINE, ACCEPTANCE, HISTORY, CSV, JSON, RECORD = 6, 7, 8, 9, 10, 11
 PROMPT = "Copy this twice: the quick brown fox jumps over the lazy dog."
 RESULT_TIMEOUT_S = 600  # a guard against hangs, not a performance check
 
@@ -51,9 +52,18 @@ def free_port() -> int:
 
 
 def pane_text(pane: str) -> str:
-    """The text shown in a pane (tags stripped, entities decoded)."""
-    body = re.sub(r'<span class="sp-(placeholder|caret)"[^>]*>.*?</span>', "", pane)
+    """The text shown in a pane (heading, placeholder and caret left out, entities decoded)."""
+    body = pane.split('<div class="sp-pane-text">', 1)[-1]
+    body = re.sub(r'<span class="sp-(placeholder|caret)"[^>]*>.*?</span>', "", body)
     return html.unescape(re.sub(r"<[^>]+>", "", body))
+
+
+def line_points(chart: str) -> dict[str, int]:
+    """Points of each side's line in the tokens-over-time chart."""
+    return {
+        side: len(points.split())
+        for side, points in re.findall(r'data-side="(\w+)"[^>]*points="([^"]*)"', chart)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +106,8 @@ def compare_args(model: str, prompt: str = PROMPT, **overrides: Any) -> list[Any
         "k": 4,
         "temperature": 0.0,
         "max_tokens": 40,
-        "timing": "fair",
+        "timing": "auto",
+        "runs": 1,
         "server_kind": "llamacpp",
         "server_url": "",
         "baseline_url": "",
@@ -130,34 +141,57 @@ def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str)
     # Several partial texts each: the panes really stream.
     assert len({pane_text(p) for p in baseline_panes}) >= 4
     assert len({pane_text(p) for p in speculative_panes}) >= 4
+    # Interleaved timing (the local default): both panes stream at the same time.
+    assert any(
+        'data-state="running"' in str(u[BASELINE])
+        and 'data-state="running"' in str(u[SPECULATIVE])
+        and pane_text(str(u[BASELINE]))
+        and pane_text(str(u[SPECULATIVE]))
+        for u in updates
+    )
 
     final = updates[-1]
     record = final[RECORD]
-    assert record["status"] == "done" and record["timing"] == "fair"
+    assert record["status"] == "done" and record["timing"] == "interleaved"
     assert record["baseline_text"] and record["baseline_text"] == record["speculative_text"]
     assert pane_text(final[BASELINE]) == record["baseline_text"]
     assert pane_text(final[SPECULATIVE]) == record["speculative_text"]
     assert "Both sides produced the same text" in final[STATUS]
+    assert f"Measured ×{record['speedup']:.2f}" in final[STATUS]
 
     spec_stats = record["speculative_stats"]
     assert spec_stats["source"] == "exact" and spec_stats["method"] == "ngram"
     assert spec_stats["generated_tokens"] == record["baseline_stats"]["generated_tokens"]
     assert record["speedup"] is not None and record["expected_speedup"] is not None
+    assert record["speedup_basis"] == "steps"
     card_values = re.findall(r'<div class="sp-card-value">×([0-9.]+)</div>', final[CARDS])
     assert float(card_values[0]) == pytest.approx(record["speedup"], abs=0.006)
     assert float(card_values[1]) == pytest.approx(record["expected_speedup"], abs=0.006)
-    assert "fair timing" in final[CARDS]
-    assert f"{spec_stats['draft_tokens']}" in final[STATS]
+    assert "interleaved timing" in final[CARDS] and "own steps" in final[BASIS]
+    assert f"{spec_stats['draft_tokens']}" in final[STATS] and "Engine:" in final[STATS]
     # Live statistics while the speculative side was still running.
     live_tables = [u[STATS] for u in updates if 'data-state="running"' in str(u[SPECULATIVE])]
     assert any("exact" in table for table in live_tables)
-    timeline = final[TIMELINE]["data"]
-    assert {row[2] for row in timeline} == {"baseline", "speculative"}
+    # The chart has a line per side with a point per token.
+    assert line_points(final[TIMELINE]) == {
+        "baseline": record["baseline_stats"]["generated_tokens"],
+        "speculative": spec_stats["generated_tokens"],
+    }
     history = final[HISTORY]["data"]
-    assert len(history) == 1 and history[0][2] == "ngram"
+    assert len(history) == 1 and history[0][3].startswith("ngram")
     csv_path = Path(final[CSV]["value"])
     header = csv_path.read_text(encoding="utf-8").splitlines()[0]
     assert header.split(",") == list(HISTORY_COLUMNS)
+
+
+def test_repeated_runs_give_a_median_and_a_range(app_url: str, tiny_model: str) -> None:
+    client = Client(app_url, verbose=False)
+    updates = run(client, *compare_args(tiny_model, max_tokens=16, runs=3))
+    record = updates[-1][RECORD]
+    assert record["runs"] == record["runs_complete"] == 3 and len(record["speedups"]) == 3
+    assert record["speedup"] == pytest.approx(sorted(record["speedups"])[1], abs=0.001)
+    assert "median of 3 runs" in updates[-1][CARDS]
+    assert any("run 2 of 3" in str(u[STATUS]) for u in updates)
 
 
 def test_five_clients_at_once_get_their_own_results(app_url: str, tiny_model: str) -> None:
@@ -198,10 +232,13 @@ def test_stop_button_cancels_and_frees_the_engine(app_url: str, tiny_model: str)
     client.predict(api_name="/stop")
     job.result(timeout=RESULT_TIMEOUT_S)
     final = job.outputs()[-1]
-    assert "Stopped" in final[STATUS]
+    assert "Stopped" in final[STATUS] and "speculative stopped after" in final[STATUS]
     record = final[RECORD]
-    assert record["status"] == "cancelled"
-    assert len(record["baseline_text"]) < 1000 and record["speculative_text"] == ""
+    assert record["status"] == "stopped" and record["speedup"] is None
+    assert (record["baseline_status"], record["speculative_status"]) == ("stopped", "stopped")
+    assert "Measured speedup (partial)" in final[CARDS] or "—" in final[CARDS]
+    assert final[HISTORY]["data"][0][-1] == "stopped"  # one word, in the page and the history
+    assert len(record["baseline_text"]) < 1000
     # The engine is free: a new run completes.
     after = run(client, *compare_args(tiny_model, max_tokens=12))
     assert after[-1][RECORD]["status"] == "done"
@@ -250,8 +287,6 @@ def test_bad_model_shows_an_error(app_url: str, allowed_models: Path) -> None:
 
 
 def test_packaged_smollm2_run(app_url: str, smollm2_gguf: Path) -> None:
-    from speculative_playground.presets import find_preset
-
     client = Client(app_url, verbose=False)
     prompt = find_preset("Code edit: add type hints").prompt
     updates = run(client, *compare_args("smollm2-135m", prompt, max_tokens=48, k=5))
@@ -262,3 +297,4 @@ def test_packaged_smollm2_run(app_url: str, smollm2_gguf: Path) -> None:
     assert spec_stats["draft_tokens"] > 0
     assert spec_stats["accepted_tokens"] == sum(spec_stats["accepted_per_position"])
     assert len(distinct(updates, SPECULATIVE)) >= 3
+    assert 'data-position="1"' in updates[-1][ACCEPTANCE]  # the chart has bars

@@ -30,7 +30,7 @@ from speculative_playground.security import SecurityPolicy, UrlAllowlist
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-STATUS, RECORD = 0, 10
+STATUS, CARDS, ACCEPTANCE, RECORD = 0, 3, 7, 11
 PROMPT = find_preset("Code edit: rename a method").prompt
 
 
@@ -70,6 +70,7 @@ def compare(url: str, **values: Any) -> list[tuple[Any, ...]]:
         "temperature": 0.0,
         "max_tokens": 64,
         "timing": "auto",
+        "runs": 1,
         "server_kind": "llamacpp",
         "server_url": "",
         "baseline_url": "",
@@ -119,3 +120,10 @@ def test_managed_llama_server(app: tuple[str, BackendPool]) -> None:
     assert record["backend"] == "llama-server (managed)"
     assert record["speculative_stats"]["draft_tokens"] > 0
     assert record["baseline_stats"]["draft_tokens"] in (0, None)
+    # k is the draft length the app started the server with; the expected figure follows.
+    assert record["speculative_stats"]["num_speculative_tokens"] == 4 and record["k"] == 4
+    assert record["expected_speedup"] is not None
+    assert "needs acceptance figures" not in updates[-1][CARDS]
+    assert "k=4" in updates[-1][CARDS]
+    # llama-server reports totals only: the chart says why it stays empty.
+    assert "reports acceptance totals only" in updates[-1][ACCEPTANCE]

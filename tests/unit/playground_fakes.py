@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from speculative_llm.backends.base import Backend, Capabilities, iterate_in_thread
+from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendUnavailableError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, GenerationRequest, Token
+from speculative_playground.runner import run_comparison
+from speculative_playground.settings import TimingMode
+from speculative_playground.sides import Comparison
 
 
 @dataclass
@@ -21,12 +25,14 @@ class Script:
         stats: Final statistics (on the last chunk).
         fail_after: Raise ``BackendUnavailableError`` after this many chunks.
         gate: When set, each chunk waits for this event before it is produced.
+        on_step: Called before each chunk is produced (a fake machine's clock advances).
     """
 
     pieces: Sequence[Sequence[tuple[str, str]]]
     stats: SpecStats | None = None
     fail_after: int | None = None
     gate: threading.Event | None = None
+    on_step: Callable[[], None] | None = None
 
 
 @dataclass
@@ -96,6 +102,8 @@ class ScriptedBackend(Backend):
                     )
                 if script.gate is not None:
                     script.gate.wait(timeout=10)
+                if script.on_step is not None:
+                    script.on_step()
                 tokens = tuple(Token(text, provenance) for text, provenance in piece)  # type: ignore[arg-type]
                 last = index == len(script.pieces) - 1
                 yield Chunk(
@@ -144,3 +152,50 @@ def stats(
         ttft_s=0.01,
         decode_s=decode_s,
     )
+
+
+class FakeMachine:
+    """A clock that only moves when a step runs; steps cost more once it is loaded.
+
+    Args:
+        step_s: Seconds one step takes on the idle machine.
+        loaded_after_s: From this time on, steps take ``load`` times longer.
+        load: Slow-down factor of the loaded machine.
+    """
+
+    def __init__(self, step_s: float, loaded_after_s: float = float("inf"), load: float = 2.0):
+        self.now = 0.0
+        self.step_s = step_s
+        self.loaded_after_s = loaded_after_s
+        self.load = load
+        self.lock = threading.Lock()
+
+    def clock(self) -> float:
+        with self.lock:
+            return self.now
+
+    def step(self, factor: float = 1.0) -> None:
+        with self.lock:
+            slow = self.load if self.now >= self.loaded_after_s else 1.0
+            self.now += self.step_s * factor * slow
+
+
+def finished_comparison(mode: TimingMode = "fair") -> Comparison:
+    """A finished comparison: 6 plain baseline tokens; 5 speculative, 3 of them drafted."""
+    backend = ScriptedBackend(
+        Script([[("x", "target")]] * 6, stats("none", generated=6, decode_s=0.6)),
+        Script(
+            [[("a", "draft"), ("b", "draft"), ("c", "target")], [("d", "draft"), ("e", "target")]],
+            stats("ngram", generated=5, decode_s=0.2, draft=4, accepted=3, steps=2, rejected=1),
+        ),
+    )
+    request = GenerationRequest(prompt="copy this", max_tokens=16)
+    states = run_comparison(
+        backend,
+        backend,
+        request.replace(spec=SpecConfig.baseline()),
+        request.replace(spec=SpecConfig(method="ngram", num_speculative_tokens=4)),
+        mode=mode,
+        min_interval_s=0,
+    )
+    return list(states)[-1]

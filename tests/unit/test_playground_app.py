@@ -86,6 +86,7 @@ def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
         "Temperature",
         "Max tokens",
         "Timing mode",
+        "Runs",
         "Server type",
         "Server URL",
         "Baseline URL (optional)",
@@ -97,3 +98,23 @@ def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
     assert isinstance(compare.inputs[-1], gr.State)
     ids = [block._id for block in compare.outputs]
     assert len(ids) == len(set(ids)) == len(dataclasses.fields(ResultViews))
+
+
+def test_run_follows_the_prompt_before_the_settings() -> None:
+    # Tab order is document order: the prompt, Run and Stop come before the sidebar.
+    app = build_app(pool=BackendPool(warm_up=False))
+    order = [getattr(block, "elem_id", None) for block in app.blocks.values()]
+    prompt, run = order.index("prompt-box"), order.index("run-button")
+    assert prompt < run < order.index("stop-button") < order.index("settings-sidebar")
+    between = [b for b in list(app.blocks.values())[prompt + 1 : run] if b.is_rendered]
+    assert all(isinstance(b, gr.Column) for b in between)  # no input in between
+
+
+def test_the_target_is_never_offered_as_its_own_draft() -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    (draft,) = components(app, gr.Dropdown, "Draft model")
+    assert [value for _, value in draft.choices] == [""]  # the packaged models never pair
+    assert "No draft model ships for smollm2-135m" in draft.info
+    custom = build_app(pool=BackendPool(warm_up=False), models=("/m/a.gguf", "smollm2-135m"))
+    (draft,) = components(custom, gr.Dropdown, "Draft model")
+    assert [value for _, value in draft.choices] == ["", "smollm2-135m"]

@@ -96,3 +96,20 @@ def test_bad_options_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> 
     assert "--concurrency" in capsys.readouterr().err
     assert main(["playground", "--auth", "nocolon"]) == 2
     assert "user:password" in capsys.readouterr().err
+
+
+def test_runner_and_threads_reach_the_local_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speculative_playground import backend_pool
+
+    pools: list[Any] = []
+
+    class RecordingPool(backend_pool.BackendPool):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            pools.append(self)
+
+    monkeypatch.setattr(backend_pool, "BackendPool", RecordingPool)
+    monkeypatch.setattr("speculative_playground.app.launch", lambda app, **options: None)
+    assert main(["playground", "--no-browser", "--runner", "transformers", "--threads", "3"]) == 0
+    (pool,) = pools
+    assert pool.local_options["runner"] == "transformers" and pool.local_options["threads"] == 3

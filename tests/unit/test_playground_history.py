@@ -7,11 +7,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from playground_fakes import Script, ScriptedBackend, stats
+from playground_fakes import finished_comparison
 
-from speculative_llm.config import SpecConfig
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import GenerationRequest
 from speculative_playground.history import (
     HISTORY_COLUMNS,
     TABLE_HEADERS,
@@ -21,29 +19,7 @@ from speculative_playground.history import (
     write_csv,
     write_json,
 )
-from speculative_playground.runner import Comparison, run_comparison
 from speculative_playground.settings import RunSettings
-
-REQUEST = GenerationRequest(prompt="p", max_tokens=8)
-
-
-def comparison() -> Comparison:
-    backend = ScriptedBackend(
-        Script([[("x", "target")]] * 4, stats("none", generated=4, decode_s=0.4)),
-        Script(
-            [[("x", "draft"), ("x", "draft"), ("x", "target")], [("x", "target")]],
-            stats("ngram", generated=4, decode_s=0.1, draft=3, accepted=2, steps=2, rejected=1),
-        ),
-    )
-    return list(
-        run_comparison(
-            backend,
-            backend,
-            REQUEST.replace(spec=SpecConfig.baseline()),
-            REQUEST.replace(spec=SpecConfig(method="ngram")),
-            min_interval_s=0,
-        )
-    )[-1]
 
 
 def url_settings() -> RunSettings:
@@ -57,29 +33,52 @@ def url_settings() -> RunSettings:
 
 
 def test_record_holds_measurements_and_no_secrets() -> None:
-    state = comparison()
-    record = make_record(state, url_settings(), "a prompt", now=datetime(2026, 1, 2, tzinfo=UTC))
+    state = finished_comparison()
+    record = make_record([state], url_settings(), "a prompt", now=datetime(2026, 1, 2, tzinfo=UTC))
     text = json.dumps(record)
     assert "sk-secret" not in text and "pw@" not in text
     assert record["backend"] == "llamacpp @ gpu:8000"
     assert record["time"] == "2026-01-02T00:00:00+00:00"
     measured = state.measured_speedup()
     assert measured is not None
-    assert record["speedup"] == round(measured.value, 3)
+    assert record["speedup"] == round(measured.value, 4)
     assert record["timing"] == "fair" and record["status"] == "done"
-    assert record["texts_match"] is True
+    assert record["runs"] == record["runs_complete"] == 1 and record["speedups"] == [
+        record["speedup"]
+    ]
+    assert record["texts_match"] is False  # the scripted sides write different texts
     assert SpecStats.from_dict(record["speculative_stats"]) == state.speculative.stats
 
 
-def test_rows_are_newest_first_with_short_prompts() -> None:
-    state = comparison()
-    records = [make_record(state, RunSettings(), f"prompt {i} " + "word " * 40) for i in range(3)]
+def test_rows_are_newest_first_with_short_prompts_and_dashes() -> None:
+    state = finished_comparison()
+    records = [make_record([state], RunSettings(), f"prompt {i} " + "word " * 40) for i in range(3)]
+    records[0]["expected_speedup"] = None
     rows = history_rows(records)
-    assert len(rows) == 3 and all(
-        len(row) == len(TABLE_HEADERS) == len(HISTORY_COLUMNS) for row in rows
-    )
+    assert len(rows) == 3 and all(len(row) == len(TABLE_HEADERS) for row in rows)
     assert rows[0][1].startswith("prompt 2") and rows[-1][1].startswith("prompt 0")
     assert all(len(row[1]) <= 60 for row in rows)
+    expected = TABLE_HEADERS.index("expected")
+    assert rows[-1][expected] == "—" and rows[0][expected].startswith("×")
+
+
+def test_a_stopped_run_is_recorded_as_stopped_with_no_speedup() -> None:
+    state = finished_comparison()
+    state.phase = "stopped"
+    state.speculative.stopped = True
+    record = make_record([state], RunSettings(), "p")
+    assert record["status"] == "stopped" and record["speculative_status"] == "stopped"
+    assert record["speedup"] is None and record["partial_speedup"] is not None
+    (row,) = history_rows([record])
+    assert row[TABLE_HEADERS.index("speedup")].endswith("(partial)")
+    assert row[TABLE_HEADERS.index("status")] == "stopped"
+
+
+def test_repeated_runs_record_each_speedup_and_their_median() -> None:
+    runs = [finished_comparison() for _ in range(3)]
+    record = make_record(runs, RunSettings(runs=3), "p")
+    assert record["runs"] == record["runs_complete"] == 3 and len(record["speedups"]) == 3
+    assert record["speedup_low"] <= record["speedup"] <= record["speedup_high"]
 
 
 def test_append_keeps_the_latest_records() -> None:
@@ -89,20 +88,20 @@ def test_append_keeps_the_latest_records() -> None:
     assert [r["n"] for r in records] == [2, 3, 4]
 
 
-def test_csv_export_has_the_table_columns_and_full_prompts(tmp_path: Path) -> None:
-    state = comparison()
+def test_csv_export_has_the_columns_full_prompts_and_newest_first(tmp_path: Path) -> None:
+    state = finished_comparison()
     long_prompt = "line one, with a comma\nline two " + "x" * 100
-    records = [make_record(state, RunSettings(), long_prompt)]
+    records = [make_record([state], RunSettings(), p) for p in ("older", long_prompt)]
     path = write_csv(records, tmp_path / "history.csv")
     with path.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
     assert tuple(rows[0]) == HISTORY_COLUMNS
-    assert rows[1][1] == long_prompt
-    assert float(rows[1][HISTORY_COLUMNS.index("speedup")]) == records[0]["speedup"]
+    assert rows[1][1] == long_prompt and rows[2][1] == "older"  # the page's order
+    assert float(rows[1][HISTORY_COLUMNS.index("speedup")]) == records[1]["speedup"]
 
 
-def test_json_export_round_trips(tmp_path: Path) -> None:
-    state = comparison()
-    records = [make_record(state, RunSettings(), "é prompt")]
+def test_json_export_round_trips_newest_first(tmp_path: Path) -> None:
+    state = finished_comparison()
+    records = [make_record([state], RunSettings(), p) for p in ("é prompt", "second")]
     path = write_json(records, tmp_path / "history.json")
-    assert json.loads(path.read_text(encoding="utf-8")) == records
+    assert json.loads(path.read_text(encoding="utf-8")) == records[::-1]

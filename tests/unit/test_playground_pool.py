@@ -90,14 +90,14 @@ class Factory:
 def test_local_backends_are_cached_per_model_and_warmed_up() -> None:
     factory = Factory(methods=("none", "ngram", "draft_model"))
     pool = BackendPool(backend_factory=factory, local_options={"dtype": "float32"})
-    settings = RunSettings(model="smollm2-135m")
+    settings = RunSettings(model="smollm2-135m", timing="fair")
     with pool.lease(settings) as pair:
         first = pair.speculative
         assert pair.baseline is pair.speculative and pair.shared_machine
         assert pair.baseline_spec is not None and pair.baseline_spec.method == "none"
         assert first.log.started == 2  # warm-up: one baseline, one speculative request
-    with pool.lease(RunSettings(model="smollm2-135m", k=3)) as pair:
-        assert pair.speculative is first
+    with pool.lease(RunSettings(model="smollm2-135m", k=3, timing="fair")) as pair:
+        assert pair.speculative is first and pair.draft_length == 3
     assert len(factory.calls) == 1
     name, options = factory.calls[0]
     assert name == "local" and options["model"] == "smollm2-135m" and options["dtype"] == "float32"
@@ -105,10 +105,11 @@ def test_local_backends_are_cached_per_model_and_warmed_up() -> None:
     assert first.closed
 
 
-def test_concurrent_local_timing_uses_a_second_engine() -> None:
+@pytest.mark.parametrize("timing", ["interleaved", "concurrent"])
+def test_local_sides_that_overlap_get_an_engine_each(timing: str) -> None:
     factory = Factory()
     pool = BackendPool(backend_factory=factory, warm_up=False)
-    with pool.lease(RunSettings(timing="concurrent")) as pair:
+    with pool.lease(RunSettings(timing=timing)) as pair:  # type: ignore[arg-type]
         assert pair.baseline is not pair.speculative
     assert len(factory.calls) == 2
 
@@ -237,6 +238,8 @@ def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
             assert pair.baseline is pair.speculative
     assert len(FakeServer.instances) == 1
     server = FakeServer.instances[0]
+    assert pair.draft_length == 4  # llama-server does not report k: the app chose it
+    assert pair.engine is not None and "draft length up to 4" in pair.engine
     # The lookup length is LlamaServer's default (the engine's), not set here.
     assert server.started and server.options == {"spec_type": "ngram-simple", "draft_max": 4}
     pool.close()

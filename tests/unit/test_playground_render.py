@@ -1,48 +1,25 @@
-"""HTML and plot data of the playground: escaping, provenance colours, stats, speedup cards."""
+"""HTML of the playground: escaping, provenance marks, statistics, speedup cards, status."""
 
 from __future__ import annotations
 
 import re
 
-from playground_fakes import Script, ScriptedBackend, stats
+from playground_fakes import finished_comparison
 
-from speculative_llm.config import SpecConfig
-from speculative_llm.types import GenerationRequest, Token
+from speculative_llm.types import Token
+from speculative_playground.measure import Measurement
 from speculative_playground.render import (
     PROVENANCE_CLASSES,
-    acceptance_frame,
+    basis_html,
     format_number,
     legend_html,
     pane_html,
     speedup_cards_html,
     stats_table_html,
     status_html,
-    timeline_frame,
     tokens_html,
 )
-from speculative_playground.runner import Comparison, SideRun, run_comparison
-
-REQUEST = GenerationRequest(prompt="copy this", max_tokens=16)
-
-
-def finished_comparison(mode: str = "fair") -> Comparison:
-    backend = ScriptedBackend(
-        Script([[("x", "target")]] * 6, stats("none", generated=6, decode_s=0.6)),
-        Script(
-            [[("a", "draft"), ("b", "draft"), ("c", "target")], [("d", "draft"), ("e", "target")]],
-            stats("ngram", generated=5, decode_s=0.2, draft=4, accepted=3, steps=2, rejected=1),
-        ),
-    )
-    return list(
-        run_comparison(
-            backend,
-            backend,
-            REQUEST.replace(spec=SpecConfig.baseline()),
-            REQUEST.replace(spec=SpecConfig(method="ngram", num_speculative_tokens=4)),
-            mode=mode,  # type: ignore[arg-type]
-            min_interval_s=0,
-        )
-    )[-1]
+from speculative_playground.sides import Comparison, SideRun
 
 
 def test_tokens_are_escaped_and_grouped_by_provenance() -> None:
@@ -58,6 +35,12 @@ def test_tokens_are_escaped_and_grouped_by_provenance() -> None:
     assert rendered.count(PROVENANCE_CLASSES["draft"]) == 1  # one span for the draft run
     assert rendered.count(PROVENANCE_CLASSES["target"]) == 1
     assert rendered.count(PROVENANCE_CLASSES["unknown"]) == 1
+    # Provenance in words on every span (hover, screen readers), drafts as <mark>.
+    assert re.findall(r"<(\w+) class=\"[^\"]*\" title=\"([^\"]*)\"", rendered) == [
+        ("mark", "accepted draft tokens"),
+        ("span", "target model tokens"),
+        ("span", "provenance not reported"),
+    ]
 
 
 def test_text_without_tokens_is_escaped() -> None:
@@ -73,6 +56,7 @@ def test_panes_show_placeholder_then_text() -> None:
     final = finished_comparison()
     coloured = pane_html(final.speculative, colour_tokens=True, placeholder="-")
     assert PROVENANCE_CLASSES["draft"] in coloured and 'data-state="done"' in coloured
+    assert 'aria-label="Speculative answer"' in coloured and "<h2>Speculative</h2>" in coloured
     plain = pane_html(final.baseline, colour_tokens=False, placeholder="-")
     assert "sp-tok" not in plain and "xxxxxx" in plain
 
@@ -98,17 +82,56 @@ def test_stats_table_shows_both_sides_and_dashes_for_unknown_figures() -> None:
     assert rows == [("—", str(spec.draft_tokens))]
 
 
-def test_speedup_cards_name_the_timing_mode_next_to_each_speedup() -> None:
+def test_speedup_cards_name_the_timing_mode_next_to_the_measured_speedup() -> None:
     for mode in ("fair", "concurrent"):
         final = finished_comparison(mode)
-        cards = speedup_cards_html(final)
+        cards = speedup_cards_html(final, measurement=Measurement.of([final]))
         measured = final.measured_speedup()
         expected = final.expected_speedup()
         assert measured is not None and expected is not None
         assert f"×{measured.value:.2f}" in cards
         assert f"×{expected:.2f}" in cards
         details = re.findall(r'<div class="sp-card-detail">(.*?)</div>', cards)
-        assert details[0].startswith(f"{mode} timing") and details[1].startswith(f"{mode} timing")
+        assert details[0] == f"{mode} timing" and details[1] == "1 run"
+        assert f"Timing {mode}:" in basis_html(final)
+
+
+def test_cards_give_the_median_and_range_of_the_runs() -> None:
+    runs = [finished_comparison() for _ in range(3)]
+    measurement = Measurement(speedups=(1.5, 2.5, 2.0), basis="backend")
+    cards = speedup_cards_html(runs[-1], measurement=measurement)
+    assert "×2.00" in cards and "median of 3 runs, ×1.50 to ×2.50" in cards
+    assert "median of 3 runs" in basis_html(runs[-1], 3)
+
+
+def test_a_speedup_above_k_plus_one_is_flagged() -> None:
+    final = finished_comparison()  # k = 4: at most 5 tokens per target pass
+    cards = speedup_cards_html(final, measurement=Measurement((6.76,), "backend"))
+    assert "sp-card-warn" in cards and "ceiling of k + 1 = 5" in cards
+
+
+def test_a_stopped_run_headlines_no_speedup_unless_labelled_partial() -> None:
+    final = finished_comparison()
+    final.phase = "stopped"
+    final.speculative.stopped = True
+    cards = speedup_cards_html(final, measurement=Measurement.of([final]))
+    titles = re.findall(r'<div class="sp-card-title">(.*?)</div>', cards)
+    assert titles[0] == "Measured speedup (partial)"
+    assert "not a full run" in cards
+    status = status_html(final)
+    assert "Stopped" in status and "speculative stopped after 5 tokens" in status
+
+
+def test_the_alpha_of_the_expected_figure_is_explained() -> None:
+    final = finished_comparison()
+    cards = speedup_cards_html(final)
+    assert "α=0.75" in cards and "checked up to its first rejection" in cards
+    assert "3 of 4 proposed draft tokens accepted" in cards
+
+
+def test_stats_table_names_the_engine() -> None:
+    table = stats_table_html(finished_comparison(), engine="llama.cpp, 1 thread")
+    assert "Engine: llama.cpp, 1 thread" in table
 
 
 def test_status_reports_errors_escaped() -> None:
@@ -117,27 +140,7 @@ def test_status_reports_errors_escaped() -> None:
     assert "sp-status-error" in status_html(None, message="bad")
     done = finished_comparison()
     assert "fair timing" in status_html(done)
-
-
-def test_acceptance_frame_by_position() -> None:
-    record = stats("ngram", generated=5, decode_s=0.2, draft=4, accepted=3, steps=2)
-    frame = acceptance_frame(record)
-    assert list(frame.columns) == ["position", "acceptance", "accepted", "drafted"]
-    expected = record.acceptance_by_position
-    assert expected is not None
-    assert list(frame["acceptance"]) == [expected[0]]  # positions never drafted are left out
-    assert acceptance_frame(None).empty
-
-
-def test_timeline_frame_has_both_sides_from_zero() -> None:
-    final = finished_comparison()
-    frame = timeline_frame(final)
-    assert set(frame["side"]) == {"baseline", "speculative"}
-    for side, run in (("baseline", final.baseline), ("speculative", final.speculative)):
-        rows = frame[frame["side"] == side]
-        assert rows["tokens"].iloc[0] == 0 and rows["seconds"].iloc[0] == 0.0
-        assert rows["tokens"].iloc[-1] == run.token_count
-    assert timeline_frame(None).empty
+    assert "run 2 of 3" in status_html(Comparison(mode="interleaved"), run_index=2, runs=3)
 
 
 def test_format_number() -> None:

@@ -1,4 +1,4 @@
-"""The comparison runner: fair and concurrent timing, merging, cancellation, errors, speedups."""
+"""The comparison runner: interleaved, fair and concurrent timing, merging, stopping, errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 import threading
 
 import pytest
-from playground_fakes import Script, ScriptedBackend, stats
+from playground_fakes import FakeMachine, Script, ScriptedBackend, stats
 
 from speculative_llm.config import SpecConfig
 from speculative_llm.types import GenerationRequest
@@ -68,7 +68,10 @@ def test_provenance_and_counts_are_kept() -> None:
     assert provenance == ["draft", "draft", "target", "target", "draft", "target"]
     assert final.speculative.updates == 3
     assert final.speculative.token_count == 6
-    assert [count for _, count in final.speculative.timeline] == [3, 4, 6]
+    # One timeline entry per token; the tokens of one step share its time.
+    assert [count for _, count in final.speculative.timeline] == [1, 2, 3, 4, 5, 6]
+    times = [seconds for seconds, _ in final.speculative.timeline]
+    assert times[0] == times[1] == times[2] and times[4] == times[5]
 
 
 def test_concurrent_mode_overlaps_the_sides() -> None:
@@ -137,8 +140,10 @@ def test_cancel_stops_both_sides_and_closes_the_streams() -> None:
     cancel.set()
     gate.set()
     final = list(iterator)[-1]
-    assert final.phase == "cancelled"
+    assert final.phase == "stopped"
     assert final.speculative.started_at is None  # fair mode never started the second side
+    assert (final.baseline.status, final.speculative.status) == ("stopped", "not started")
+    assert not final.complete and final.greedy_texts_match is None
     assert len(final.baseline.text) < 10
     # The run has ended only once its stream is closed: the engine is free again.
     assert backend.log.closed == backend.log.started == 1 and backend.log.running == 0
@@ -186,8 +191,156 @@ def test_throttling_keeps_side_boundaries() -> None:
 
 def test_unknown_mode_is_rejected() -> None:
     backend = ScriptedBackend(Script(plain(["a"])))
-    with pytest.raises(ValueError, match="fair"):
+    with pytest.raises(ValueError, match="interleaved, fair, concurrent"):
         list(run_comparison(backend, backend, BASE, SPEC, mode="sideways"))  # type: ignore[arg-type]
+
+
+def two_engines(baseline: Script, speculative: Script) -> tuple[ScriptedBackend, ScriptedBackend]:
+    """One engine per side, as interleaved timing needs (each serves one stream)."""
+    return ScriptedBackend(baseline), ScriptedBackend(speculative)
+
+
+def test_interleaved_mode_takes_turns_by_own_time_in_one_thread() -> None:
+    machine = FakeMachine(step_s=0.1)
+    order: list[str] = []
+
+    def step(side: str, factor: float) -> None:
+        order.append(side)
+        assert threading.current_thread().name == "playground-baseline-speculative"
+        machine.step(factor)
+
+    base, spec = two_engines(
+        Script(
+            plain(list("abcdef")),
+            stats("none", generated=6, decode_s=9.0),
+            on_step=lambda: step("b", 3),
+        ),
+        Script(
+            drafted(),
+            stats("ngram", generated=6, decode_s=9.0, draft=4, accepted=3, steps=3),
+            on_step=lambda: step("s", 1),
+        ),
+    )
+    states = run_comparison(
+        base, spec, BASE, SPEC, mode="interleaved", min_interval_s=0, clock=machine.clock
+    )
+    both_running = False
+    for state in states:
+        both_running |= state.baseline.running and state.speculative.running
+    final = state
+    assert both_running  # both panes stream at once
+    # A baseline step costs three speculative ones: the side behind in own time goes next.
+    assert order[:5] == ["b", "s", "s", "s", "b"]
+    assert final.phase == "done" and final.baseline.text == final.speculative.text == "abcdef"
+    # Each side is timed over its own steps only (the backends' decode_s is ignored).
+    assert final.baseline.tokens_per_second == pytest.approx(6 / (1.8 - 0.3))
+    assert final.speculative.tokens_per_second == pytest.approx(6 / (0.3 - 0.1))
+    speedup = final.measured_speedup()
+    assert speedup is not None and speedup.basis == "steps" and not speedup.partial
+    assert speedup.value == pytest.approx((6 / 0.2) / (6 / 1.5))
+    assert final.baseline.timeline[-1] == (pytest.approx(1.8), 6)
+
+
+def identical_sides(machine: FakeMachine) -> tuple[Script, Script]:
+    return (
+        Script(
+            plain(list("abcdefghij")),
+            stats("none", generated=10, decode_s=None),
+            on_step=machine.step,
+        ),
+        Script(
+            plain(list("abcdefghij")),
+            stats("ngram", generated=10, decode_s=None),
+            on_step=machine.step,
+        ),
+    )
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("interleaved", 1.0), ("fair", 0.5)])
+def test_a_change_of_load_lands_on_both_sides_only_when_interleaved(
+    mode: str, expected: float
+) -> None:
+    # Identical sides; the machine gets twice as slow half-way through the work. One
+    # side after the other puts the whole slow-down on the second side.
+    machine = FakeMachine(step_s=0.125, loaded_after_s=1.25, load=2.0)  # exact in binary
+    base, spec = two_engines(*identical_sides(machine))
+    final = list(
+        run_comparison(base, spec, BASE, SPEC, mode=mode, min_interval_s=0, clock=machine.clock)  # type: ignore[arg-type]
+    )[-1]
+    speedup = final.measured_speedup()
+    assert speedup is not None
+    assert speedup.value == pytest.approx(expected, abs=0.06)
+
+
+def test_stopping_an_interleaved_run_marks_both_sides_stopped() -> None:
+    cancel = threading.Event()
+    machine = FakeMachine(step_s=0.125)
+    steps: list[int] = []
+
+    def step() -> None:  # Stop is pressed during the speculative side's second step
+        machine.step()
+        steps.append(1)
+        if len(steps) == 4:
+            cancel.set()
+
+    base, spec = two_engines(
+        Script(plain(list("abcdefghij")), on_step=step),
+        Script(plain(list("abcdefghij")), on_step=step),
+    )
+    final = list(
+        run_comparison(
+            base,
+            spec,
+            BASE,
+            SPEC,
+            mode="interleaved",
+            cancel=cancel,
+            min_interval_s=0,
+            clock=machine.clock,
+        )
+    )[-1]
+    assert final.phase == "stopped"
+    assert (final.baseline.status, final.speculative.status) == ("stopped", "stopped")
+    assert final.baseline.token_count == final.speculative.token_count == 2
+    partial = final.measured_speedup()
+    assert partial is not None and partial.partial  # never a headline figure
+    assert base.log.closed == base.log.started == 1 and spec.log.closed == spec.log.started == 1
+
+
+def test_a_failing_side_of_an_interleaved_run_stops_the_other() -> None:
+    machine = FakeMachine(step_s=0.125)
+    base, spec = two_engines(
+        Script(plain(list("abcdef")), fail_after=2, on_step=machine.step),
+        Script(
+            plain(list("abcdef")), stats("ngram", generated=6, decode_s=0.2), on_step=machine.step
+        ),
+    )
+    final = list(
+        run_comparison(
+            base, spec, BASE, SPEC, mode="interleaved", min_interval_s=0, clock=machine.clock
+        )
+    )[-1]
+    assert final.phase == "failed" and final.error is not None
+    assert final.error.startswith("The baseline run failed")
+    assert final.baseline.status == "failed" and final.speculative.status == "stopped"
+    assert spec.log.running == 0 and base.log.running == 0
+
+
+def test_k_from_the_app_fills_statistics_that_lack_it() -> None:
+    server_stats = stats("server", generated=6, decode_s=0.2, draft=4, accepted=3, steps=3)
+    server_stats = server_stats.replace(
+        num_speculative_tokens=None, accepted_per_position=None, drafted_per_position=None
+    )
+    backend = ScriptedBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=0.6)),
+        Script(drafted(), server_stats),
+    )
+    final = list(run_comparison(backend, backend, BASE, SPEC, min_interval_s=0, draft_length=4))[-1]
+    assert final.speculative.stats is not None
+    assert final.speculative.stats.num_speculative_tokens == 4
+    assert final.longest_draft == 4 and final.expected_speedup() is not None
+    assert final.baseline.stats is not None
+    assert final.baseline.stats.num_speculative_tokens == 0  # the baseline's own figure stays
 
 
 def test_cancel_registry_is_per_session() -> None:

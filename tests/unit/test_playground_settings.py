@@ -16,7 +16,8 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
     assert spec is not None and spec.method == "ngram" and spec.num_speculative_tokens == 5
     # The local engine drafts only what pays for its verification (k: the longest draft).
     assert spec.cost_aware
-    assert settings.timing_mode() == "fair"
+    # One machine, two engines taking turns step by step: fair and visibly a race.
+    assert settings.timing_mode() == "interleaved"
     managed = RunSettings(backend="managed").spec_config()
     assert managed is not None and not managed.cost_aware  # servers choose for themselves
 
@@ -31,6 +32,9 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": -1.0}, "temperature"),
         ({"timing": "later"}, "timing"),
+        ({"backend": "managed", "timing": "interleaved"}, "timing"),
+        ({"runs": 0}, "runs"),
+        ({"runs": 11}, "runs"),
         ({"model": " "}, "model"),
         ({"backend": "url", "method": "server"}, "server_url"),
         (
@@ -62,7 +66,7 @@ def test_server_method_keeps_the_servers_configuration() -> None:
     ("baseline_url", "expected"),
     [("", "fair"), ("http://h:2", "fair"), ("http://other:1", "concurrent")],
 )
-def test_auto_timing_is_fair_on_one_machine(baseline_url: str, expected: str) -> None:
+def test_auto_timing_of_servers_is_fair_on_one_machine(baseline_url: str, expected: str) -> None:
     settings = RunSettings(
         backend="url", method="server", server_url="http://h:1", baseline_url=baseline_url
     )
