@@ -108,13 +108,53 @@ def test_the_probe_result_is_cached_per_file(
     probes = len(calls)
     assert probes >= 1
     cached = json.loads(llama_cpp_model._probe_cache_path().read_text())
-    assert first.exact_rows in cached.values() and len(cached) == probes
+    # One cache entry per configuration measured, each from every probe context.
+    assert first.exact_rows in cached.values()
+    assert len(cached) * len(first._probe_tokens(llama_cpp_model.PROBE_ROWS)) == probes
     second = LlamaCppModel(tiny_gguf, threads=1)
     assert len(calls) == probes and second.exact_rows == first.exact_rows  # from the cache
     third = LlamaCppModel(tiny_gguf, threads=1, context_window=64)  # another context: probed
     assert len(calls) > probes
     for loaded in (first, second, third):
         loaded.close()
+
+
+@pytest.mark.parametrize(
+    ("rows_by_one_token_threads", "one_token_threads", "exact"),
+    [({2: 17, 1: 17}, 2, 17), ({2: 1, 1: 17}, 1, 17), ({2: 3, 1: 2}, 2, 3)],
+)
+def test_one_token_passes_take_one_thread_only_where_that_alone_is_exact(
+    tiny_gguf: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    rows_by_one_token_threads: dict[int, int],
+    one_token_threads: int,
+    exact: int,
+) -> None:
+    """llama.cpp's multi-thread one-token kernel (split-KV) rounds unlike its batches."""
+
+    def probe(self: Any, repacked: bool, rows: int) -> int:
+        return min(rows, rows_by_one_token_threads[self.one_token_threads])
+
+    monkeypatch.setattr(LlamaCppModel, "_measure", probe)
+    loaded = LlamaCppModel(tiny_gguf, threads=2, weight_layout="repacked", probe_rows=17)
+    expected_rows = min(exact, loaded.context_window // 2)
+    assert (loaded.one_token_threads, loaded.exact_rows) == (one_token_threads, expected_rows)
+    runner = loaded.new_runner()
+    assert runner.one_token_threads == one_token_threads  # what llama.cpp's n_threads gets
+    assert ("1 for one-token passes" in loaded.describe()) == (one_token_threads == 1)
+    runner.close()
+    loaded.close()
+
+
+def test_the_probe_reaches_past_the_split_kv_threshold(tiny_gguf: Path) -> None:
+    loaded = LlamaCppModel(tiny_gguf, threads=1, context_window=1024)
+    lengths = [len(probe) for probe in loaded._probe_tokens(17)]
+    assert lengths == [48, llama_cpp_model.LONG_PROBE_CONTEXT + 17]
+    assert llama_cpp_model.LONG_PROBE_CONTEXT > 512
+    small = LlamaCppModel(tiny_gguf, threads=1, context_window=64)
+    assert [len(probe) for probe in small._probe_tokens(17)] == [48]  # what fits
+    loaded.close()
+    small.close()
 
 
 @pytest.mark.parametrize(

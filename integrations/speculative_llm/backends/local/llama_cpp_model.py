@@ -10,6 +10,13 @@ falls short of ``probe_rows``, again with repacking off (llama-server's ``--no-r
 the layout with more exact rows is kept, and the engine never verifies more rows in one
 pass than the probe found exact. The result is cached on disk per model file, library
 and machine (``llama-cpp-probes.json`` in the model cache), and logged.
+
+Threads matter too: with several threads llama.cpp decodes one token past 512 cached
+tokens by splitting the attention over the keys, one chunk per thread, and merging the
+chunks (its split-KV path), which rounds differently from the batched kernels. So the
+probe also runs at a context past that threshold, and when several threads fall short,
+one-token passes run on one thread (``n_threads``) while batches keep them all
+(``n_threads_batch``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,13 @@ is allocated up front, and some GGUF models declare 128k tokens."""
 
 PROBE_ROWS = 17
 """Rows probed for exactness: a draft of 16 tokens plus the token before it."""
+
+LONG_PROBE_CONTEXT = 600
+"""Tokens before the rows of the second probe: past llama.cpp's split-KV threshold (512
+cache cells, counted after padding), where one-token passes take another kernel."""
+
+_PROBE_VERSION = 2
+"""Part of the probe cache key: results of an older probe are measured again."""
 
 WeightLayout = Literal["auto", "repacked", "plain"]
 """``repacked``: llama.cpp's default (weights repacked for batched kernels where it can);
@@ -259,6 +273,8 @@ class LlamaCppModel:
         self.path = Path(path)
         self.name = name or self.path.name
         self.threads = threads or default_threads()
+        self.one_token_threads = self.threads
+        """Threads of one-token passes (``threads``, or 1 where only that is exact)."""
         self._vocab_only = vocab_only
         self._runners: weakref.WeakSet[LlamaCppRunner] = weakref.WeakSet()
         loaded = self._load(repacked=weight_layout != "plain")
@@ -320,17 +336,27 @@ class LlamaCppModel:
         return (
             f"llama.cpp ({self.library.origin} libllama), {self.name}, {self.layout} weights, "
             f"verify passes exact up to {self.exact_rows} rows, {self.threads} threads"
+            + (
+                f" ({self.one_token_threads} for one-token passes, which are exact there)"
+                if self.one_token_threads != self.threads
+                else ""
+            )
         )
 
     # ---- the exactness probe ----------------------------------------------------------
 
-    def _probe_tokens(self, rows: int) -> list[int]:
-        """A prompt and ``rows`` more tokens, spread over the vocabulary, within the context.
+    def _probe_tokens(self, rows: int) -> list[list[int]]:
+        """Probes of a prompt and ``rows`` more tokens: short, and past split-KV if it fits.
 
-        Ids, not text: a vocabulary without byte tokens cannot encode every text.
+        Ids spread over the vocabulary, not text: a vocabulary without byte tokens
+        cannot encode every text.
         """
-        length = min(max(48, rows + 8), self.context_window)
-        return [(index * 7919 + 13) % self.vocab_size for index in range(length)]
+        lengths = [min(max(48, rows + 8), self.context_window)]
+        if LONG_PROBE_CONTEXT + rows < self.context_window:
+            lengths.append(LONG_PROBE_CONTEXT + rows)
+        return [
+            [(index * 7919 + 13) % self.vocab_size for index in range(length)] for length in lengths
+        ]
 
     def _probe_key(self, repacked: bool, rows: int) -> str:
         stat = self.path.stat()
@@ -342,9 +368,11 @@ class LlamaCppModel:
             self.library.binding_version,
             self.library.system_info,
             self.threads,
+            self.one_token_threads,
             self.context_window,
             repacked,
             rows,
+            _PROBE_VERSION,
         )
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
@@ -360,8 +388,12 @@ class LlamaCppModel:
             if isinstance(known.get(key), int):
                 return int(known[key])
             runner = LlamaCppRunner(self)
-            exact = exact_verify_rows(runner, self._probe_tokens(rows), rows)
+            exact = min(
+                exact_verify_rows(runner, probe, rows) for probe in self._probe_tokens(rows)
+            )
             # Keep the probe's context for the first runner the backend asks for.
+            if self._spare_runner is not None:
+                self._spare_runner.close()
             self._spare_runner = runner
             known[key] = exact
             try:
@@ -376,14 +408,31 @@ class LlamaCppModel:
     def _choose_layout(self, weight_layout: WeightLayout, rows: int) -> None:
         # The probe's prompt and rows must fit the cache (a tiny context_window).
         rows = max(1, min(rows, self.context_window // 2))
-        exact = self._measure(self.repacked, rows)
-        if weight_layout == "auto" and exact < rows:
-            repacked_exact = exact
-            self._replace(self._load(repacked=False))
-            exact = self._measure(False, rows)
-            if repacked_exact >= exact:
-                self._replace(self._load(repacked=True))
-                exact = repacked_exact
+        layouts = [self.repacked, not self.repacked] if weight_layout == "auto" else [self.repacked]
+        # All threads for one-token passes first; one thread only where that alone is exact.
+        thread_counts = list(dict.fromkeys((self.threads, 1)))
+        best: tuple[int, bool, int] | None = None
+        for one_token_threads in thread_counts:
+            self.one_token_threads = one_token_threads
+            for repacked in layouts:
+                if repacked != self.repacked:
+                    self._replace(self._load(repacked=repacked))
+                exact = self._measure(repacked, rows)
+                if best is None or exact > best[0]:
+                    best = (exact, repacked, one_token_threads)
+                if exact >= rows:
+                    break
+            if best is not None and best[0] >= rows:
+                break
+        assert best is not None
+        exact, repacked, self.one_token_threads = best
+        if repacked != self.repacked:
+            self._replace(self._load(repacked=repacked))
+        elif self._spare_runner is not None and (
+            self._spare_runner.one_token_threads != self.one_token_threads
+        ):
+            self._spare_runner.close()  # made for another configuration than the one kept
+            self._spare_runner = None
         self.exact_rows = exact
         logger.info("%s", self.describe())
         if exact < 2:

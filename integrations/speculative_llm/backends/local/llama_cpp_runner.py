@@ -60,7 +60,10 @@ class LlamaCppRunner:
         self._capacity = min(_BATCH_CAPACITY, model.context_window)
         params.n_batch = params.n_ubatch = self._capacity
         params.n_seq_max = 1
-        params.n_threads = params.n_threads_batch = model.threads
+        # llama.cpp runs one-token passes on n_threads and batches on n_threads_batch.
+        self.one_token_threads = model.one_token_threads
+        params.n_threads = model.one_token_threads
+        params.n_threads_batch = model.threads
         # Sliding-window layers otherwise reuse the cells of tokens that left the
         # window, which a crop after a verify pass may need back.
         params.swa_full = True
