@@ -105,6 +105,7 @@ class _Sidebar:
     max_tokens: Any
     timing: Any
     runs: Any
+    json_schema: Any
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,20 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
             label="Runs",
             info="Repeat the comparison: the speedup is the median, with its range.",
         )
+        with gr.Accordion("Structured output", open=bool(start.json_schema)):
+            json_schema = gr.Code(
+                value=start.json_schema,
+                language="json",
+                label="JSON schema (optional)",
+                lines=4,
+                max_lines=14,
+                elem_id="json-schema",
+            )
+            gr.HTML(
+                '<p class="sp-sidebar-note">Both sides answer as JSON that follows this '
+                "schema; the local engine decodes under its grammar and drops the drafted "
+                "tokens it forbids. Empty: free text.</p>"
+            )
         gr.HTML(
             '<p class="sp-sidebar-note">Settings apply to the next run. Loaded models and '
             "started servers are kept for the following runs.</p>"
@@ -243,6 +258,7 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         method=method,
         timing=timing,
         runs=runs,
+        json_schema=json_schema,
         **sliders,
     )
 
@@ -334,7 +350,7 @@ def _results() -> ResultViews:
 
 
 def _preset_payload(preset: Preset) -> dict[str, str]:
-    return {"prompt": preset.prompt, "tip": _tip(preset.why)}
+    return {"prompt": preset.prompt, "tip": _tip(preset.why), "schema": preset.schema}
 
 
 def _preset_script(mode: str) -> str:
@@ -349,17 +365,18 @@ def _preset_script(mode: str) -> str:
     presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
     if mode == "edited":
         return (
-            f"(prompt) => {{ const presets = {presets};"
-            "const match = Object.entries(presets).find(([name, p]) => p.prompt === prompt);"
+            f"(prompt, schema) => {{ const presets = {presets};"
+            "const match = Object.entries(presets).find("
+            "([name, p]) => p.prompt === prompt && p.schema === (schema || ''));"
             f"return match ? match[0] : {json.dumps(CUSTOM)}; }}"
         )
     firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
     pick = "firsts[value]" if mode == "category" else "value"
     return (
-        "(value, prompt, tip) => {"
+        "(value, prompt, tip, schema) => {"
         f"const presets = {presets}; const firsts = {firsts};"
         f"const p = presets[{pick}];"
-        "return p ? [p.prompt, p.tip] : [prompt, tip]; }"
+        "return p ? [p.prompt, p.tip, p.schema] : [prompt, tip, schema]; }"
     )
 
 
@@ -395,7 +412,7 @@ def _settings_events(
         outputs=[sidebar.local_group, sidebar.url_group, sidebar.method],
         api_visibility="private",
     )
-    preset_fields = [area.prompt, area.tip]
+    preset_fields = [area.prompt, area.tip, sidebar.json_schema]
     for picker, mode in ((area.preset, "preset"), (area.category, "category")):
         picker.input(
             None,
@@ -407,13 +424,14 @@ def _settings_events(
     area.category.input(
         category_changed, inputs=area.category, outputs=[area.preset], api_visibility="private"
     )
-    area.prompt.change(
-        None,
-        inputs=[area.prompt],
-        outputs=[area.preset],
-        js=_preset_script("edited"),
-        api_visibility="private",
-    )
+    for edited in (area.prompt, sidebar.json_schema):
+        edited.change(
+            None,
+            inputs=[area.prompt, sidebar.json_schema],
+            outputs=[area.preset],
+            js=_preset_script("edited"),
+            api_visibility="private",
+        )
 
 
 def _comparison_events(

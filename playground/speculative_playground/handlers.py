@@ -86,6 +86,7 @@ class RunInputs:
     baseline_url: str
     served_model: str
     api_key: str
+    json_schema: str
     history: list[dict[str, Any]] | None
 
     @classmethod
@@ -115,6 +116,7 @@ class RunInputs:
             api_key=self.api_key or None,
             seed=0,
             runs=int(self.runs),
+            json_schema=self.json_schema or "",
         )
 
 

@@ -117,6 +117,7 @@ def make_record(
         "k": latest.longest_draft or settings.k,
         "temperature": settings.temperature,
         "max_tokens": settings.max_tokens,
+        "json_schema": settings.schema(),
         "timing": latest.mode,
         "status": latest.phase,
         "baseline_status": latest.baseline.status,

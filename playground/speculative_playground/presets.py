@@ -27,12 +27,14 @@ class Preset:
         category: Task category (one of ``CATEGORIES``).
         prompt: The user message sent to the model.
         why: One sentence on what to expect from speculation on this prompt.
+        schema: A JSON schema both sides' answers must follow (empty: free text).
     """
 
     name: str
     category: str
     prompt: str
     why: str
+    schema: str = ""
 
 
 _RETRY_CODE = """def fetch_with_retry(client, url, attempts=3, delay=0.5):
@@ -91,6 +93,35 @@ the plan argued that the money would be better spent on road repairs, and asked
 for an independent review of the cost estimate, which the council rejected."""
 
 
+# Every key is required, so the grammar forces the whole object; the values are the
+# report's own words, which is what prompt lookup drafts.
+_INCIDENT_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "incident_id": {"type": "string"},
+    "filed_by": {"type": "string"},
+    "region": {"type": "string"},
+    "cause": {"type": "string"},
+    "fixed_at": {"type": "string"},
+    "failed_payments": {"type": "integer"},
+    "follow_up_actions": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "properties": {
+          "action": {"type": "string"},
+          "owner": {"type": "string"},
+          "due": {"type": "string"}
+        },
+        "required": ["action", "owner", "due"]
+      }
+    }
+  },
+  "required": ["incident_id", "filed_by", "region", "cause", "fixed_at",
+               "failed_payments", "follow_up_actions"]
+}"""
+
+
 PRESETS: tuple[Preset, ...] = (
     Preset(
         name="Code edit: add type hints",
@@ -136,6 +167,20 @@ PRESETS: tuple[Preset, ...] = (
             "policy?"
         ),
         why="Retrieval-augmented answers repeat the retrieved passage.",
+    ),
+    Preset(
+        name="Incident report to JSON",
+        category="Structured output",
+        prompt=(
+            "Extract the facts of this incident report as JSON, quoting the report's "
+            "wording.\n\n" + _INCIDENT_REPORT
+        ),
+        why=(
+            "Both sides decode under the JSON schema (see Structured output in the "
+            "settings): the grammar forces the keys, and the values are copied from the "
+            "report, so prompt lookup drafts them."
+        ),
+        schema=_INCIDENT_SCHEMA,
     ),
     Preset(
         name="General knowledge question",

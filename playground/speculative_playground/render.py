@@ -177,6 +177,7 @@ def _stats_rows(run: SideRun) -> list[str]:
         _seconds(run.elapsed_s),
         figure(format_number(stats.draft_tokens if stats else None, "d")),
         figure(format_number(stats.accepted_tokens if stats else None, "d")),
+        figure(format_number(stats.grammar_cut_tokens if stats else None, "d")),
         figure(_percent(stats.acceptance_rate if stats else None)),
         figure(format_number(stats.mean_accepted_length if stats else None, ".2f")),
         format_number(stats.verify_steps if stats else None, "d"),
@@ -192,6 +193,10 @@ _STAT_LABELS = (
     ("Time to last token", "from the request to the last token (own steps when interleaved)"),
     ("Draft tokens", "tokens proposed by the drafter"),
     ("Accepted draft tokens", "proposed tokens the target accepted"),
+    (
+        "Drafts cut by the grammar",
+        "drafted tokens a JSON schema forbids, dropped before verification (local engine)",
+    ),
     ("Acceptance rate", "accepted / draft tokens"),
     ("Mean accepted length", "tokens per target forward pass, bonus token included"),
     ("Verify steps", "target forward passes while decoding"),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
@@ -83,6 +84,8 @@ class RunSettings:
         api_key: API key for the servers; never displayed or stored in the history.
         seed: Sampling seed shared by both sides (so sampled runs are comparable).
         runs: How many times the comparison runs (the speedup is their median).
+        json_schema: A JSON schema (as text) both sides' answers must follow; empty
+            for free text. The local engine decodes under its grammar, drafts included.
     """
 
     backend: BackendKind = "local"
@@ -99,6 +102,7 @@ class RunSettings:
     api_key: str | None = field(default=None, repr=False)
     seed: int = 0
     runs: int = 1
+    json_schema: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_KINDS:
@@ -154,6 +158,7 @@ class RunSettings:
             raise ConfigError(f"runs must be an integer, got {self.runs!r}.", field="runs")
         if not 1 <= self.runs <= MAX_RUNS:
             raise ConfigError(f"runs must be from 1 to {MAX_RUNS}, got {self.runs}.", field="runs")
+        self.schema()  # a schema that is not a JSON object fails here, before any run
         if self.backend == "url":
             if self.server_kind not in SERVER_KINDS:
                 raise ConfigError(
@@ -204,6 +209,38 @@ class RunSettings:
                 return "concurrent"
         return "fair"
 
+    def schema(self) -> dict[str, Any] | None:
+        """The parsed JSON schema (None: free text).
+
+        Raises:
+            ConfigError: The text is not JSON, or not a JSON object.
+        """
+        text = self.json_schema.strip() if isinstance(self.json_schema, str) else ""
+        if not text:
+            return None
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(
+                f"The JSON schema is not valid JSON: {error.msg} at line {error.lineno}, "
+                f"column {error.colno}. Fix it, or clear the box for free text.",
+                field="json_schema",
+            ) from None
+        if not isinstance(schema, dict):
+            raise ConfigError(
+                "The JSON schema must be a JSON object such as "
+                '{"type": "object", "properties": {...}}; clear the box for free text.',
+                field="json_schema",
+            )
+        return schema
+
+    def response_format(self) -> dict[str, Any] | None:
+        """The OpenAI ``response_format`` both sides send (None: free text)."""
+        schema = self.schema()
+        if schema is None:
+            return None
+        return {"type": "json_schema", "json_schema": {"name": "playground", "schema": schema}}
+
     def request(self, prompt: str) -> GenerationRequest:
         """The chat request both sides answer (``spec`` is set per side).
 
@@ -218,6 +255,7 @@ class RunSettings:
             temperature=self.temperature,
             seed=self.seed,
             model=(self.model.strip() or None) if self.backend == "url" else None,
+            response_format=self.response_format(),
         )
 
     def describe_backend(self) -> str:

@@ -21,6 +21,7 @@ pytest.importorskip("gradio_client", reason="these tests drive the app with grad
 from gradio_client import Client
 
 from fakeserver import FakeServer, Reply
+from playground_api import compare_arguments
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.security import SecurityPolicy
@@ -64,25 +65,14 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Started]:
 
 
 def compare(url: str, **values: Any) -> list[tuple[Any, ...]]:
-    arguments: dict[str, Any] = {
-        "prompt": "Say hello",
-        "backend": "local",
-        "model": "smollm2-135m",
-        "draft_model": "",
-        "method": "ngram",
-        "k": 4,
-        "temperature": 0.0,
-        "max_tokens": 8,
-        "timing": "auto",
-        "runs": 1,
-        "server_kind": "openai",
-        "server_url": "",
-        "baseline_url": "",
-        "served_model": "",
-        "api_key": "",
-    }
-    arguments.update(values)
-    job = Client(url, verbose=False).submit(*arguments.values(), api_name="/compare")
+    arguments = compare_arguments(
+        **{
+            "max_tokens": 8,
+            "server_kind": "openai",
+            **values,
+        }
+    )
+    job = Client(url, verbose=False).submit(*arguments, api_name="/compare")
     job.result(timeout=240)
     return [tuple(update) for update in job.outputs()]
 

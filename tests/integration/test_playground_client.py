@@ -10,6 +10,7 @@ acceptance chart, history table, CSV export, JSON export, last-run record.
 from __future__ import annotations
 
 import html
+import json
 import re
 import socket
 import time
@@ -30,6 +31,7 @@ pytest.importorskip(
 
 from gradio_client import Client
 
+from playground_api import compare_arguments
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.history import HISTORY_COLUMNS
@@ -97,25 +99,7 @@ def tiny_model(tiny_model_dir: Path) -> str:
 
 
 def compare_args(model: str, prompt: str = PROMPT, **overrides: Any) -> list[Any]:
-    values: dict[str, Any] = {
-        "prompt": prompt,
-        "backend": "local",
-        "model": model,
-        "draft_model": "",
-        "method": "ngram",
-        "k": 4,
-        "temperature": 0.0,
-        "max_tokens": 40,
-        "timing": "auto",
-        "runs": 1,
-        "server_kind": "llamacpp",
-        "server_url": "",
-        "baseline_url": "",
-        "served_model": "",
-        "api_key": "",
-    }
-    values.update(overrides)
-    return list(values.values())
+    return compare_arguments(prompt=prompt, model=model, **overrides)
 
 
 def run(client: Client, *args: Any) -> list[tuple[Any, ...]]:
@@ -298,3 +282,35 @@ def test_packaged_smollm2_run(app_url: str, smollm2_gguf: Path) -> None:
     assert spec_stats["accepted_tokens"] == sum(spec_stats["accepted_per_position"])
     assert len(distinct(updates, SPECULATIVE)) >= 3
     assert 'data-position="1"' in updates[-1][ACCEPTANCE]  # the chart has bars
+
+
+def test_json_schema_preset_constrains_both_sides(app_url: str, smollm2_gguf: Path) -> None:
+    client = Client(app_url, verbose=False)
+    preset = find_preset("Incident report to JSON")
+    arguments = compare_args(
+        "smollm2-135m", preset.prompt, json_schema=preset.schema, max_tokens=200, k=8
+    )
+    updates = run(client, *arguments)
+    record = updates[-1][RECORD]
+    assert record["status"] == "done", updates[-1][STATUS]
+    assert record["json_schema"] == json.loads(preset.schema)
+    # Greedy and constrained on both sides: the same JSON object (the answer may stop at
+    # max_tokens, so it is compared as text and parsed when complete).
+    assert record["baseline_text"] == record["speculative_text"]
+    text = record["speculative_text"]
+    assert text.lstrip().startswith("{")
+    if record["speculative_stats"]["generated_tokens"] < 200:
+        answer = json.loads(text)
+        assert set(answer) == set(json.loads(preset.schema)["required"])
+    spec_stats = record["speculative_stats"]
+    assert spec_stats["grammar_cut_tokens"] is not None  # the engine decoded under a grammar
+    assert record["baseline_stats"]["grammar_cut_tokens"] is not None
+    assert spec_stats["accepted_tokens"] > 0  # copied values are drafted
+    assert "Drafts cut by the grammar" in updates[-1][STATS]
+
+
+def test_an_invalid_json_schema_is_an_error_in_the_page(app_url: str, tiny_model: str) -> None:
+    client = Client(app_url, verbose=False)
+    updates = run(client, *compare_args(tiny_model, json_schema='{"type": "object",'))
+    status = html.unescape(updates[-1][STATUS])
+    assert "sp-status-error" in status and "not valid JSON" in status

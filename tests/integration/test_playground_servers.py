@@ -21,6 +21,7 @@ pytest.importorskip("gradio_client", reason="these tests drive the app with grad
 
 from gradio_client import Client
 
+from playground_api import compare_arguments
 from speculative_llm.errors import MissingDependencyError
 from speculative_llm.servers import LlamaServer, find_llama_server
 from speculative_playground import build_app, launch
@@ -60,25 +61,16 @@ def app(smollm2_gguf: Path) -> Iterator[tuple[str, BackendPool]]:
 
 
 def compare(url: str, **values: Any) -> list[tuple[Any, ...]]:
-    arguments: dict[str, Any] = {
-        "prompt": PROMPT,
-        "backend": "url",
-        "model": "smollm2-135m",
-        "draft_model": "",
-        "method": "server",
-        "k": 4,
-        "temperature": 0.0,
-        "max_tokens": 64,
-        "timing": "auto",
-        "runs": 1,
-        "server_kind": "llamacpp",
-        "server_url": "",
-        "baseline_url": "",
-        "served_model": "",
-        "api_key": "",
-    }
-    arguments.update(values)
-    job = Client(url, verbose=False).submit(*arguments.values(), api_name="/compare")
+    arguments = compare_arguments(
+        **{
+            "prompt": PROMPT,
+            "backend": "url",
+            "method": "server",
+            "max_tokens": 64,
+            **values,
+        }
+    )
+    job = Client(url, verbose=False).submit(*arguments, api_name="/compare")
     job.result(timeout=600)
     return [tuple(update) for update in job.outputs()]
 

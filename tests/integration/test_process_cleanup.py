@@ -178,6 +178,7 @@ def test_sigterm_to_the_playground_stops_its_llama_servers(
     pytest.importorskip("gradio_client", reason="the run is driven with gradio_client")
     from gradio_client import Client
 
+    from playground_api import compare_arguments
     from speculative_llm.errors import MissingDependencyError
     from speculative_llm.servers import find_llama_server
 
@@ -200,11 +201,10 @@ def test_sigterm_to_the_playground_stops_its_llama_servers(
     servers: list[int] = []
     try:
         wait_until_up(url, playground, timeout_s=240)
-        job = Client(url, verbose=False).submit(
-            *("Copy: a b c a b c", "managed", "smollm2-135m", "", "ngram", 3, 0.0, 8, "auto"),
-            *("llamacpp", "", "", "", ""),
-            api_name="/compare",
+        arguments = compare_arguments(
+            prompt="Copy: a b c a b c", backend="managed", k=3, max_tokens=8
         )
+        job = Client(url, verbose=False).submit(*arguments, api_name="/compare")
         job.result(timeout=300)
         record = job.outputs()[-1][10]
         assert record["status"] == "done", job.outputs()[-1][0]

@@ -92,6 +92,7 @@ def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
         "Baseline URL (optional)",
         "Served model name (optional)",
         "API key (optional)",
+        "JSON schema (optional)",
         None,  # the history, a gr.State (not part of the public API)
     ]
     assert len(compare.inputs) == len(RunInputs.names())

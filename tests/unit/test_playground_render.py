@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from playground_fakes import finished_comparison
@@ -80,6 +81,22 @@ def test_stats_table_shows_both_sides_and_dashes_for_unknown_figures() -> None:
         r"<tr><th scope=\"row\"[^>]*>Draft tokens</th><td>(.*?)</td><td>(.*?)</td>", table
     )
     assert rows == [("—", str(spec.draft_tokens))]
+
+
+def test_stats_table_counts_the_drafts_a_grammar_cut() -> None:
+    final = finished_comparison()
+    row = r"<tr><th scope=\"row\"[^>]*>Drafts cut by the grammar</th><td>(.*?)</td><td>(.*?)</td>"
+    # Unconstrained (or a server): the figure does not exist, a dash.
+    assert re.findall(row, stats_table_html(final)) == [("—", "—")]
+    spec = final.speculative
+    assert spec.stats is not None
+    constrained = dataclasses.replace(
+        final,
+        speculative=dataclasses.replace(
+            spec, stats=dataclasses.replace(spec.stats, grammar_cut_tokens=7)
+        ),
+    )
+    assert re.findall(row, stats_table_html(constrained)) == [("—", "7")]
 
 
 def test_speedup_cards_name_the_timing_mode_next_to_the_measured_speedup() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from speculative_llm.errors import ConfigError
@@ -36,6 +38,8 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
         ({"runs": 0}, "runs"),
         ({"runs": 11}, "runs"),
         ({"model": " "}, "model"),
+        ({"json_schema": '{"type": "object",'}, "json_schema"),
+        ({"json_schema": '["not", "an", "object"]'}, "json_schema"),
         ({"backend": "url", "method": "server"}, "server_url"),
         (
             {"backend": "url", "method": "server", "server_kind": "x", "server_url": "http://h"},
@@ -102,6 +106,7 @@ def test_presets_cover_every_category() -> None:
         "Translation",
         "Math",
         "Chat",
+        "Structured output",
     }
     assert len({p.name for p in PRESETS}) == len(PRESETS)
     for category in CATEGORIES:
@@ -115,6 +120,35 @@ def test_code_edit_presets_quote_what_the_answer_copies() -> None:
     for preset in PRESETS:
         if preset.category in ("Code edit", "Extraction / RAG"):
             assert len(preset.prompt) > 400
+
+
+def test_a_json_schema_constrains_both_sides_requests() -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    request = RunSettings(json_schema=json.dumps(schema)).request("Extract the id")
+    assert request.response_format == {
+        "type": "json_schema",
+        "json_schema": {"name": "playground", "schema": schema},
+    }
+    # No schema, or only blanks: free text.
+    assert RunSettings(json_schema="  \n").request("Hi").response_format is None
+
+
+def test_an_invalid_schema_says_where_and_how_to_get_free_text() -> None:
+    with pytest.raises(ConfigError, match=r"not valid JSON: .* line 1, column \d+.*clear the box"):
+        RunSettings(json_schema='{"type": "object",')
+
+
+def test_structured_presets_carry_a_schema_of_an_object() -> None:
+    structured = [p for p in PRESETS if p.schema]
+    assert structured and all(p.category == "Structured output" for p in structured)
+    for preset in structured:
+        schema = RunSettings(json_schema=preset.schema).schema()
+        assert schema is not None and schema["type"] == "object"
+        # Every key required: the grammar forces the whole object.
+        assert set(schema["required"]) == set(schema["properties"])
+        # The values are quoted from the prompt: what prompt lookup drafts.
+        assert len(preset.prompt) > 400
+    assert all(not p.schema for p in PRESETS if p.category != "Structured output")
 
 
 def test_unknown_preset() -> None:
