@@ -12,12 +12,14 @@ On the packaged SmolLM2 (interleaved timing, the local default):
   styles, in the light and the dark theme;
 * the app writes no error or warning to the browser console.
 
-Screenshots go to ``test-artifacts/e2e/`` and are copied to ``docs/images/`` for the
-documentation. No Playwright browser is downloaded: Debian's ``/usr/bin/chromium`` runs.
+Screenshots go to ``test-artifacts/e2e/``; with ``SPECULATIVE_LLM_UPDATE_SCREENSHOTS=1``
+they are also copied to ``docs/images/`` for the documentation (a plain test run leaves
+tracked files alone). No Playwright browser is downloaded: Debian's ``/usr/bin/chromium`` runs.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -257,8 +259,9 @@ def save_screenshot(page: Any, name: str, *, full_page: bool = False) -> None:
     path = ARTIFACTS / name
     page.screenshot(path=str(path), full_page=full_page)
     assert path.stat().st_size > 10_000
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_IMAGES / name)
+    if os.environ.get("SPECULATIVE_LLM_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS_IMAGES / name)
 
 
 def test_the_race_at_1440x900(app_url: str, browser: Any) -> None:
