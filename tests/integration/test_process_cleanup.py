@@ -206,7 +206,7 @@ def test_sigterm_to_the_playground_stops_its_llama_servers(
         )
         job = Client(url, verbose=False).submit(*arguments, api_name="/compare")
         job.result(timeout=300)
-        record = job.outputs()[-1][10]
+        record = job.outputs()[-1][-1]  # the last output: the run's record
         assert record["status"] == "done", job.outputs()[-1][0]
         servers = children_of(playground.pid, "llama-server")
         assert servers, "the managed backend started no llama-server"
