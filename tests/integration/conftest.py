@@ -35,6 +35,12 @@ def require_llama_server() -> Path:
 
 
 @pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """The llama-server binary; tests that need it skip saying what is missing."""
+    return require_llama_server()
+
+
+@pytest.fixture(scope="session")
 def server_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder the managed servers write their logs to."""
     return tmp_path_factory.mktemp("server-logs")

@@ -52,12 +52,16 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
 
 
 def test_a_managed_llama_server_pair_is_refused_before_it_starts(
-    smollm2_gguf: Path, gemma_gguf: Path, server_logs: Path, monkeypatch: pytest.MonkeyPatch
+    smollm2_gguf: Path,
+    gemma_gguf: Path,
+    server_logs: Path,
+    llama_server_binary: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from conftest import require_llama_server
+    # A fixture, not ``from conftest import ...``: in the whole suite that name may be
+    # tests/unit/conftest.py.
     from speculative_llm.servers import LlamaServer, process
 
-    require_llama_server()
     spawned: list[Any] = []
     monkeypatch.setattr(process, "spawn", lambda *args, **options: spawned.append(args))
     for _ in range(2):
