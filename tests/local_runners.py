@@ -7,10 +7,24 @@ from typing import Any
 
 import pytest
 
-__all__ = ["RUNNERS", "plain_greedy", "require_llama_cpp"]
+__all__ = ["GREEDY_PROMPTS", "RUNNERS", "plain_greedy", "require_llama_cpp"]
 
 RUNNERS = ("transformers", "llamacpp")
 """The local engine's runners, for ``pytest.mark.parametrize``."""
+
+_CODE = """def moving_average(values, window):
+    totals = []
+    for index in range(len(values) - window + 1):
+        chunk = values[index:index + window]
+        totals.append(sum(chunk) / window)
+    return totals
+"""
+GREEDY_PROMPTS = {
+    "code_edit": "Rename the variable `chunk` to `frame` in this function and return the "
+    "whole function:\n\n" + _CODE,
+    "free_text": "Explain in two sentences why the sky is blue.",
+}
+"""A prompt whose answer copies it (drafts accepted) and one of free text (few drafts)."""
 
 
 def require_llama_cpp() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
-from local_runners import plain_greedy, require_llama_cpp
+from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
 from speculative_llm.backends.local.llama_cpp_runner import exact_verify_rows
@@ -26,18 +26,6 @@ from speculative_llm.backends.local.llama_cpp_runner import exact_verify_rows
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 64
-CODE = """def moving_average(values, window):
-    totals = []
-    for index in range(len(values) - window + 1):
-        chunk = values[index:index + window]
-        totals.append(sum(chunk) / window)
-    return totals
-"""
-PROMPTS = {
-    "code_edit": "Rename the variable `chunk` to `frame` in this function and return the "
-    "whole function:\n\n" + CODE,
-    "free_text": "Explain in two sentences why the sky is blue.",
-}
 SPECS = {
     "ngram": SpecConfig(method="ngram", num_speculative_tokens=5),
     "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10),
@@ -59,7 +47,7 @@ def smollm2(smollm2_gguf: Path) -> Iterator[LocalBackend]:
 
 def _request(name: str, spec: SpecConfig | None = None) -> GenerationRequest:
     return GenerationRequest(
-        messages=(Message("user", PROMPTS[name]),), max_tokens=MAX_TOKENS, spec=spec
+        messages=(Message("user", GREEDY_PROMPTS[name]),), max_tokens=MAX_TOKENS, spec=spec
     )
 
 
@@ -70,7 +58,7 @@ def reference(smollm2: LocalBackend) -> dict[str, list[int]]:
         name: plain_greedy(
             runner, smollm2.encode_prompt(_request(name)), MAX_TOKENS, smollm2._eos_token_ids
         )
-        for name in PROMPTS
+        for name in GREEDY_PROMPTS
     }
 
 
@@ -80,7 +68,7 @@ def test_smollm2_runs_on_llama_cpp_with_exact_verify_passes(smollm2: LocalBacken
 
 
 @pytest.mark.parametrize("spec_name", ["none", *SPECS])
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", list(GREEDY_PROMPTS))
 def test_greedy_is_token_identical_to_plain_decoding(
     smollm2: LocalBackend, reference: dict[str, list[int]], spec_name: str, prompt_name: str
 ) -> None:
@@ -94,7 +82,7 @@ def test_greedy_is_token_identical_to_plain_decoding(
         assert completion.stats.mean_accepted_length and completion.stats.mean_accepted_length > 1
 
 
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", list(GREEDY_PROMPTS))
 def test_self_draft_is_identical_and_accepted(
     smollm2: LocalBackend, reference: dict[str, list[int]], prompt_name: str
 ) -> None:

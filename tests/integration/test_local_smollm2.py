@@ -18,24 +18,13 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 pytest.importorskip("gguf", reason="loading the SmolLM2 .gguf needs the gguf package")
 
+from local_runners import GREEDY_PROMPTS  # noqa: E402
 from speculative_llm import GenerationRequest, Message, SpecConfig  # noqa: E402
 from speculative_llm.backends.local import LocalBackend, export_hf_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 48
-CODE = """def moving_average(values, window):
-    totals = []
-    for index in range(len(values) - window + 1):
-        chunk = values[index:index + window]
-        totals.append(sum(chunk) / window)
-    return totals
-"""
-PROMPTS = {
-    "code_edit": "Rename the variable `chunk` to `frame` in this function and return the "
-    "whole function:\n\n" + CODE,
-    "free_text": "Explain in two sentences why the sky is blue.",
-}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,7 @@ def draft_backend(smollm2_gguf: Path) -> Iterator[LocalBackend]:
 
 def _request(name: str, spec: SpecConfig | None = None) -> GenerationRequest:
     return GenerationRequest(
-        messages=(Message("user", PROMPTS[name]),), max_tokens=MAX_TOKENS, spec=spec
+        messages=(Message("user", GREEDY_PROMPTS[name]),), max_tokens=MAX_TOKENS, spec=spec
     )
 
 
@@ -70,7 +59,7 @@ def reference(backend: LocalBackend) -> dict[str, list[int]]:
     """transformers' greedy token ids for every prompt."""
     eos = sorted(backend._eos_token_ids)
     ids: dict[str, list[int]] = {}
-    for name in PROMPTS:
+    for name in GREEDY_PROMPTS:
         prompt = backend.encode_prompt(_request(name))
         output = backend.model.generate(
             torch.tensor([prompt]),
@@ -111,7 +100,7 @@ SPECS = {
 
 
 @pytest.mark.parametrize("spec_name", list(SPECS))
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", list(GREEDY_PROMPTS))
 def test_greedy_is_token_identical_to_transformers(
     backend: LocalBackend, reference: dict[str, list[int]], spec_name: str, prompt_name: str
 ) -> None:
@@ -127,7 +116,7 @@ def test_greedy_is_token_identical_to_transformers(
         assert stats.mean_accepted_length > 1.0
 
 
-@pytest.mark.parametrize("prompt_name", list(PROMPTS))
+@pytest.mark.parametrize("prompt_name", list(GREEDY_PROMPTS))
 def test_draft_model_greedy_is_identical_and_self_draft_is_accepted(
     draft_backend: LocalBackend, reference: dict[str, list[int]], prompt_name: str
 ) -> None:
