@@ -13,6 +13,7 @@ __all__ = [
     "BackendTimeoutError",
     "BackendUnavailableError",
     "ConfigError",
+    "EngineCrashedError",
     "GenerationCancelledError",
     "MalformedResponseError",
     "MissingDependencyError",
@@ -145,3 +146,30 @@ class MalformedResponseError(BackendError):
 
 class StreamInterruptedError(BackendError):
     """A stream stopped before its end; ``partial_text`` holds what arrived."""
+
+
+class EngineCrashedError(BackendError):
+    """Native code of an engine died by a signal (a crash in its kernels, not a bad input).
+
+    Raised by whatever watched the process die: a managed llama-server, the playground's
+    engine worker. The caller's own process keeps running; the next request may start a
+    fresh engine.
+
+    Attributes:
+        signal_number: The signal that killed the process (11 for SIGSEGV), or None
+            when it exited with an error status instead.
+        exit_code: Its exit status when it exited without a signal, else None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        signal_number: int | None = None,
+        exit_code: int | None = None,
+        url: str | None = None,
+        partial_text: str = "",
+    ) -> None:
+        super().__init__(message, url=url, partial_text=partial_text)
+        self.signal_number = signal_number
+        self.exit_code = exit_code
