@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-__all__ = ["run", "spawn"]
+__all__ = ["run", "signal_name", "spawn"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -121,3 +121,11 @@ def run(
             process.kill()
             raise
     return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11, or ``signal 99`` for a number Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

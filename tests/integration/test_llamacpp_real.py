@@ -31,10 +31,9 @@ import pytest
 
 from speculative_llm.backends.llamacpp import LlamaCppBackend
 from speculative_llm.errors import (
-    BackendUnavailableError,
     ConfigError,
+    EngineCrashedError,
     SpeculationNotEnabledError,
-    StreamInterruptedError,
     VocabularyMismatchError,
 )
 from speculative_llm.servers import LlamaServer
@@ -270,10 +269,13 @@ def test_baseline_server_drafts_nothing(llama_server_plain: LlamaServer) -> None
 # ---- failures -----------------------------------------------------------------------------------
 
 
-def test_killing_the_server_mid_stream_keeps_the_partial_text(
-    smollm2_gguf: Path, server_logs: Path
+@pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_server_killed_mid_stream_is_named_with_its_signal_and_the_partial_text(
+    smollm2_gguf: Path, server_logs: Path, signal_number: int
 ) -> None:
-    with LlamaServer(smollm2_gguf, threads=1, log_path=server_logs / "llama-killed.log") as server:
+    """SIGSEGV is how llama.cpp's AMX kernels kill a server (llama.cpp issue 20824)."""
+    log = server_logs / f"llama-killed-{signal_number}.log"
+    with LlamaServer(smollm2_gguf, threads=1, log_path=log) as server:
         pid = server.pid
         assert pid is not None
         received: list[str] = []
@@ -281,13 +283,16 @@ def test_killing_the_server_mid_stream_keeps_the_partial_text(
         started = time.monotonic()
         with (
             server.backend(max_retries=0, timeout=30) as backend,
-            pytest.raises((StreamInterruptedError, BackendUnavailableError)) as caught,
+            pytest.raises(EngineCrashedError) as caught,
         ):
             for chunk in backend.stream(request):
                 received.append(chunk.text)
                 if len(received) == 10:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, signal_number)
         assert time.monotonic() - started < 60, "the client hung after the server died"
+    assert caught.value.signal_number == signal_number
+    assert signal.Signals(signal_number).name in str(caught.value)
+    assert "--no-repack" in str(caught.value)  # what to try
     partial = "".join(received)
     assert partial.strip()
     assert caught.value.partial_text.startswith(partial[: len(caught.value.partial_text)])

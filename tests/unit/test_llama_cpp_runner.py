@@ -1,8 +1,9 @@
-"""The llama.cpp runner on tiny GGUF files: cache crops, exactness probe, layout, errors."""
+"""The llama.cpp runner on tiny GGUF files: cache crops, the layout probe, threads, errors."""
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,15 @@ from speculative_llm import (  # noqa: E402
     ModelNotFoundError,
     SpecConfig,
 )
-from speculative_llm.backends.local import LocalBackend, llama_cpp_model  # noqa: E402
+from speculative_llm.backends.local import LocalBackend, layout_probe, llama_cpp_model  # noqa: E402
+from speculative_llm.backends.local.layout_probe import LayoutProbe  # noqa: E402
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel  # noqa: E402
-from speculative_llm.backends.local.llama_cpp_runner import exact_verify_rows  # noqa: E402
+from speculative_llm.backends.local.llama_cpp_runner import (  # noqa: E402
+    ThreadPlan,
+    exact_verify_rows,
+)
 from speculative_llm.backends.local.models import choose_runner, resolve_model  # noqa: E402
+from speculative_llm.faults import CRASH_ENV  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
     DECODE_PROMPT,
     load_float32,
@@ -31,19 +37,45 @@ from tiny_models import (  # noqa: E402  # noqa: E402
 )
 
 
+@pytest.fixture(scope="module")
+def _module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("probe-cache")
+
+
 @pytest.fixture(autouse=True)
-def _llama_cpp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _llama_cpp(_module_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     require_llama_cpp()
-    # Each test probes afresh: the probe cache lives with the model cache.
+    # The probe cache lives with the model cache: one per module (a probe is a child
+    # process), a fresh one in the tests of the cache itself.
+    monkeypatch.setenv("SPECULATIVE_LLM_CACHE", str(_module_cache))
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECULATIVE_LLM_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="module")
-def model(tiny_gguf: Path) -> Any:
+def model(tiny_gguf: Path, _module_cache: Path) -> Any:
     require_llama_cpp()
-    loaded = LlamaCppModel(tiny_gguf, threads=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECULATIVE_LLM_CACHE", str(_module_cache))
+        loaded = LlamaCppModel(tiny_gguf, threads=1, exact="bitwise")
     yield loaded
     loaded.close()
+
+
+def _probes(**by_layout: dict[str, Any]) -> Any:
+    """A stand-in for the child process: the probe results given per layout."""
+
+    def probe(path: Path, layouts: Any, **options: Any) -> dict[str, LayoutProbe]:
+        return {
+            layout: LayoutProbe(layout=layout, threads=options["threads"], **by_layout[layout])
+            for layout in layouts
+        }
+
+    return probe
 
 
 def test_logits_follow_the_cache_through_crops(model: Any) -> None:
@@ -66,7 +98,7 @@ def test_logits_follow_the_cache_through_crops(model: Any) -> None:
     second.close()
 
 
-def test_the_probe_finds_exact_rows_and_the_engine_respects_them(model: Any) -> None:
+def test_the_probe_finds_exact_rows_and_bitwise_respects_them(model: Any) -> None:
     assert model.exact_rows >= 5  # float16 weights: exact for passes of a few rows
     runner = model.new_runner()
     assert runner.max_verify_tokens == model.exact_rows
@@ -81,7 +113,7 @@ def test_a_float32_gguf_verifies_one_token_per_pass(tiny_model_dir: Path, tmp_pa
     path = write_gguf(
         tmp_path / "f32.gguf", load_float32(tiny_model_dir), tiny_vocabulary(), quantization="F32"
     )
-    with LocalBackend(str(path), runner="llamacpp", threads=1) as backend:
+    with LocalBackend(str(path), runner="llamacpp", threads=1, exact="bitwise") as backend:
         assert backend.model.exact_rows == 1
         request = GenerationRequest(prompt="def add(a, b):\n", max_tokens=20)
         baseline = backend.generate(request.replace(spec=SpecConfig.baseline()))
@@ -93,93 +125,148 @@ def test_a_float32_gguf_verifies_one_token_per_pass(tiny_model_dir: Path, tmp_pa
         assert speculative.stats.verify_steps == speculative.stats.generated_tokens
 
 
-def test_the_probe_result_is_cached_per_file(
-    tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_probe_runs_in_a_child_once_per_file_and_configuration(
+    tiny_gguf: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[int] = []
-    real = llama_cpp_model.exact_verify_rows
+    calls: list[list[str]] = []
+    real = llama_cpp_model.probe_layouts
 
-    def counting(runner: Any, probe: Any, rows: int) -> int:
-        calls.append(rows)
-        return real(runner, probe, rows)
+    def counting(path: Path, layouts: Any, **options: Any) -> dict[str, LayoutProbe]:
+        calls.append(list(layouts))
+        return real(path, layouts, **options)
 
-    monkeypatch.setattr(llama_cpp_model, "exact_verify_rows", counting)
+    monkeypatch.setattr(llama_cpp_model, "probe_layouts", counting)
     first = LlamaCppModel(tiny_gguf, threads=1)
-    probes = len(calls)
-    assert probes >= 1
-    cached = json.loads(llama_cpp_model._probe_cache_path().read_text())
-    # One cache entry per configuration measured, each from every probe context.
-    assert first.exact_rows in cached.values()
-    assert len(cached) * len(first._probe_tokens(llama_cpp_model.PROBE_ROWS)) == probes
-    second = LlamaCppModel(tiny_gguf, threads=1)
-    assert len(calls) == probes and second.exact_rows == first.exact_rows  # from the cache
+    assert calls == [["plain", "repacked"]]  # plain first: it never crashes
+    cached = json.loads(layout_probe.probe_cache_path().read_text())
+    assert sorted(entry["probe"]["layout"] for entry in cached.values()) == ["plain", "repacked"]
+    assert all(entry["probe"]["crash_signal"] is None for entry in cached.values())
+    second = LlamaCppModel(tiny_gguf, threads=1, exact="bitwise")
+    assert len(calls) == 1 and second.exact_rows == first.exact_rows  # from the cache
     third = LlamaCppModel(tiny_gguf, threads=1, context_window=64)  # another context: probed
-    assert len(calls) > probes
+    assert len(calls) == 2
     for loaded in (first, second, third):
         loaded.close()
 
 
+def test_a_layout_that_kills_its_probe_is_never_loaded(
+    tiny_gguf: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What happens on an Intel AMX CPU, where repacked weights crash llama.cpp."""
+    monkeypatch.setenv(CRASH_ENV, "layout-probe:repacked")  # read by the probe child only
+    loaded = LlamaCppModel(tiny_gguf, threads=1)
+    assert loaded.probes["repacked"].crash_signal == signal.SIGSEGV
+    assert loaded.probes["plain"].usable and loaded.layout == "plain"
+    assert "repacked layout crashed" in loaded.describe() and "SIGSEGV" in loaded.describe()
+    runner = loaded.new_runner()  # this process is alive and decodes
+    assert runner.forward([1, 20, 30], 1).shape == (1, loaded.vocab_size)
+    runner.close()
+    loaded.close()
+    # The verdict is cached: the next load spawns no child, and a managed llama-server
+    # of the same file reads it.
+    monkeypatch.setattr(llama_cpp_model, "probe_layouts", None)
+    again = LlamaCppModel(tiny_gguf, threads=1)
+    assert again.layout == "plain"
+    again.close()
+    verdict = layout_probe.repack_verdict(tiny_gguf)
+    assert verdict is not None and verdict.crash_signal == signal.SIGSEGV
+    with pytest.raises(ConfigError, match="SIGSEGV") as caught:
+        LlamaCppModel(tiny_gguf, threads=1, weight_layout="repacked")
+    assert caught.value.field == "weight_layout" and "'plain'" in str(caught.value)
+
+
 @pytest.mark.parametrize(
-    ("rows_by_one_token_threads", "one_token_threads", "exact"),
-    [({2: 17, 1: 17}, 2, 17), ({2: 1, 1: 17}, 1, 17), ({2: 3, 1: 2}, 2, 3)],
+    ("exact", "split_at", "plan", "limit"),
+    [
+        ("distribution", 256, ThreadPlan(2), None),
+        ("bitwise", 256, ThreadPlan(2, exact_below=256), 17),
+        ("bitwise", None, ThreadPlan(2), 17),
+    ],
 )
-def test_one_token_passes_take_one_thread_only_where_that_alone_is_exact(
+def test_the_exactness_policy_decides_threads_and_verify_rows(
     tiny_gguf: Path,
+    fresh_cache: Path,
     monkeypatch: pytest.MonkeyPatch,
-    rows_by_one_token_threads: dict[int, int],
-    one_token_threads: int,
-    exact: int,
+    exact: str,
+    split_at: int | None,
+    plan: ThreadPlan,
+    limit: int | None,
 ) -> None:
     """llama.cpp's multi-thread one-token kernel (split-KV) rounds unlike its batches."""
-
-    def probe(self: Any, repacked: bool, rows: int) -> int:
-        return min(rows, rows_by_one_token_threads[self.one_token_threads])
-
-    monkeypatch.setattr(LlamaCppModel, "_measure", probe)
-    loaded = LlamaCppModel(tiny_gguf, threads=2, weight_layout="repacked", probe_rows=17)
-    expected_rows = min(exact, loaded.context_window // 2)
-    assert (loaded.one_token_threads, loaded.exact_rows) == (one_token_threads, expected_rows)
+    result = {"exact_rows": 17, "all_threads_exact_below": split_at}
+    monkeypatch.setattr(llama_cpp_model, "probe_layouts", _probes(plain=result, repacked=result))
+    loaded = LlamaCppModel(tiny_gguf, threads=2, exact=exact)  # type: ignore[arg-type]
+    assert (loaded.thread_plan, loaded.verify_rows_limit) == (plan, limit)
     runner = loaded.new_runner()
-    assert runner.one_token_threads == one_token_threads  # what llama.cpp's n_threads gets
-    assert ("1 for one-token passes" in loaded.describe()) == (one_token_threads == 1)
+    assert runner.max_verify_tokens == limit
+    assert (f"exact={exact!r}" in loaded.describe()) and plan.describe() in loaded.describe()
     runner.close()
     loaded.close()
 
 
-def test_the_probe_reaches_past_the_split_kv_threshold(tiny_gguf: Path) -> None:
-    loaded = LlamaCppModel(tiny_gguf, threads=1, context_window=1024)
-    lengths = [len(probe) for probe in loaded._probe_tokens(17)]
-    assert lengths == [48, llama_cpp_model.LONG_PROBE_CONTEXT + 17]
-    assert llama_cpp_model.LONG_PROBE_CONTEXT > 512
-    small = LlamaCppModel(tiny_gguf, threads=1, context_window=64)
-    assert [len(probe) for probe in small._probe_tokens(17)] == [48]  # what fits
-    loaded.close()
-    small.close()
+def test_one_token_passes_switch_threads_at_the_plans_length(model: Any) -> None:
+    runner = model.new_runner()
+    runner.thread_plan = ThreadPlan(2, exact_below=10)
+    runner.reset()
+    first = runner.forward(list(range(10, 18)), 1)[0].clone()  # a batch: all threads
+    assert first.shape == (model.vocab_size,)
+    runner.forward([20], 1)  # 8 cached tokens: below the length
+    assert runner.one_token_threads == 2
+    runner.forward([21], 1)
+    runner.forward([22], 1)  # 10 cached: from here one thread
+    assert runner.one_token_threads == 1
+    runner.crop(5)
+    runner.forward([23], 1)
+    assert runner.one_token_threads == 2
+    assert ThreadPlan(2, exact_below=256).describe() == (
+        "2 threads (1 for one-token passes past 256 cached tokens)"
+    )
+    assert ThreadPlan(1).describe() == "1 thread"
+    runner.close()
 
 
 @pytest.mark.parametrize(
-    ("repacked_rows", "plain_rows", "layout", "exact"),
-    [(3, 6, "plain", 6), (6, 6, "repacked", 6), (2, 1, "repacked", 2)],
+    ("repacked", "plain", "exact", "layout"),
+    [
+        ({"exact_rows": 3}, {"exact_rows": 6}, "bitwise", "plain"),
+        ({"exact_rows": 6}, {"exact_rows": 6}, "bitwise", "repacked"),
+        ({"exact_rows": 3}, {"exact_rows": 6}, "distribution", "repacked"),
+        ({"crash_signal": 11}, {"exact_rows": 2}, "distribution", "plain"),
+    ],
 )
-def test_auto_layout_keeps_the_layout_with_more_exact_rows(
+def test_auto_layout_follows_the_policy_and_the_crashes(
     tiny_gguf: Path,
+    fresh_cache: Path,
     monkeypatch: pytest.MonkeyPatch,
-    repacked_rows: int,
-    plain_rows: int,
+    repacked: dict[str, Any],
+    plain: dict[str, Any],
+    exact: str,
     layout: str,
-    exact: int,
 ) -> None:
-    def probe(self: Any, repacked: bool, rows: int) -> int:
-        return repacked_rows if repacked else plain_rows
-
-    monkeypatch.setattr(LlamaCppModel, "_measure", probe)
-    loaded = LlamaCppModel(tiny_gguf, threads=1)
-    assert (loaded.layout, loaded.exact_rows) == (layout, exact)
+    monkeypatch.setattr(llama_cpp_model, "probe_layouts", _probes(repacked=repacked, plain=plain))
+    loaded = LlamaCppModel(tiny_gguf, threads=1, exact=exact)  # type: ignore[arg-type]
+    assert loaded.layout == layout
     assert f"{layout} weights" in loaded.describe()
     runner = loaded.new_runner()  # the kept layout's weights decode
     runner.reset()
     assert runner.forward([1, 20, 30], 1).shape == (1, loaded.vocab_size)
     runner.close()
+    loaded.close()
+
+
+def test_a_probe_that_cannot_run_falls_back_to_the_safe_layout(
+    tiny_gguf: Path, fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*arguments: Any, **options: Any) -> Any:
+        raise llama_cpp_model.BackendError("no child processes here")
+
+    monkeypatch.setattr(llama_cpp_model, "probe_layouts", broken)
+    monkeypatch.setattr(llama_cpp_model, "has_amx", lambda system_info: True)
+    loaded = LlamaCppModel(tiny_gguf, threads=2, exact="bitwise")
+    # AMX without a probe: no repacking; bitwise without a probe: one row, one thread.
+    assert (loaded.layout, loaded.verify_rows_limit) == ("plain", 1)
+    assert loaded.thread_plan == ThreadPlan(2, exact_below=0)
+    assert "not probed" in loaded.describe()
     loaded.close()
 
 
@@ -196,7 +283,9 @@ def test_the_tokenizer_round_trips_and_renders_the_chat_template(model: Any) -> 
 
 
 def test_draft_model_on_llama_cpp_is_exact(tiny_gguf: Path, tiny_draft_gguf: Path) -> None:
-    with LocalBackend(str(tiny_gguf), draft_model=str(tiny_draft_gguf), threads=1) as backend:
+    with LocalBackend(
+        str(tiny_gguf), draft_model=str(tiny_draft_gguf), threads=1, exact="bitwise"
+    ) as backend:
         prompt = "def add(a, b):\n    return a + b\n"
         request = GenerationRequest(prompt=prompt, max_tokens=30)
         completion = backend.generate(request)
@@ -259,7 +348,11 @@ def test_a_lone_surrogate_is_a_config_error(model: Any) -> None:
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"threads": 0}, "threads"), ({"weight_layout": "packed"}, "weight_layout")],
+    [
+        ({"threads": 0}, "threads"),
+        ({"weight_layout": "packed"}, "weight_layout"),
+        ({"exact": "roughly"}, "exact"),
+    ],
 )
 def test_bad_options(tiny_gguf: Path, options: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -281,6 +281,17 @@ def test_no_speculation_adds_no_spec_options(new_flags: LlamaServerFlags) -> Non
     assert "--jinja" not in command and "--metrics" not in command
 
 
+def test_no_repack_where_repacked_weights_crash(new_flags: LlamaServerFlags) -> None:
+    """``--no-repack`` keeps llama-server off llama.cpp's AMX kernels (issue 20824)."""
+    plain = build_llama_server_command("llama-server", new_flags, model="t.gguf", port=1)
+    assert "--no-repack" not in plain
+    command = build_llama_server_command(
+        "llama-server", new_flags, model="t.gguf", port=1, repack=False
+    )
+    assert "--no-repack" in command
+    assert "--no-repack" in HELP_2026  # the captured build knows the option
+
+
 def test_ngram_on_a_build_without_spec_type_is_refused(old_flags: LlamaServerFlags) -> None:
     with pytest.raises(UnsupportedFeatureError, match="no --spec-type option"):
         build_llama_server_command(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -25,11 +26,14 @@ from speculative_llm.servers.llama_flags import (
     resolve_gguf,
 )
 from speculative_llm.servers.process import ManagedServer, _ManagedProcess, format_command
+from speculative_llm.servers.repack import RepackChoice, choose_repack
 
 if TYPE_CHECKING:
     from speculative_llm.backends.llamacpp import LlamaCppBackend
 
 __all__ = ["LlamaServer", "LlamaServerOptions"]
+
+logger = logging.getLogger(__name__)
 
 _LLAMA_METHOD_OF_SPEC_TYPE: dict[str, str] = {
     "none": "none",
@@ -92,6 +96,9 @@ class LlamaServerOptions(TypedDict, total=False):
         metrics: Expose the Prometheus ``/metrics`` endpoint (default on).
         threads: CPU threads (``--threads``); None keeps the server's default.
         parallel: Number of slots (``--parallel``); None keeps the server's default.
+        repack: Let llama.cpp repack weights (its default). ``LlamaServer`` decides it
+            when not given: no repacking where the layout probe saw it crash, or on a
+            CPU with AMX with no probe showing it survives (``servers.repack``).
         extra_args: More llama-server arguments, appended as given.
     """
 
@@ -106,6 +113,7 @@ class LlamaServerOptions(TypedDict, total=False):
     metrics: bool
     threads: int | None
     parallel: int | None
+    repack: bool
     extra_args: Sequence[str]
 
 
@@ -126,7 +134,8 @@ class LlamaServer(ManagedServer):
         **options: The command line's options (``LlamaServerOptions``): ``draft_model``,
             ``spec_type``, ``draft_max``, ``draft_min``, ``ngram_size``, ``host``,
             ``ctx_size`` (4096 unless given), ``jinja``, ``metrics``, ``threads``,
-            ``parallel`` and ``extra_args``.
+            ``parallel``, ``repack`` (decided from this CPU unless given) and
+            ``extra_args``.
 
     Example:
         >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
@@ -174,11 +183,20 @@ class LlamaServer(ManagedServer):
             self.spec_type = None
         if self.spec_type is None and self.draft_model_path is not None:
             self.spec_type = "draft-simple"
+        if "repack" in options:
+            self.repack = RepackChoice(bool(options["repack"]), "as asked")
+        else:
+            models = [self.model_path] + (
+                [] if self.draft_model_path is None else [self.draft_model_path]
+            )
+            self.repack = choose_repack(models)
+        """Whether the weights are repacked, and why (logged when the server starts)."""
         self.options: LlamaServerOptions = {
             "ctx_size": 4096,
             **options,
             "draft_model": self.draft_model_path,
             "spec_type": self.spec_type,
+            "repack": self.repack.repack,
             "extra_args": tuple(options.get("extra_args", ())),
         }
         """The command line's options, the models resolved and the spec type normalised."""
@@ -220,7 +238,17 @@ class LlamaServer(ManagedServer):
         """
         if self.draft_model_path is not None and not self.running:
             check_gguf_draft(self.model_path, self.draft_model_path)
+        logger.info("llama-server for %s: %s", self.model_path.name, self.repack.reason)
         return super().start()
+
+    def _crash_hint(self) -> str:
+        if self.repack.repack:
+            return (
+                "If this CPU is an Intel Xeon with AMX, llama.cpp's repacked weights crash "
+                "there (llama.cpp issue 20824): start the server with repack=False "
+                "(--no-repack)."
+            )
+        return "It ran without repacked weights; its log says where it died."
 
     def _speculation_failure(self, lines: Sequence[str]) -> Exception | None:
         """The error to raise when the log shows llama-server gave up speculation."""
@@ -333,10 +361,14 @@ class LlamaServer(ManagedServer):
         return int(timings.get("draft_n") or 0)
 
     def backend(self, **options: Any) -> LlamaCppBackend:
-        """A ``LlamaCppBackend`` talking to this server (options go to its constructor)."""
-        from speculative_llm.backends.llamacpp import LlamaCppBackend
+        """A ``LlamaCppBackend`` talking to this server (options go to its constructor).
 
-        return LlamaCppBackend(self.base_url, **options)
+        A request that fails because the server died raises ``EngineCrashedError``
+        naming the signal.
+        """
+        from speculative_llm.servers.watched import WatchedLlamaCppBackend
+
+        return WatchedLlamaCppBackend(self.base_url, server=self, **options)
 
     def _repr_fields(self) -> list[str]:
         draft = None if self.draft_model_path is None else self.draft_model_path.name

@@ -350,6 +350,7 @@ def build_llama_server_command(
     metrics: bool = True,
     threads: int | None = None,
     parallel: int | None = None,
+    repack: bool = True,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The llama-server command line for one configuration, spelled for this build.
@@ -395,6 +396,8 @@ def build_llama_server_command(
         command += ["--threads", str(threads)]
     if parallel is not None:
         command += ["--parallel", str(parallel)]
+    if not repack:
+        command.append("--no-repack")
 
     if spec_type is not None:
         items = spec_type.split(",")

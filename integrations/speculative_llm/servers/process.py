@@ -31,8 +31,13 @@ from typing import IO, Self
 import httpx
 
 from speculative_llm import children
-from speculative_llm.children import spawn
-from speculative_llm.errors import BackendTimeoutError, BackendUnavailableError, ConfigError
+from speculative_llm.children import signal_name, spawn
+from speculative_llm.errors import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ConfigError,
+    EngineCrashedError,
+)
 
 __all__ = ["ManagedServer", "format_command", "free_port"]
 
@@ -299,6 +304,45 @@ class ManagedServer:
     def base_url(self) -> str:
         """``http://host:port`` of the server (loopback when it listens everywhere)."""
         return f"http://{url_host(client_host(self.host))}:{self.port}"
+
+    def _crash_hint(self) -> str:
+        """What to try when the server died (subclasses know their engine)."""
+        return "Start it again; if it keeps dying, its log says where."
+
+    def crash_error(
+        self, *, partial_text: str = "", wait_s: float = 1.0
+    ) -> EngineCrashedError | None:
+        """The error for a failed request when this server's process has died, else None.
+
+        A request cut by a dying server fails before the process is reaped, so this
+        waits up to ``wait_s`` for it to end. A server that is still running gives None
+        (the request failed for another reason).
+        """
+        managed = self._managed
+        if managed is None:
+            return None
+        try:
+            code = managed.process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+        tail = f"Log: {managed.log_path}\nLast log lines:\n{managed.log_tail(5)}"
+        if code < 0:
+            number = -code
+            return EngineCrashedError(
+                f"{self._name} died by {signal_name(number)} (signal {number}) while serving "
+                f"{self.base_url}: a crash in its native code, not a bad request. "
+                f"{self._crash_hint()} {tail}",
+                signal_number=number,
+                url=self.base_url,
+                partial_text=partial_text,
+            )
+        return EngineCrashedError(
+            f"{self._name} exited with status {code} while serving {self.base_url}. "
+            f"{self._crash_hint()} {tail}",
+            exit_code=code,
+            url=self.base_url,
+            partial_text=partial_text,
+        )
 
     @property
     def running(self) -> bool:

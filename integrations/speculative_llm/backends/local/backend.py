@@ -89,10 +89,12 @@ class LocalBackend(Backend):
     under our own decoding loop) when its binding is installed; Hugging Face ids and
     checkpoint directories run on the transformers runner (any torch device).
 
-    Exact: greedy output equals the target's greedy output, and sampled output follows
-    the target's distribution (speculative sampling with the min(1, p/q) rule). Every
-    request reports exact statistics, and every token says whether it was an accepted
-    draft token (``draft``) or the target's own (``target``).
+    Exact: sampled output follows the target's distribution (speculative sampling with
+    the min(1, p/q) rule). Under ``exact="bitwise"`` greedy output is token-identical to
+    the greedy baseline; under the default ``exact="distribution"`` every pass runs at
+    full speed and greedy text differs from the baseline only where two tokens' logits
+    tie within rounding. Every request reports exact statistics, and every token says
+    whether it was an accepted draft token (``draft``) or the target's own (``target``).
 
     Thread safety: one lock per backend. The models and their KV caches serve one
     generation at a time; concurrent requests (threads, or ``astream`` calls) wait
@@ -118,8 +120,15 @@ class LocalBackend(Backend):
         threads: CPU threads: llama.cpp's per runner, or torch's (process-wide).
         context_window: llama.cpp runner: tokens its KV cache holds (default: the
             model's training context, at most 8192).
-        weight_layout: llama.cpp runner: ``auto`` (probe which layout keeps verify
-            passes exact), ``repacked`` or ``plain``.
+        weight_layout: llama.cpp runner: ``auto`` (chosen from a probe that runs once
+            per model and machine, in a child process: llama.cpp's default layout unless
+            it crashes here, as on Intel CPUs with AMX; under ``exact="bitwise"`` the
+            layout with more exact rows), ``repacked`` or ``plain``.
+        exact: ``distribution`` (the default: every pass on every thread, as plain
+            llama.cpp decodes; output distributed exactly as the target's, greedy text
+            may differ from the baseline only where two tokens' logits tie within
+            rounding) or ``bitwise`` (token-identical to the baseline, at the cost of
+            one thread for one-token passes past llama.cpp's split-KV length).
         fast_paths: Transformers runner: ``auto`` (faster CPU kernels wherever a probe
             shows the model's logits unchanged) or ``off`` (transformers' own forward).
         progress: Show download progress when a packaged model is fetched.
@@ -144,6 +153,7 @@ class LocalBackend(Backend):
         threads: int | None = None,
         context_window: int | None = None,
         weight_layout: str = "auto",
+        exact: str = "distribution",
         fast_paths: str = "auto",
         progress: bool = True,
     ) -> None:
@@ -166,9 +176,11 @@ class LocalBackend(Backend):
             runner=runner,
             context_window=context_window,
             weight_layout=weight_layout,
+            exact=exact,
             fast_paths=fast_paths,
             **self._options,
         )
+        self._exact = exact
         self._model_name = model
         self._runner: Runner = self._target.new_runner()
         logger.info("local engine: %s", self._target.description)
@@ -231,6 +243,11 @@ class LocalBackend(Backend):
             tool_calling=True,
             structured_output=True,
         )
+
+    @property
+    def exact(self) -> str:
+        """The exactness policy: ``distribution`` or ``bitwise``."""
+        return self._exact
 
     @property
     def model_name(self) -> str:

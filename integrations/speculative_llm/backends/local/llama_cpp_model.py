@@ -1,32 +1,32 @@
-"""GGUF models on llama.cpp: loading, the weight layout that keeps verification exact, vocab.
+"""GGUF models on llama.cpp: loading, the weight layout and threads, the vocabulary.
 
 llama.cpp repacks some quantisation types (Q4_0, Q4_K, IQ4_NL...) into interleaved
 layouts whose batched kernels are faster but sum in another order than its one-token
-kernels, so a verify pass of several rows would not reproduce one-token decoding
-bitwise, and greedy speculative output could drift from the baseline. Which batch sizes
-agree also depends on the kernels llama.cpp picks per size and on the CPU. So the model
-is probed at load (``exact_verify_rows``) in llama.cpp's default layout, and when that
-falls short of ``probe_rows``, again with repacking off (llama-server's ``--no-repack``);
-the layout with more exact rows is kept, and the engine never verifies more rows in one
-pass than the probe found exact. The result is cached on disk per model file, library
-and machine (``llama-cpp-probes.json`` in the model cache), and logged.
+kernels, and on Intel CPUs with AMX its repacked layout runs kernels that crash
+(llama.cpp issue 20824). With several threads, llama.cpp also decodes one token past a
+cache length by splitting the attention over the keys (split-KV), which rounds unlike
+its batched kernels. So each layout is probed once per model file, library, CPU and
+thread count, in a child process (``layout_probe``): whether it survives, how many rows
+a verify pass scores bitwise equal to one-token passes, and where split-KV begins. The
+results are cached on disk (``llama-cpp-probes.json`` in the model cache) and logged.
 
-Threads matter too: with several threads llama.cpp decodes one token past 512 cached
-tokens by splitting the attention over the keys, one chunk per thread, and merging the
-chunks (its split-KV path), which rounds differently from the batched kernels. So the
-probe also runs at a context past that threshold, and when several threads fall short,
-one-token passes run on one thread (``n_threads``) while batches keep them all
-(``n_threads_batch``).
+The exactness policy (``exact``) decides what is done with them:
+
+- ``distribution`` (default): every pass on every thread, as plain llama.cpp decodes,
+  any draft length; the layout is llama.cpp's default unless it crashed here. Output
+  is distributed exactly as the target's under the kernels that scored each token
+  (what every serving engine guarantees); greedy text may differ from a baseline only
+  where two tokens' logits tie within rounding.
+- ``bitwise``: token-identical to the baseline: the layout with more exact rows, verify
+  passes of at most that many rows, and one-token passes on one thread from the cache
+  length where split-KV begins.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,13 +34,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 from speculative_llm.backends.local import llama_cpp_lib
-from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner, exact_verify_rows
+from speculative_llm.backends.local.layout_probe import (
+    PROBE_ROWS,
+    LayoutProbe,
+    cached_probes,
+    probe_key,
+    probe_layouts,
+    record_probes,
+)
+from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner, ThreadPlan
 from speculative_llm.backends.local.tokenizers import render_chat_template
+from speculative_llm.children import signal_name
+from speculative_llm.cpu_features import has_amx
 from speculative_llm.errors import BackendError, ConfigError, ModelNotFoundError
 from speculative_llm.types import encode_utf8
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
+    "EXACT_POLICIES",
+    "ExactPolicy",
     "LlamaCppModel",
     "LlamaCppTokenizer",
     "WeightLayout",
@@ -54,20 +66,15 @@ DEFAULT_CONTEXT_WINDOW = 8192
 """Context of a llama.cpp runner unless given (the model's own if smaller): the KV cache
 is allocated up front, and some GGUF models declare 128k tokens."""
 
-PROBE_ROWS = 17
-"""Rows probed for exactness: a draft of 16 tokens plus the token before it."""
-
-LONG_PROBE_CONTEXT = 600
-"""Tokens before the rows of the second probe: past llama.cpp's split-KV threshold (512
-cache cells, counted after padding), where one-token passes take another kernel."""
-
-_PROBE_VERSION = 2
-"""Part of the probe cache key: results of an older probe are measured again."""
-
 WeightLayout = Literal["auto", "repacked", "plain"]
 """``repacked``: llama.cpp's default (weights repacked for batched kernels where it can);
-``plain``: as stored in the file (``--no-repack``); ``auto``: whichever the probe finds
-exact for more rows (``repacked`` on a tie)."""
+``plain``: as stored in the file (``--no-repack``); ``auto``: chosen from the probe
+(the exactness policy says how)."""
+
+ExactPolicy = Literal["distribution", "bitwise"]
+"""How exact speculative output is: see the module docstring."""
+
+EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
 
 
 def default_threads() -> int:
@@ -221,13 +228,15 @@ class _Loaded:
     repacked: bool
 
 
-def _probe_cache_path() -> Path:
-    from speculative_llm.backends.local.models import model_cache_dir
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """The layout, threads and verify limit chosen from the probes, and why."""
 
-    return model_cache_dir() / "llama-cpp-probes.json"
-
-
-_probe_cache_lock = threading.Lock()
+    repacked: bool
+    plan: ThreadPlan
+    exact_rows: int
+    verify_rows_limit: int | None
+    reason: str
 
 
 class LlamaCppModel:
@@ -240,13 +249,18 @@ class LlamaCppModel:
         context_window: Tokens each runner's cache holds (default: the model's
             training context, at most ``DEFAULT_CONTEXT_WINDOW``).
         weight_layout: ``auto``, ``repacked`` or ``plain`` (see ``WeightLayout``).
+        exact: ``distribution`` or ``bitwise`` (see ``ExactPolicy``).
         probe_rows: Largest verify pass to probe for exactness.
         vocab_only: Load only the vocabulary (for compatibility checks; no runners).
+        probe: Probe the layouts (in a child process, once per machine). False loads
+            ``weight_layout`` as it is (``auto``: repacked) without measuring: what the
+            probe's own child does.
 
     Raises:
         ModelNotFoundError: llama.cpp cannot load the file (the message names the file,
             llama.cpp's reason and the ``runner="transformers"`` fallback).
-        ConfigError: Invalid ``threads``, ``context_window`` or ``weight_layout``.
+        ConfigError: Invalid ``threads``, ``context_window``, ``weight_layout`` or
+            ``exact``, or a ``weight_layout`` that crashes llama.cpp on this CPU.
     """
 
     def __init__(
@@ -257,44 +271,67 @@ class LlamaCppModel:
         threads: int | None = None,
         context_window: int | None = None,
         weight_layout: WeightLayout = "auto",
+        exact: ExactPolicy = "distribution",
         probe_rows: int = PROBE_ROWS,
         vocab_only: bool = False,
+        probe: bool = True,
     ) -> None:
         if weight_layout not in ("auto", "repacked", "plain"):
             raise ConfigError(
                 f"weight_layout must be 'auto', 'repacked' or 'plain', got {weight_layout!r}.",
                 field="weight_layout",
             )
+        if exact not in EXACT_POLICIES:
+            raise ConfigError(
+                f"exact must be 'distribution' or 'bitwise', got {exact!r}.", field="exact"
+            )
         if threads is not None and (isinstance(threads, bool) or threads < 1):
             raise ConfigError(f"threads must be >= 1, got {threads!r}.", field="threads")
+        if context_window is not None and (isinstance(context_window, bool) or context_window < 16):
+            raise ConfigError(
+                f"context_window must be >= 16, got {context_window!r}.", field="context_window"
+            )
         library = llama_cpp_lib.load()
         self.api: Any = library.api
         self.library = library
         self.path = Path(path)
         self.name = name or self.path.name
         self.threads = threads or default_threads()
-        self.one_token_threads = self.threads
-        """Threads of one-token passes (``threads``, or 1 where only that is exact)."""
+        self.exact: ExactPolicy = exact
         self._vocab_only = vocab_only
         self._runners: weakref.WeakSet[LlamaCppRunner] = weakref.WeakSet()
-        loaded = self._load(repacked=weight_layout != "plain")
+        self.probes: dict[str, LayoutProbe] = {}
+        """What the probe measured of each layout (empty when not probed)."""
+        if vocab_only or not probe:
+            choice = _Choice(
+                repacked=weight_layout != "plain" and not vocab_only,
+                plan=ThreadPlan(self.threads),
+                exact_rows=1,
+                verify_rows_limit=1 if exact == "bitwise" else None,
+                reason="not probed",
+            )
+        else:
+            choice = self._choose(weight_layout, probe_rows, context_window)
+        loaded = self._load(repacked=choice.repacked)
         self._pointer = loaded.pointer
         self._finalizer = weakref.finalize(self, self.api.llama_model_free, loaded.pointer)
+        self.repacked = loaded.repacked
         self.tokenizer = LlamaCppTokenizer(self.api, self._pointer, self)
         self.vocab_size = self.tokenizer.vocab_size
         self.train_context = int(self.api.llama_model_n_ctx_train(self._pointer))
         self.sliding_window = int(self.api.llama_model_n_swa(self._pointer))
         wanted = context_window or min(self.train_context, DEFAULT_CONTEXT_WINDOW)
-        if not vocab_only and (isinstance(wanted, bool) or wanted < 16):
-            raise ConfigError(
-                f"context_window must be >= 16, got {wanted!r}.", field="context_window"
-            )
         self.context_window = min(wanted, self.train_context) if self.train_context else wanted
-        self.repacked = loaded.repacked
-        self.exact_rows = 1
-        self._spare_runner: LlamaCppRunner | None = None
-        if not vocab_only:
-            self._choose_layout(weight_layout, probe_rows)
+        self.thread_plan = choice.plan
+        """Threads of each pass (one-token passes by cache length)."""
+        self.exact_rows = choice.exact_rows
+        """Rows one pass scores bitwise equal to one-token passes (the probe's figure)."""
+        self.verify_rows_limit = choice.verify_rows_limit
+        """Most rows one verify pass scores (None: any, under ``exact="distribution"``)."""
+        self.layout_reason = choice.reason
+        """Why this layout runs (for logs, the description and the playground)."""
+        if probe and not vocab_only:
+            logger.info("%s", self.describe())
 
     # ---- loading ----------------------------------------------------------------------
 
@@ -331,143 +368,157 @@ class LlamaCppModel:
         """``repacked`` or ``plain``: the weight layout in use."""
         return "repacked" if self.repacked else "plain"
 
+    @property
+    def one_token_threads(self) -> int:
+        """Threads of one-token passes past the probed split-KV length (all, or 1)."""
+        return self.thread_plan.one_token_threads(1 << 30)
+
     def describe(self) -> str:
-        """One line for logs and the playground: file, layout, exact rows, threads."""
+        """One line for logs and the playground: file, layout and why, threads, exactness."""
+        limit = (
+            "verify passes of any length"
+            if self.verify_rows_limit is None
+            else f"verify passes of up to {self.verify_rows_limit} rows"
+        )
         return (
-            f"llama.cpp ({self.library.origin} libllama), {self.name}, {self.layout} weights, "
-            f"verify passes exact up to {self.exact_rows} rows, {self.threads} threads"
-            + (
-                f" ({self.one_token_threads} for one-token passes, which are exact there)"
-                if self.one_token_threads != self.threads
-                else ""
-            )
+            f"llama.cpp ({self.library.origin} libllama), {self.name}, {self.layout} weights "
+            f"({self.layout_reason}), exact={self.exact!r}: {limit}, "
+            f"{self.thread_plan.describe()}"
         )
 
-    # ---- the exactness probe ----------------------------------------------------------
+    # ---- the probe ----------------------------------------------------------------------
 
-    def _probe_tokens(self, rows: int) -> list[list[int]]:
-        """Probes of a prompt and ``rows`` more tokens: short, and past split-KV if it fits.
-
-        Ids spread over the vocabulary, not text: a vocabulary without byte tokens
-        cannot encode every text.
-        """
-        lengths = [min(max(48, rows + 8), self.context_window)]
-        if LONG_PROBE_CONTEXT + rows < self.context_window:
-            lengths.append(LONG_PROBE_CONTEXT + rows)
-        return [
-            [(index * 7919 + 13) % self.vocab_size for index in range(length)] for length in lengths
-        ]
-
-    def _probe_key(self, repacked: bool, rows: int) -> str:
-        stat = self.path.stat()
-        parts = (
-            str(self.path.resolve()),
-            stat.st_size,
-            stat.st_mtime_ns,
+    def _probe(
+        self, layouts: Sequence[str], rows: int, context_window: int | None
+    ) -> dict[str, LayoutProbe]:
+        """Each layout's probe, from the disk cache or a child process."""
+        configuration = (
             str(self.library.path),
             self.library.binding_version,
             self.library.system_info,
             self.threads,
-            self.one_token_threads,
-            self.context_window,
-            repacked,
+            context_window,
             rows,
-            _PROBE_VERSION,
         )
-        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
-
-    def _measure(self, repacked: bool, rows: int) -> int:
-        """Exact rows of the loaded layout, from the disk cache or a probe."""
-        key = self._probe_key(repacked, rows)
-        path = _probe_cache_path()
-        with _probe_cache_lock:
-            try:
-                known = json.loads(path.read_text())
-            except (OSError, ValueError):
-                known = {}
-            if isinstance(known.get(key), int):
-                return int(known[key])
-            runner = LlamaCppRunner(self)
-            exact = min(
-                exact_verify_rows(runner, probe, rows) for probe in self._probe_tokens(rows)
+        keys = {layout: probe_key(self.path, layout, configuration) for layout in layouts}
+        found = cached_probes(keys)
+        missing = [layout for layout in layouts if layout not in found]
+        if missing:
+            measured = probe_layouts(
+                self.path, missing, threads=self.threads, context_window=context_window, rows=rows
             )
-            # Keep the probe's context for the first runner the backend asks for.
-            if self._spare_runner is not None:
-                self._spare_runner.close()
-            self._spare_runner = runner
-            known[key] = exact
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                scratch = path.with_suffix(f".{os.getpid()}.tmp")
-                scratch.write_text(json.dumps(known, indent=1, sort_keys=True))
-                os.replace(scratch, path)
-            except OSError as error:  # a read-only cache only costs a probe next time
-                logger.debug("could not save the llama.cpp probe result: %s", error)
-            return exact
+            record_probes(self.path, keys, measured)
+            for layout, probe in measured.items():
+                logger.info(
+                    "llama.cpp probe of %s, %s layout, %d threads, in a child process: %s (%.1f s)",
+                    self.name,
+                    layout,
+                    self.threads,
+                    f"crashed ({signal_name(probe.crash_signal)})"
+                    if probe.crash_signal is not None
+                    else f"{probe.exact_rows} exact rows, split-KV from "
+                    f"{probe.all_threads_exact_below} cached tokens",
+                    probe.seconds,
+                )
+            found.update(measured)
+        return {layout: found[layout] for layout in layouts}
 
-    def _choose_layout(self, weight_layout: WeightLayout, rows: int) -> None:
-        # The probe's prompt and rows must fit the cache (a tiny context_window).
-        rows = max(1, min(rows, self.context_window // 2))
-        layouts = [self.repacked, not self.repacked] if weight_layout == "auto" else [self.repacked]
-        # All threads for one-token passes first; one thread only where that alone is exact.
-        thread_counts = list(dict.fromkeys((self.threads, 1)))
-        best: tuple[int, bool, int] | None = None
-        for one_token_threads in thread_counts:
-            self.one_token_threads = one_token_threads
-            for repacked in layouts:
-                if repacked != self.repacked:
-                    self._replace(self._load(repacked=repacked))
-                exact = self._measure(repacked, rows)
-                if best is None or exact > best[0]:
-                    best = (exact, repacked, one_token_threads)
-                if exact >= rows:
-                    break
-            if best is not None and best[0] >= rows:
-                break
-        assert best is not None
-        exact, repacked, self.one_token_threads = best
-        if repacked != self.repacked:
-            self._replace(self._load(repacked=repacked))
-        elif self._spare_runner is not None and (
-            self._spare_runner.one_token_threads != self.one_token_threads
-        ):
-            self._spare_runner.close()  # made for another configuration than the one kept
-            self._spare_runner = None
-        self.exact_rows = exact
-        logger.info("%s", self.describe())
-        if exact < 2:
+    def _choose(
+        self, weight_layout: WeightLayout, rows: int, context_window: int | None
+    ) -> _Choice:
+        # Plain first: it never crashes, so a crash in the repacked layout (probed next,
+        # in the same child) loses nothing already measured.
+        layouts = ["plain", "repacked"] if weight_layout == "auto" else [weight_layout]
+        try:
+            self.probes = self._probe(layouts, rows, context_window)
+        except ModelNotFoundError:
+            raise
+        except BackendError as error:
+            return self._unprobed_choice(weight_layout, error)
+        usable = {layout: probe for layout, probe in self.probes.items() if probe.usable}
+        if weight_layout != "auto" and weight_layout not in usable:
+            number = self.probes[weight_layout].crash_signal or 0
+            raise ConfigError(
+                f"weight_layout={weight_layout!r} crashes llama.cpp on this CPU: its probe "
+                f"process died by {signal_name(number)} (with repacked weights, llama.cpp's AMX "
+                "kernels do on Intel CPUs with AMX: llama.cpp issue 20824). Use "
+                "weight_layout='plain' or 'auto'.",
+                field="weight_layout",
+            )
+        if not usable:
+            raise BackendError(
+                f"Every weight layout of {self.name} crashed llama.cpp on this CPU in its "
+                "probe process; load it with runner='transformers'."
+            )
+        crashed = [layout for layout, probe in self.probes.items() if not probe.usable]
+        if self.exact == "distribution":
+            layout = "repacked" if "repacked" in usable else "plain"
+        else:  # the layout with more exact rows; llama.cpp's default on a tie
+            layout = max(usable, key=lambda name: (usable[name].exact_rows, name == "repacked"))
+        probe = usable[layout]
+        if weight_layout != "auto":
+            reason = "as asked"
+        elif crashed:
+            number = self.probes[crashed[0]].crash_signal or 0
+            reason = (
+                f"the {crashed[0]} layout crashed llama.cpp on this CPU ({signal_name(number)} in "
+                "its probe process; llama.cpp issue 20824)"
+            )
+        elif self.exact == "distribution":
+            reason = "llama.cpp's default"
+        else:
+            reason = f"more exact rows ({probe.exact_rows})" if len(usable) > 1 else "probed"
+        bitwise = self.exact == "bitwise"
+        plan = ThreadPlan(
+            self.threads, exact_below=probe.all_threads_exact_below if bitwise else None
+        )
+        if bitwise and probe.exact_rows < 2:
             logger.warning(
-                "%s: no multi-token pass reproduces one-token decoding exactly in either "
-                "weight layout, so speculative requests decode one token per pass.",
+                "%s: no multi-token pass reproduces one-token decoding bitwise, so under "
+                "exact='bitwise' speculative requests decode one token per pass.",
                 self.name,
             )
+        return _Choice(
+            repacked=layout == "repacked",
+            plan=plan,
+            exact_rows=probe.exact_rows,
+            verify_rows_limit=probe.exact_rows if bitwise else None,
+            reason=reason,
+        )
 
-    def _replace(self, loaded: _Loaded) -> None:
-        if self._spare_runner is not None:
-            self._spare_runner.close()
-            self._spare_runner = None
-        self._finalizer()
-        self._pointer = loaded.pointer
-        self.repacked = loaded.repacked
-        self._finalizer = weakref.finalize(self, self.api.llama_model_free, loaded.pointer)
-        # The tokenizer reads the vocabulary of the weights it was made with.
-        self.tokenizer = LlamaCppTokenizer(self.api, self._pointer, self)
+    def _unprobed_choice(self, weight_layout: WeightLayout, error: BackendError) -> _Choice:
+        """The safe choice when no probe child could run: no repacking where AMX may crash."""
+        amx = has_amx(self.library.system_info)
+        repacked = weight_layout == "repacked" or (weight_layout == "auto" and not amx)
+        logger.warning(
+            "%s: the layout probe could not run (%s); loading the %s layout%s without "
+            "measuring it (exact='bitwise' then verifies one token per pass).",
+            self.name,
+            error,
+            "repacked" if repacked else "plain",
+            " (this CPU has AMX, whose repacked kernels crash in llama.cpp)" if amx else "",
+        )
+        bitwise = self.exact == "bitwise"
+        return _Choice(
+            repacked=repacked,
+            plan=ThreadPlan(self.threads, exact_below=0 if bitwise else None),
+            exact_rows=1,
+            verify_rows_limit=1 if bitwise else None,
+            reason="not probed: " + ("AMX CPU" if amx else "llama.cpp's default"),
+        )
 
     # ---- runners ----------------------------------------------------------------------
 
     def new_runner(self) -> LlamaCppRunner:
-        """A context of its own over these weights (the probe's, the first time)."""
+        """A context of its own over these weights."""
         if self._vocab_only:
             raise BackendError(f"{self.name} was loaded for its vocabulary only.")
-        runner, self._spare_runner = self._spare_runner, None
-        if runner is None:
-            runner = LlamaCppRunner(self)
+        runner = LlamaCppRunner(self)
         self._runners.add(runner)
         return runner
 
     def close(self) -> None:
         """Free the weights, after the contexts made from them."""
-        for runner in [*self._runners, *([self._spare_runner] if self._spare_runner else [])]:
+        for runner in list(self._runners):
             runner.close()
-        self._spare_runner = None
         self._finalizer()

@@ -11,6 +11,11 @@ microseconds of Python around the decode.
 equal to one-token decoding: the layout of the weights (llama.cpp repacks some
 quantisation types for its batched kernels) and the kernels chosen per batch size
 decide it, so ``LlamaCppModel`` probes it per model and layout.
+
+Threads are chosen per pass (``ThreadPlan``): batches always run on every thread; a
+one-token pass runs on every thread too, except under ``exact="bitwise"`` past the
+cache length where llama.cpp's multi-thread one-token attention (split-KV) starts to
+round unlike its batched kernels, measured by the probe.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,12 +34,42 @@ from speculative_llm.errors import BackendError, ConfigError
 if TYPE_CHECKING:
     from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
 
-__all__ = ["LlamaCppRunner", "exact_verify_rows"]
+__all__ = ["LlamaCppRunner", "ThreadPlan", "exact_verify_rows"]
 
 _CPU = torch.device("cpu")
 
 _BATCH_CAPACITY = 512
 """Tokens per ``llama_decode`` (prompts are fed in chunks of this many)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPlan:
+    """Threads of each llama.cpp pass: batches on all, one-token passes by cache length.
+
+    Attributes:
+        threads: Threads of every batch, and of one-token passes below ``exact_below``.
+        exact_below: Cache length from which one-token passes take ``fallback_threads``
+            (None: never; every pass runs on ``threads``).
+        fallback_threads: Threads of one-token passes from ``exact_below`` on.
+    """
+
+    threads: int
+    exact_below: int | None = None
+    fallback_threads: int = 1
+
+    def one_token_threads(self, cached_tokens: int) -> int:
+        """Threads of a one-token pass after ``cached_tokens`` tokens."""
+        if self.exact_below is None or cached_tokens < self.exact_below:
+            return self.threads
+        return self.fallback_threads
+
+    def describe(self) -> str:
+        """``2 threads``, or ``2 threads (1 for one-token passes past 256 cached tokens)``."""
+        line = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        if self.exact_below is None or self.fallback_threads == self.threads:
+            return line
+        where = "" if self.exact_below == 0 else f" past {self.exact_below} cached tokens"
+        return f"{line} ({self.fallback_threads} for one-token passes{where})"
 
 
 def _free(api: Any, context: Any, batch: Any) -> None:
@@ -60,10 +96,11 @@ class LlamaCppRunner:
         self._capacity = min(_BATCH_CAPACITY, model.context_window)
         params.n_batch = params.n_ubatch = self._capacity
         params.n_seq_max = 1
-        # llama.cpp runs one-token passes on n_threads and batches on n_threads_batch.
-        self.one_token_threads = model.one_token_threads
-        params.n_threads = model.one_token_threads
-        params.n_threads_batch = model.threads
+        # llama.cpp runs one-token passes on n_threads and batches on n_threads_batch;
+        # forward() sets n_threads per one-token pass from the plan.
+        self.thread_plan: ThreadPlan = model.thread_plan
+        self._one_token_threads = self.thread_plan.threads
+        params.n_threads = params.n_threads_batch = self.thread_plan.threads
         # Sliding-window layers otherwise reuse the cells of tokens that left the
         # window, which a crop after a verify pass may need back.
         params.swa_full = True
@@ -104,8 +141,12 @@ class LlamaCppRunner:
 
     @property
     def max_verify_tokens(self) -> int | None:
-        """Rows one pass scores exactly as one-token passes would (the model's probe)."""
-        return self.model.exact_rows
+        """Rows one pass may score: the probe's exact rows under ``exact="bitwise"``.
+
+        None under ``exact="distribution"``: every row is scored by the target's own
+        kernels, so any draft length keeps the output distributed as the target's.
+        """
+        return self.model.verify_rows_limit
 
     @property
     def device(self) -> torch.device:
@@ -144,6 +185,8 @@ class LlamaCppRunner:
                 "model with a larger context_window.",
                 field="max_tokens",
             )
+        if count == 1:
+            self._set_one_token_threads(self.thread_plan.one_token_threads(self._length))
         for start in range(0, count, self._capacity):
             chunk = tokens[start : start + self._capacity]
             size = len(chunk)
@@ -159,6 +202,16 @@ class LlamaCppRunner:
         self._prompt_pass = False
         rows = self._api.llama_get_logits(self._context)
         return torch.from_numpy(np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size)))
+
+    def _set_one_token_threads(self, threads: int) -> None:
+        if threads != self._one_token_threads:
+            self._api.llama_set_n_threads(self._context, threads, self.thread_plan.threads)
+            self._one_token_threads = threads
+
+    @property
+    def one_token_threads(self) -> int:
+        """Threads llama.cpp gave the last one-token pass (``n_threads``)."""
+        return self._one_token_threads
 
     def _decode(self) -> None:
         started = time.perf_counter()

@@ -431,6 +431,7 @@ def load_model(
     threads: int | None = None,
     context_window: int | None = None,
     weight_layout: str = "auto",
+    exact: str = "distribution",
     fast_paths: str = "auto",
     progress: bool = True,
 ) -> LoadedModel:
@@ -446,6 +447,9 @@ def load_model(
         context_window: llama.cpp runner: tokens its cache holds (default: the model's,
             at most 8192).
         weight_layout: llama.cpp runner: ``auto``, ``repacked`` or ``plain``.
+        exact: ``distribution`` or ``bitwise`` (see ``llama_cpp_model.ExactPolicy``);
+            the transformers runner is bitwise-exact on either (its fast paths are
+            probed to leave the logits unchanged).
         fast_paths: Transformers runner: ``auto`` (the faster kernels whose probe leaves
             the logits unchanged) or ``off``.
         progress: Show download progress for packaged models.
@@ -455,6 +459,12 @@ def load_model(
         MissingDependencyError: The chosen runner's dependencies are missing.
         ConfigError: An invalid option, or a runner that cannot run this model.
     """
+    if exact not in ("distribution", "bitwise"):
+        raise ConfigError(
+            f"exact must be 'distribution' (output distributed as the target's, every pass "
+            f"on every thread) or 'bitwise' (token-identical to the baseline), got {exact!r}.",
+            field="exact",
+        )
     source = resolve_model(name, progress=progress)
     chosen = choose_runner(runner, source, str(device))
     if chosen == "llamacpp":
@@ -474,6 +484,7 @@ def load_model(
             threads=threads,
             context_window=context_window,
             weight_layout=weight_layout,  # type: ignore[arg-type]
+            exact=exact,  # type: ignore[arg-type]
         )
         return LoadedModel(
             name=name,

@@ -1,0 +1,137 @@
+"""The child process of the layout probe: load one layout at a time and measure it.
+
+Run by ``layout_probe.probe_layouts`` as ``python -m
+speculative_llm.backends.local.layout_probe_child '<json arguments>'``; prints one JSON
+line per layout measured. What it runs may crash (see ``layout_probe``), which is why
+it is a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from speculative_llm.backends.local.layout_probe import (
+    LONG_PROBE_CONTEXT,
+    SHORT_PROBE_CONTEXT,
+    LayoutProbe,
+)
+from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
+from speculative_llm.backends.local.llama_cpp_runner import (
+    LlamaCppRunner,
+    ThreadPlan,
+    exact_verify_rows,
+)
+from speculative_llm.errors import ModelNotFoundError
+from speculative_llm.faults import crash_point
+
+__all__ = ["main", "measure_layout"]
+
+
+def _probe_ids(model: LlamaCppModel, length: int) -> list[int]:
+    """Token ids spread over the vocabulary.
+
+    Not text: a vocabulary without byte tokens cannot encode every text.
+    """
+    return [(index * 7919 + 13) % model.vocab_size for index in range(length)]
+
+
+def _first_split_length(runner: LlamaCppRunner, ids: Sequence[int], start: int) -> int | None:
+    """The first cache length where all threads round unlike one thread, or None.
+
+    Checks one-token passes between ``start`` and ``len(ids) - 1`` cached tokens by
+    bisection: llama.cpp takes its split-KV path from some cache length on, and stays
+    on it. ``start`` is returned when even that length differs.
+    """
+    threads = runner.thread_plan.threads
+    every, single = ThreadPlan(threads), ThreadPlan(threads, exact_below=0)
+
+    def differs(length: int) -> bool:
+        if runner.length > length:
+            runner.crop(length)
+        elif runner.length < length:
+            runner.forward(list(ids[runner.length : length]), 1)
+        runner.thread_plan = every
+        wide = runner.forward([ids[length]], 1)[0].clone()
+        runner.crop(length)
+        runner.thread_plan = single
+        narrow = runner.forward([ids[length]], 1)[0]
+        equal = torch.equal(wide, narrow)
+        runner.crop(length)
+        return not equal
+
+    runner.reset()
+    low, high = start, len(ids) - 1
+    if not differs(high):
+        return None
+    if differs(low):
+        return low
+    while high - low > 1:  # invariant: low is exact, high differs
+        middle = (low + high) // 2
+        if differs(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def measure_layout(model: LlamaCppModel, layout: str, rows: int) -> LayoutProbe:
+    """Measure the loaded layout of ``model`` (see the module docstring)."""
+    started = time.perf_counter()
+    rows = max(1, min(rows, model.context_window // 2))
+    runner = model.new_runner()
+    try:
+        crash_point(f"layout-probe:{layout}")
+        short = min(max(SHORT_PROBE_CONTEXT, rows + 8), model.context_window - rows)
+        long = LONG_PROBE_CONTEXT if LONG_PROBE_CONTEXT + rows < model.context_window else None
+        split_at = None
+        if model.threads > 1 and long is not None:
+            split_at = _first_split_length(runner, _probe_ids(model, long + rows + 1), short)
+        runner.thread_plan = ThreadPlan(model.threads, exact_below=split_at)
+        contexts = [short] + ([long] if long is not None else [])
+        exact = min(
+            exact_verify_rows(runner, _probe_ids(model, context + rows), rows)
+            for context in contexts
+        )
+    finally:
+        runner.close()
+    return LayoutProbe(
+        layout=layout,
+        exact_rows=exact,
+        all_threads_exact_below=split_at,
+        threads=model.threads,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def main(arguments: dict[str, Any]) -> int:
+    """Probe each of ``arguments["layouts"]``, printing one JSON line per layout."""
+    for layout in arguments["layouts"]:
+        try:
+            model = LlamaCppModel(
+                arguments["path"],
+                threads=arguments["threads"],
+                context_window=arguments["context_window"],
+                weight_layout=layout,
+                probe=False,
+            )
+        except ModelNotFoundError as error:
+            print(json.dumps({"error": str(error)}), flush=True)
+            return 3
+        try:
+            result = measure_layout(model, layout, arguments["rows"])
+        finally:
+            model.close()
+        print(json.dumps(result.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the child
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(main(json.loads(sys.argv[1])))
