@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 
 from speculative_llm.errors import ConfigError
 
-__all__ = ["LOCAL_METHODS", "METHODS", "Method", "SpecConfig"]
+__all__ = ["EXACT_POLICIES", "LOCAL_METHODS", "METHODS", "Method", "SpecConfig"]
 
 Method = Literal["none", "draft_model", "ngram", "eagle", "eagle3", "mtp", "server"]
 """How draft tokens are proposed.
@@ -24,6 +24,11 @@ started with" (speculation configured at launch, not per request).
 METHODS: tuple[str, ...] = get_args(Method)
 LOCAL_METHODS: tuple[str, ...] = ("none", "draft_model", "ngram")
 """Methods the in-process engine implements."""
+
+EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
+"""The in-process engine's exactness policies (``LocalBackend(exact=...)``):
+``distribution`` runs every pass at full speed, its output distributed exactly as the
+target's; ``bitwise`` keeps greedy output token-identical to the baseline."""
 
 
 def _suggest(value: str, choices: tuple[str, ...]) -> str:

@@ -1,12 +1,14 @@
 """The llama.cpp runner (the default) on the packaged SmolLM2-135M and gemma-3-270m.
 
-Greedy output of every method must be token-identical to plain greedy decoding on the
-same runner: one token per llama.cpp pass, outside the engine. That holds because the
-runner verifies no more rows in one pass than its load-time probe found bitwise equal to
-one-token decoding, in the weight layout it chose: SmolLM2's Q4_1 weights are not
-repacked by llama.cpp and stay exact for every probed size, while gemma's Q4_K weights
-are exact only with repacking off (llama.cpp's repacked batched kernels sum in another
-order), which ``weight_layout="auto"`` finds by itself.
+Under ``exact="bitwise"`` greedy output of every method must be token-identical to
+plain greedy decoding on the same runner: one token per llama.cpp pass, outside the
+engine. That holds because the runner verifies no more rows in one pass than its
+load-time probe found bitwise equal to one-token decoding, in the weight layout it
+chose: SmolLM2's Q4_1 weights are not repacked by llama.cpp and stay exact for every
+probed size, while gemma's Q4_K weights are exact only with repacking off (llama.cpp's
+repacked batched kernels sum in another order), which ``weight_layout="auto"`` finds by
+itself. Under the default ``exact="distribution"`` every pass runs on every thread and a
+greedy text that parts from the baseline does so at a near-tie.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ pytest.importorskip("torch", reason="the local engine needs torch (extra 'local'
 from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.llama_cpp_runner import exact_verify_rows
+from speculative_llm.backends.local.llama_cpp_runner import ThreadPlan, exact_verify_rows
+from speculative_llm.divergence import explain_divergence
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +43,9 @@ SPECS = {
 def smollm2(smollm2_gguf: Path) -> Iterator[LocalBackend]:
     require_llama_cpp()
     # The default runner for a .gguf file: nothing to ask for.
-    with LocalBackend(str(smollm2_gguf), draft_model=str(smollm2_gguf), threads=1) as local:
+    with LocalBackend(
+        str(smollm2_gguf), draft_model=str(smollm2_gguf), threads=1, exact="bitwise"
+    ) as local:
         assert local.runner_name == "llamacpp"
         yield local
 
@@ -127,7 +132,7 @@ def test_gemma_chooses_the_layout_that_keeps_verification_exact(gemma_gguf: Path
         f"def scale_{n}(values):\n    return [value * {n} for value in values]\n\n"
         for n in range(1, 40)
     )
-    with LocalBackend(str(gemma_gguf), threads=1) as gemma:
+    with LocalBackend(str(gemma_gguf), threads=1, exact="bitwise") as gemma:
         assert gemma.runner_name == "llamacpp"
         # Repacked Q4_K weights differ from one-token decoding from 4 rows on.
         assert gemma.model.layout == "plain"
@@ -142,17 +147,18 @@ def test_gemma_chooses_the_layout_that_keeps_verification_exact(gemma_gguf: Path
         assert completion.stats.accepted_tokens  # the functions repeat: drafts are accepted
 
 
-# ---- several threads past 512 cached tokens ---------------------------------------------
-# With more than one thread llama.cpp decodes one token past 512 cache cells by splitting
-# the attention over the keys, a chunk per thread (its split-KV path), which rounds unlike
-# its batched kernels; the runner then runs one-token passes on one thread. Found by the
-# bench: greedy n-gram output differed from the baseline on 6 of 27 prompts at 2 threads.
+# ---- several threads past llama.cpp's split-KV length ----------------------------------
+# With more than one thread llama.cpp decodes one token past some cache length (256 cached
+# tokens for SmolLM2 on 2 threads, found by the probe) by splitting the attention over
+# the keys, a chunk per thread (its split-KV path), which rounds unlike its batched
+# kernels; under exact="bitwise" the runner then runs one-token passes on one thread.
+# Found by the bench: greedy n-gram output differed from the baseline on 6 of 27 prompts.
 
 
 @pytest.fixture(scope="module")
 def smollm2_two_threads(smollm2_gguf: Path) -> Iterator[LocalBackend]:
     require_llama_cpp()
-    with LocalBackend(str(smollm2_gguf), threads=2) as local:
+    with LocalBackend(str(smollm2_gguf), threads=2, exact="bitwise") as local:
         yield local
 
 
@@ -166,3 +172,30 @@ def test_two_thread_verify_passes_are_exact_past_the_split_kv_threshold(
     probe = [(index * 31 + 7) % model.vocab_size for index in range(700 + rows)]
     assert exact_verify_rows(runner, probe, rows) == rows
     runner.close()
+
+
+def test_the_default_policy_runs_every_pass_on_every_thread_and_explains_divergence(
+    smollm2_gguf: Path,
+) -> None:
+    """exact="distribution": plain llama.cpp's threads, any draft length, near-ties shown."""
+    require_llama_cpp()
+    with LocalBackend(str(smollm2_gguf), threads=2) as local:
+        assert local.exact == "distribution"
+        runner = local.model.new_runner()
+        assert runner.max_verify_tokens is None
+        assert local.model.thread_plan == ThreadPlan(2)
+        runner.close()
+        # Past the split-KV length: a long prompt that the answer copies.
+        prompt = "\n\n".join([GREEDY_PROMPTS["code_edit"]] * 3)
+        request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=96)
+        assert len(local.encode_prompt(request)) > 256
+        baseline = local.generate(request.replace(spec=SpecConfig.baseline()))
+        speculative = local.generate(
+            request.replace(spec=SpecConfig(method="ngram", num_speculative_tokens=12))
+        )
+        assert speculative.stats.accepted_tokens
+        found = explain_divergence(local, request, baseline, speculative)
+        if found is not None:  # allowed only where the target's top two nearly tie
+            assert found.margin is not None and found.near_tie, found.describe()
+        margin = local.logit_margin(request, [])
+        assert margin >= 0.0

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
 from speculative_llm.bench.records import (
@@ -44,6 +43,7 @@ from speculative_llm.bench.records import (
     Sample,
     Variant,
 )
+from speculative_llm.divergence import first_divergence
 from speculative_llm.stats import SpecStats
 
 __all__ = [
@@ -53,19 +53,6 @@ __all__ = [
     "summarize",
     "summarize_prompt",
 ]
-
-
-def first_divergence(first: Sequence[Any], second: Sequence[Any]) -> int | None:
-    """Index of the first position where two sequences differ (None when equal).
-
-    A sequence that is a strict prefix of the other diverges at its length.
-    """
-    for index, (left, right) in enumerate(zip(first, second, strict=False)):
-        if left != right:
-            return index
-    if len(first) != len(second):
-        return min(len(first), len(second))
-    return None
 
 
 def outputs_equal(

@@ -189,6 +189,7 @@ def _local_backend(
         device=options.device,
         dtype=options.dtype,
         threads=options.threads,
+        exact=options.exact,
         progress=options.progress,
     )
 

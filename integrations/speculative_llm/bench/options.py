@@ -119,6 +119,7 @@ class BenchOptions:
         device: Torch device of in-process models.
         threads: Threads of in-process models (torch) and of managed llama-servers
             (None: their defaults).
+        exact: The local engine's exactness policy: ``distribution`` or ``bitwise``.
         progress: Show a progress bar on stderr.
 
     Raises:
@@ -146,6 +147,7 @@ class BenchOptions:
     dtype: str = "auto"
     device: str = "cpu"
     threads: int | None = None
+    exact: str = "distribution"
     progress: bool = True
 
     def __post_init__(self) -> None:

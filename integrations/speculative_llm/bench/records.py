@@ -135,6 +135,8 @@ class PromptResult:
         matches_baseline: Output equals the baseline's (None for the baseline itself or
             when the baseline did not run this prompt).
         divergence_at: First differing token (or character) index when not equal.
+        divergence_margin: The target's top-2 logit margin at ``divergence_at``, scored
+            by the local engine after the baseline's tokens (None when not scored).
         kernel_s: Median seconds inside the runner's kernels while decoding (None when
             a repeat lacks it).
         grammar_s: Median seconds spent on a grammar (None when a repeat lacks it).
@@ -153,6 +155,7 @@ class PromptResult:
     stats: SpecStats | None
     matches_baseline: bool | None = None
     divergence_at: int | None = None
+    divergence_margin: float | None = None
     kernel_s: float | None = None
     grammar_s: float | None = None
 
@@ -175,6 +178,7 @@ class PromptResult:
             "repeats_agree": self.repeats_agree,
             "matches_baseline": self.matches_baseline,
             "divergence_at": self.divergence_at,
+            "divergence_margin": self.divergence_margin,
             "acceptance_rate": None if self.stats is None else self.stats.acceptance_rate,
             "mean_accepted_length": (
                 None if self.stats is None else self.stats.mean_accepted_length

@@ -28,6 +28,7 @@ from typing import Any
 
 from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.contenders import Contender, open_contenders
+from speculative_llm.bench.divergences import with_margins
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import (
     BenchPrompt,
@@ -36,6 +37,7 @@ from speculative_llm.bench.prompts import (
     select_prompts,
 )
 from speculative_llm.bench.records import BenchSummary, Sample
+from speculative_llm.divergence import MarginScorer
 
 __all__ = [
     "WARMUP_TOKENS",
@@ -280,13 +282,24 @@ def run_benchmark(
                 warmup=options.warmup,
                 on_step=on_step or bar,
             )
+        summary = summarize(samples)
+        scorer = next(
+            (
+                backend
+                for contender in contenders
+                if isinstance(backend := getattr(contender, "backend", None), MarginScorer)
+            ),
+            None,
+        )
+        if scorer is not None:
+            summary = with_margins(summary, chosen, scorer, options.max_tokens)
         facts = environment()
     facts["load_average_at_start"] = load_at_start
     return BenchResult(
         options=options,
         prompts=tuple(chosen),
         samples=tuple(samples),
-        summary=summarize(samples),
+        summary=summary,
         environment=facts,
         started_at=started_at,
         duration_s=time.perf_counter() - started,

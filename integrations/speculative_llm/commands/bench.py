@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
 
+        from speculative_llm.bench.divergences import divergence_lines
         from speculative_llm.bench.report import (
             llama_server_comparison,
             peer_comparison,
@@ -189,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     servers = llama_server_comparison(result.summary)
     if servers:
         console.print(render_llama_server_table(servers))
+    for line in divergence_lines(result.summary):
+        console.print(line, markup=False)
     paths = write_reports(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}", file=sys.stderr)

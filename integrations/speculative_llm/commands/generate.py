@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.config import SpecConfig
+from speculative_llm.divergence import Divergence, explain_divergence
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
@@ -201,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"--- {backend.runner_description}; {spec.method} ---", file=sys.stderr)
         completion = _stream_to(backend, request, sys.stdout if show else None)
         baseline: Completion | None = None
+        divergence: Divergence | None = None
         if args.compare and spec.speculative:
             if show:
                 print("--- baseline (no speculation) ---", file=sys.stderr)
@@ -209,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
                 request.replace(spec=SpecConfig.baseline()),
                 sys.stdout if show else None,
             )
+            if request.greedy:
+                divergence = explain_divergence(backend, request, baseline, completion)
     if args.json:
         record: dict[str, Any] = {
             "text": completion.text,
@@ -219,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
             record["baseline"] = {"text": baseline.text, "stats": baseline.stats.to_dict()}
             record["speedup"] = completion.stats.speedup_over(baseline.stats)
             record["identical_output"] = completion.text == baseline.text
+            if divergence is not None:
+                record["divergence"] = {
+                    "position": divergence.position,
+                    "margin": divergence.margin,
+                    "near_tie": divergence.near_tie,
+                }
         print(json.dumps(record, indent=2))
         return 0
     print("\n" + format_stats(completion.stats), file=sys.stderr)
@@ -227,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
         speedup = completion.stats.speedup_over(baseline.stats)
         same = "identical" if completion.text == baseline.text else "different"
         note = "" if request.greedy or same == "identical" else " (expected when sampling)"
+        if divergence is not None:
+            note = f": {divergence.describe()}"
         print(
             f"\nmeasured speedup       {_fmt(speedup, '{:.2f}', 'x')} "
             f"({spec.method} vs none; outputs {same}{note})",

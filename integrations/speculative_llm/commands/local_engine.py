@@ -1,14 +1,16 @@
 """The options of the in-process engine, shared by the commands that run it.
 
 ``generate``, ``bench`` and ``playground`` all load models into the local engine, so
-they take the same ``--runner``, ``--device``, ``--dtype`` and ``--threads`` and pass
-them on under the ``LocalBackend`` option names.
+they take the same ``--runner``, ``--device``, ``--dtype``, ``--threads`` and ``--exact``
+and pass them on under the ``LocalBackend`` option names.
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from speculative_llm.config import EXACT_POLICIES
 
 __all__ = ["add_local_engine_arguments", "local_engine_options"]
 
@@ -18,7 +20,7 @@ _THREADS_HELP = "CPU threads of the local engine (llama.cpp's or torch's; defaul
 def add_local_engine_arguments(
     parser: argparse.ArgumentParser, *, threads_help: str = _THREADS_HELP
 ) -> None:
-    """Add ``--runner``, ``--device``, ``--dtype`` and ``--threads`` to ``parser``.
+    """Add ``--runner``, ``--device``, ``--dtype``, ``--threads`` and ``--exact``.
 
     Args:
         parser: The sub-command's parser.
@@ -44,6 +46,15 @@ def add_local_engine_arguments(
         "float32, bfloat16 or float16",
     )
     parser.add_argument("--threads", type=int, help=threads_help)
+    parser.add_argument(
+        "--exact",
+        choices=EXACT_POLICIES,
+        default="distribution",
+        help="exactness of the local engine: distribution (default: every pass on every "
+        "thread, as plain llama.cpp; output distributed exactly as the target's, greedy text "
+        "may part from the baseline only at a near-tie) or bitwise (greedy output "
+        "token-identical to the baseline, slower past llama.cpp's split-KV length)",
+    )
 
 
 def local_engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,4 +64,5 @@ def local_engine_options(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device,
         "dtype": args.dtype,
         "threads": args.threads,
+        "exact": args.exact,
     }

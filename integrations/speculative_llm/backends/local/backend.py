@@ -383,6 +383,26 @@ class LocalBackend(Backend):
             rendered["name"] = message.name
         return rendered
 
+    def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
+        """The target's top-1 minus top-2 logit after the request's prompt and ``generated``.
+
+        What explains two greedy outputs that part after ``generated``: a margin within
+        rounding (``divergence.NEAR_TIE``) is a tie that other kernels broke the other
+        way. Scored in one batched pass; waits for the engine like a request.
+
+        Raises:
+            ConfigError: The prompt and ``generated`` do not fit the context window.
+        """
+        tokens = [*self.encode_prompt(request), *generated]
+        with self._lock:
+            self._runner.reset()
+            try:
+                logits = self._runner.forward(tokens, 1)[0].float()
+                top = torch.topk(logits, 2).values
+                return float(top[0] - top[1])
+            finally:
+                self._runner.reset()
+
     def _prepare(self, request: GenerationRequest) -> _Job:
         self._loaded()
         self.check_request(request)

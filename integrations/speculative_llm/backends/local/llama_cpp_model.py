@@ -45,13 +45,13 @@ from speculative_llm.backends.local.layout_probe import (
 from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner, ThreadPlan
 from speculative_llm.backends.local.tokenizers import render_chat_template
 from speculative_llm.children import signal_name
+from speculative_llm.config import EXACT_POLICIES
 from speculative_llm.cpu_features import has_amx
 from speculative_llm.errors import BackendError, ConfigError, ModelNotFoundError
 from speculative_llm.types import encode_utf8
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
-    "EXACT_POLICIES",
     "ExactPolicy",
     "LlamaCppModel",
     "LlamaCppTokenizer",
@@ -73,8 +73,6 @@ WeightLayout = Literal["auto", "repacked", "plain"]
 
 ExactPolicy = Literal["distribution", "bitwise"]
 """How exact speculative output is: see the module docstring."""
-
-EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
 
 
 def default_threads() -> int:

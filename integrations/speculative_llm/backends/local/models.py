@@ -34,6 +34,7 @@ from typing import Any, Literal
 from speculative_llm import children
 from speculative_llm.backends.local.runner import Runner, RunnerName
 from speculative_llm.backends.local.tokenizers import Tokenizer
+from speculative_llm.config import EXACT_POLICIES
 from speculative_llm.errors import (
     BackendError,
     ConfigError,
@@ -459,7 +460,7 @@ def load_model(
         MissingDependencyError: The chosen runner's dependencies are missing.
         ConfigError: An invalid option, or a runner that cannot run this model.
     """
-    if exact not in ("distribution", "bitwise"):
+    if exact not in EXACT_POLICIES:
         raise ConfigError(
             f"exact must be 'distribution' (output distributed as the target's, every pass "
             f"on every thread) or 'bitwise' (token-identical to the baseline), got {exact!r}.",
