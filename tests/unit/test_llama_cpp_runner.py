@@ -136,16 +136,28 @@ def test_the_probe_runs_in_a_child_once_per_file_and_configuration(
         return real(path, layouts, **options)
 
     monkeypatch.setattr(llama_cpp_model, "probe_layouts", counting)
+    # The default policy only needs to know the repacked layout survives: a quick probe.
     first = LlamaCppModel(tiny_gguf, threads=1)
-    assert calls == [["plain", "repacked"]]  # plain first: it never crashes
+    assert calls == [["repacked"]]
     cached = json.loads(layout_probe.probe_cache_path().read_text())
-    assert sorted(entry["probe"]["layout"] for entry in cached.values()) == ["plain", "repacked"]
-    assert all(entry["probe"]["crash_signal"] is None for entry in cached.values())
+    assert [entry["probe"]["full"] for entry in cached.values()] == [False]
+    # exact="bitwise" needs the full probe of both layouts, plain first (it never crashes).
     second = LlamaCppModel(tiny_gguf, threads=1, exact="bitwise")
-    assert len(calls) == 1 and second.exact_rows == first.exact_rows  # from the cache
+    assert calls == [["repacked"], ["plain", "repacked"]]
+    cached = json.loads(layout_probe.probe_cache_path().read_text())
+    assert sorted(e["probe"]["layout"] for e in cached.values() if e["probe"]["full"]) == [
+        "plain",
+        "repacked",
+    ]
+    assert all(entry["probe"]["crash_signal"] is None for entry in cached.values())
+    again = LlamaCppModel(tiny_gguf, threads=1, exact="bitwise")  # from the cache
+    quick = LlamaCppModel(tiny_gguf, threads=1)  # a full probe answers a quick one too
+    assert len(calls) == 2 and again.exact_rows == second.exact_rows
+    plain = LlamaCppModel(tiny_gguf, threads=1, weight_layout="plain")  # nothing to probe
+    assert len(calls) == 2 and plain.layout == "plain"
     third = LlamaCppModel(tiny_gguf, threads=1, context_window=64)  # another context: probed
-    assert len(calls) == 2
-    for loaded in (first, second, third):
+    assert len(calls) == 3
+    for loaded in (first, second, again, quick, plain, third):
         loaded.close()
 
 
@@ -156,7 +168,7 @@ def test_a_layout_that_kills_its_probe_is_never_loaded(
     monkeypatch.setenv(CRASH_ENV, "layout-probe:repacked")  # read by the probe child only
     loaded = LlamaCppModel(tiny_gguf, threads=1)
     assert loaded.probes["repacked"].crash_signal == signal.SIGSEGV
-    assert loaded.probes["plain"].usable and loaded.layout == "plain"
+    assert loaded.layout == "plain"
     assert "repacked layout crashed" in loaded.describe() and "SIGSEGV" in loaded.describe()
     runner = loaded.new_runner()  # this process is alive and decodes
     assert runner.forward([1, 20, 30], 1).shape == (1, loaded.vocab_size)
@@ -232,6 +244,7 @@ def test_one_token_passes_switch_threads_at_the_plans_length(model: Any) -> None
         ({"exact_rows": 6}, {"exact_rows": 6}, "bitwise", "repacked"),
         ({"exact_rows": 3}, {"exact_rows": 6}, "distribution", "repacked"),
         ({"crash_signal": 11}, {"exact_rows": 2}, "distribution", "plain"),
+        ({"crash_signal": 11}, {"exact_rows": 2}, "bitwise", "plain"),
     ],
 )
 def test_auto_layout_follows_the_policy_and_the_crashes(

@@ -17,6 +17,10 @@ Per layout, on ``threads`` threads, the child measures:
 - ``exact_rows``: rows one verify pass scores bitwise equal to one-token passes, at a
   short context and past ``all_threads_exact_below``, with one-token passes on the
   threads ``exact="bitwise"`` gives them (``ThreadPlan``).
+
+The default ``exact="distribution"`` needs only to know that a layout survives, so it
+asks for the quick probe (``full=False``: the short context and one prompt-sized batch);
+``exact="bitwise"`` asks for the full one.
 """
 
 from __future__ import annotations
@@ -86,6 +90,8 @@ class LayoutProbe:
             thread round unlike one thread (None: not within the probed lengths).
         threads: Threads probed.
         seconds: How long the probe took.
+        full: Whether it measured exactness past the short context and the split-KV
+            length (what ``exact="bitwise"`` needs), or only survival and short rows.
     """
 
     layout: str
@@ -94,6 +100,7 @@ class LayoutProbe:
     all_threads_exact_below: int | None = None
     threads: int = 1
     seconds: float = 0.0
+    full: bool = True
 
     @property
     def usable(self) -> bool:
@@ -117,6 +124,7 @@ class LayoutProbe:
                 all_threads_exact_below=_optional_int(value.get("all_threads_exact_below")),
                 threads=int(value.get("threads", 1)),
                 seconds=float(value.get("seconds", 0.0)),
+                full=bool(value.get("full", True)),
             )
         except (TypeError, ValueError):
             return None
@@ -133,12 +141,14 @@ def probe_layouts(
     threads: int,
     context_window: int | None,
     rows: int,
+    full: bool = True,
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> dict[str, LayoutProbe]:
     """Probe ``layouts`` of the model at ``path`` in a child process, in this order.
 
     A layout whose probe killed the child gets a ``LayoutProbe`` with ``crash_signal``;
-    the layouts after it are probed in a fresh child.
+    the layouts after it are probed in a fresh child. ``full=False`` probes survival
+    and short-context rows only (see ``layout_probe_child.measure_layout``).
 
     Raises:
         ModelNotFoundError: llama.cpp cannot load the file.
@@ -153,6 +163,7 @@ def probe_layouts(
             "threads": threads,
             "context_window": context_window,
             "rows": rows,
+            "full": full,
         }
         command = [sys.executable, "-m", _CHILD_MODULE, json.dumps(arguments)]
         try:
@@ -187,7 +198,9 @@ def probe_layouts(
                 if crashed == "repacked"
                 else "",
             )
-            results[crashed] = LayoutProbe(layout=crashed, crash_signal=number, threads=threads)
+            results[crashed] = LayoutProbe(
+                layout=crashed, crash_signal=number, threads=threads, full=full
+            )
             continue
         if pending:
             stderr = finished.stderr.decode("utf-8", "replace").strip().splitlines()

@@ -81,8 +81,14 @@ def _first_split_length(runner: LlamaCppRunner, ids: Sequence[int], start: int) 
     return high
 
 
-def measure_layout(model: LlamaCppModel, layout: str, rows: int) -> LayoutProbe:
-    """Measure the loaded layout of ``model`` (see the module docstring)."""
+def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) -> LayoutProbe:
+    """Measure the loaded layout of ``model`` (see ``layout_probe``).
+
+    ``full=False`` is the survival probe of ``exact="distribution"``: the short exactness
+    check (a prompt, one-token passes and verify passes of 2 to ``rows`` rows) and one
+    prompt-sized batch, the kernels a request runs. ``full=True`` adds the split-KV search
+    and the exactness check past it, which only ``exact="bitwise"`` needs.
+    """
     started = time.perf_counter()
     rows = max(1, min(rows, model.context_window // 2))
     runner = model.new_runner()
@@ -91,14 +97,17 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int) -> LayoutProbe:
         short = min(max(SHORT_PROBE_CONTEXT, rows + 8), model.context_window - rows)
         long = LONG_PROBE_CONTEXT if LONG_PROBE_CONTEXT + rows < model.context_window else None
         split_at = None
-        if model.threads > 1 and long is not None:
+        if full and model.threads > 1 and long is not None:
             split_at = _first_split_length(runner, _probe_ids(model, long + rows + 1), short)
         runner.thread_plan = ThreadPlan(model.threads, exact_below=split_at)
-        contexts = [short] + ([long] if long is not None else [])
+        contexts = [short] + ([long] if full and long is not None else [])
         exact = min(
             exact_verify_rows(runner, _probe_ids(model, context + rows), rows)
             for context in contexts
         )
+        if not full:  # the largest batch a prompt decodes in
+            runner.reset()
+            runner.forward(_probe_ids(model, min(512, model.context_window)), 1)
     finally:
         runner.close()
     return LayoutProbe(
@@ -107,6 +116,7 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int) -> LayoutProbe:
         all_threads_exact_below=split_at,
         threads=model.threads,
         seconds=time.perf_counter() - started,
+        full=full,
     )
 
 
@@ -125,7 +135,7 @@ def main(arguments: dict[str, Any]) -> int:
             print(json.dumps({"error": str(error)}), flush=True)
             return 3
         try:
-            result = measure_layout(model, layout, arguments["rows"])
+            result = measure_layout(model, layout, arguments["rows"], full=arguments["full"])
         finally:
             model.close()
         print(json.dumps(result.to_json()), flush=True)

@@ -387,9 +387,12 @@ class LlamaCppModel:
     # ---- the probe ----------------------------------------------------------------------
 
     def _probe(
-        self, layouts: Sequence[str], rows: int, context_window: int | None
+        self, layouts: Sequence[str], rows: int, context_window: int | None, *, full: bool
     ) -> dict[str, LayoutProbe]:
-        """Each layout's probe, from the disk cache or a child process."""
+        """Each layout's probe, from the disk cache or a child process.
+
+        A full probe also answers a quick one (``full=False``); not the other way round.
+        """
         configuration = (
             str(self.library.path),
             self.library.binding_version,
@@ -398,17 +401,31 @@ class LlamaCppModel:
             context_window,
             rows,
         )
-        keys = {layout: probe_key(self.path, layout, configuration) for layout in layouts}
-        found = cached_probes(keys)
+        full_keys = {
+            layout: probe_key(self.path, layout, (*configuration, "full")) for layout in layouts
+        }
+        quick_keys = {
+            layout: probe_key(self.path, layout, (*configuration, "quick")) for layout in layouts
+        }
+        found = cached_probes(full_keys)
+        if not full:
+            found = {**cached_probes(quick_keys), **found}
         missing = [layout for layout in layouts if layout not in found]
         if missing:
             measured = probe_layouts(
-                self.path, missing, threads=self.threads, context_window=context_window, rows=rows
+                self.path,
+                missing,
+                threads=self.threads,
+                context_window=context_window,
+                rows=rows,
+                full=full,
             )
-            record_probes(self.path, keys, measured)
+            record_probes(self.path, full_keys if full else quick_keys, measured)
             for layout, probe in measured.items():
                 logger.info(
-                    "llama.cpp probe of %s, %s layout, %d threads, in a child process: %s (%.1f s)",
+                    "llama.cpp %s probe of %s, %s layout, %d threads, in a child process: %s "
+                    "(%.1f s)",
+                    "full" if full else "quick",
                     self.name,
                     layout,
                     self.threads,
@@ -424,17 +441,22 @@ class LlamaCppModel:
     def _choose(
         self, weight_layout: WeightLayout, rows: int, context_window: int | None
     ) -> _Choice:
-        # Plain first: it never crashes, so a crash in the repacked layout (probed next,
-        # in the same child) loses nothing already measured.
-        layouts = ["plain", "repacked"] if weight_layout == "auto" else [weight_layout]
+        bitwise = self.exact == "bitwise"
+        if bitwise:
+            # Plain first: it never crashes, so a crash in the repacked layout (probed
+            # next, in the same child) loses nothing already measured.
+            layouts = ["plain", "repacked"] if weight_layout == "auto" else [weight_layout]
+        else:
+            # Only whether the repacked layout survives matters; plain always does.
+            layouts = [] if weight_layout == "plain" else ["repacked"]
         try:
-            self.probes = self._probe(layouts, rows, context_window)
+            self.probes = self._probe(layouts, rows, context_window, full=bitwise)
         except ModelNotFoundError:
             raise
         except BackendError as error:
             return self._unprobed_choice(weight_layout, error)
         usable = {layout: probe for layout, probe in self.probes.items() if probe.usable}
-        if weight_layout != "auto" and weight_layout not in usable:
+        if weight_layout != "auto" and weight_layout in self.probes and weight_layout not in usable:
             number = self.probes[weight_layout].crash_signal or 0
             raise ConfigError(
                 f"weight_layout={weight_layout!r} crashes llama.cpp on this CPU: its probe "
@@ -443,14 +465,16 @@ class LlamaCppModel:
                 "weight_layout='plain' or 'auto'.",
                 field="weight_layout",
             )
+        if not bitwise and "plain" not in self.probes:
+            usable.setdefault("plain", LayoutProbe("plain", exact_rows=1, threads=self.threads))
         if not usable:
             raise BackendError(
                 f"Every weight layout of {self.name} crashed llama.cpp on this CPU in its "
                 "probe process; load it with runner='transformers'."
             )
         crashed = [layout for layout, probe in self.probes.items() if not probe.usable]
-        if self.exact == "distribution":
-            layout = "repacked" if "repacked" in usable else "plain"
+        if not bitwise:
+            layout = "repacked" if "repacked" in usable and weight_layout != "plain" else "plain"
         else:  # the layout with more exact rows; llama.cpp's default on a tie
             layout = max(usable, key=lambda name: (usable[name].exact_rows, name == "repacked"))
         probe = usable[layout]
@@ -462,11 +486,10 @@ class LlamaCppModel:
                 f"the {crashed[0]} layout crashed llama.cpp on this CPU ({signal_name(number)} in "
                 "its probe process; llama.cpp issue 20824)"
             )
-        elif self.exact == "distribution":
+        elif not bitwise:
             reason = "llama.cpp's default"
         else:
             reason = f"more exact rows ({probe.exact_rows})" if len(usable) > 1 else "probed"
-        bitwise = self.exact == "bitwise"
         plan = ThreadPlan(
             self.threads, exact_below=probe.all_threads_exact_below if bitwise else None
         )
