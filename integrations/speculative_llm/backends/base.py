@@ -203,8 +203,11 @@ async def iterate_in_thread(make_iterator: Callable[[], Iterator[_Item]]) -> Asy
     stop = threading.Event()
 
     def produce() -> None:
-        iterator = make_iterator()
+        iterator: Iterator[_Item] | None = None
         try:
+            # Inside the try: a request refused when the stream is made (a backend's
+            # checks) must reach the consumer, not end this thread unseen.
+            iterator = make_iterator()
             for item in iterator:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
                 if stop.is_set():
