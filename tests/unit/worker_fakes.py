@@ -36,11 +36,12 @@ class RecordingBackend(Backend):
     Args:
         events: File the log lines are appended to.
         model: Model name; ``missing`` raises ``ModelNotFoundError`` (a failed load).
+        speculative: Accepted and ignored (the playground passes one to local engines).
     """
 
     name = "recording"
 
-    def __init__(self, *, events: str, model: str = "recorded") -> None:
+    def __init__(self, *, events: str, model: str = "recorded", speculative: object = None) -> None:
         if model == "missing":
             raise ModelNotFoundError(
                 f"No model named {model!r}: give a packaged alias or a path.", field="model"
@@ -78,7 +79,7 @@ class RecordingBackend(Backend):
         return 0.5 * self._steps
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
-        prompt = request.prompt or ""
+        prompt = request.prompt or "chat"
         if prompt == "refuse":
             raise ConfigError("The prompt 'refuse' is refused: ask something else.", field="prompt")
         self._log(f"open {prompt}")

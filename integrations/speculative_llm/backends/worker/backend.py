@@ -233,7 +233,8 @@ class WorkerBackend(Backend):
             BackendError: The backend is closed.
             EngineCrashedError: The fresh worker died while loading the model.
         """
-        if self._engine is not None:
+        engine = self._engine
+        if engine is not None and not engine.exited():
             return
         self._hold()
         try:
