@@ -229,6 +229,19 @@ def test_errors_raised_in_the_worker_arrive_typed(worker: WorkerBackend) -> None
     assert worker.generate(ask("still usable", 2)).text == "0 1 "
 
 
+def test_what_cannot_travel_is_a_clear_error_and_the_worker_stays(
+    worker: WorkerBackend,
+) -> None:
+    pid = worker_pid(worker)
+    unpicklable = GenerationRequest(prompt="x", extra={"callback": lambda: None})
+    with pytest.raises(ConfigError, match="cannot be sent to the engine worker") as unsent:
+        worker.stream(unpicklable)
+    assert unsent.value.field == "request"
+    with pytest.raises(BackendError, match="answer \\(Completion\\) cannot be sent"):
+        worker.generate(ask("unsendable"))
+    assert worker.generate(ask("still here", 2)).text == "0 1 " and worker_pid(worker) == pid
+
+
 @pytest.mark.parametrize(
     "error",
     [

@@ -2,7 +2,7 @@
 
 ``local`` is pointed at ``worker_fakes.RecordingBackend`` (registered by import path,
 so the worker builds it too); the real engine in a worker is exercised by the
-integration tests (``test_engine_worker.py``, ``test_playground_engine_crash.py``).
+integration tests (``test_engine_worker_smollm2.py``, ``test_playground_engine_crash.py``).
 """
 
 from __future__ import annotations

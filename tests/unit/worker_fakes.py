@@ -7,6 +7,7 @@ it closed a stream. The prompt says what a stream does (see ``RecordingBackend``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from speculative_llm.backends.base import Backend, Capabilities, iterate_in_thread
 from speculative_llm.errors import BackendHTTPError, ConfigError, ModelNotFoundError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, GenerationRequest, Token
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Token
 
 FACTORY = "worker_fakes:RecordingBackend"
 
@@ -28,10 +29,11 @@ def unimportable_error(message: str) -> Exception:
 class RecordingBackend(Backend):
     """Streams ``"<n> "`` chunks, one per step, logging ``open``, ``step <n>``, ``closed``.
 
-    Prompts: ``refuse`` is refused before a stream opens (``ConfigError``);
-    ``http-503`` fails at step 2 (``BackendHTTPError``); ``odd`` fails at step 1 with an
-    exception class the parent cannot import; ``exit-3`` ends the process with status 3
-    at step 1; anything else streams ``max_tokens`` chunks.
+    Prompts: ``refuse`` is refused before a stream opens (``ConfigError``); ``http-503``
+    fails at step 2 (``BackendHTTPError``); ``odd`` fails at step 1 with an exception
+    class the parent cannot import; ``exit-3`` ends the process with status 3 at step 1;
+    ``unsendable`` completes (``generate``) with a ``raw`` that does not pickle; anything
+    else streams ``max_tokens`` chunks.
 
     Args:
         events: File the log lines are appended to.
@@ -116,6 +118,13 @@ class RecordingBackend(Backend):
                 )
         finally:
             self._log("closed")
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """The stream's completion; for the prompt ``unsendable``, one that cannot pickle."""
+        completion = super().generate(request)
+        if request.prompt == "unsendable":
+            return dataclasses.replace(completion, raw={"callback": lambda: None})
+        return completion
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         return iterate_in_thread(lambda: self.stream(request))

@@ -14,7 +14,6 @@ import dataclasses
 import logging
 import pickle
 import signal
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar
@@ -295,10 +294,8 @@ class WorkerBackend(Backend):
 
     def _start(self, *, activity: str, restart: bool) -> EngineFacts:
         """Start a worker and build the engine in it; the new worker becomes current."""
-        # The path and registrations as they are now: callers may have changed them.
-        build = dataclasses.replace(
-            self._build, sys_path=tuple(sys.path), registered=registered_paths()
-        )
+        # The registrations as they are now: callers may have added some.
+        build = dataclasses.replace(self._build, registered=registered_paths())
         with self._channel:
             engine = EngineProcess.start()
             try:
@@ -330,6 +327,8 @@ class WorkerBackend(Backend):
                 )
             try:
                 return engine.ask(request)
+            except ConfigError:  # it did not pickle: nothing was sent, the pipes are in step
+                raise
             except EngineGone:
                 self._engine = None
                 if self._closed:

@@ -1,7 +1,7 @@
 """The engine worker process: builds one backend and serves its parent's requests.
 
-Started by ``WorkerBackend`` as ``python -m speculative_llm.backends.worker`` with two
-pipes: requests come in on one, replies go out on the other, one reply per request.
+Started by ``WorkerBackend`` (``process.EngineProcess``) with two pipes: requests come in
+on one, replies go out on the other, one reply per request.
 The parent-death signal is set before this program starts (``children.spawn``), and
 the end of the request pipe (the parent closed it, or died) ends this program too.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from speculative_llm.backends.base import Backend
@@ -44,6 +44,7 @@ from speculative_llm.backends.worker.protocol import (
     Stream,
     Value,
 )
+from speculative_llm.errors import BackendError
 from speculative_llm.faults import crash_point
 from speculative_llm.types import Chunk
 
@@ -141,7 +142,7 @@ class _Server:
                 logger.warning("closing a stream failed", exc_info=True)
 
     @staticmethod
-    def _call(make: Any) -> Reply:
+    def _call(make: Callable[[], Reply]) -> Reply:
         try:
             result: Reply = make()
         except Exception as error:
@@ -149,7 +150,15 @@ class _Server:
         return result
 
     def _reply(self, reply: Reply) -> None:
-        self._replies.send(reply)
+        try:
+            payload = ForkingPickler.dumps(reply)
+        except Exception as error:  # an engine's answer with something that cannot travel
+            unsent = BackendError(
+                f"The engine's answer ({type(reply).__name__}) cannot be sent to its parent "
+                f"process: {error}."
+            )
+            payload = ForkingPickler.dumps(Failed(RemoteError.of(unsent)))
+        self._replies.send_bytes(payload)
 
 
 def _build(build: Build) -> Backend:
@@ -166,7 +175,6 @@ def serve(requests: Connection, replies: Connection) -> int:
     if not isinstance(build, Build):
         replies.send(Failed(RemoteError.of(TypeError(f"expected Build, got {build!r}"))))
         return 2
-    sys.path[:] = list(dict.fromkeys([*build.sys_path, *sys.path]))
     for name, path in build.registered.items():
         register_backend(name, path)
     logging.basicConfig(
@@ -195,8 +203,8 @@ def serve(requests: Connection, replies: Connection) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m speculative_llm.backends.worker``."""
-    parser = argparse.ArgumentParser(prog="python -m speculative_llm.backends.worker")
+    """Entry point of the worker process (``process.EngineProcess`` starts it)."""
+    parser = argparse.ArgumentParser(prog="speculative_llm.backends.worker")
     parser.add_argument("--requests-fd", type=int, required=True)
     parser.add_argument("--replies-fd", type=int, required=True)
     args = parser.parse_args(argv)

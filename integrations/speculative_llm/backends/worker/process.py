@@ -1,33 +1,40 @@
 """One engine worker process and its two pipes, from start to reaping.
 
-The worker is a fresh Python (``python -m speculative_llm.backends.worker``), started
-through ``children.spawn``: from the package's long-lived spawner thread, with the
-parent-death signal set, so it stops when this process dies, however that happens.
-It is not a ``multiprocessing`` child: the spawn start method would re-import the
-caller's ``__main__`` in the worker (a script that builds the playground at module
-level would start a second app there), and fork is out of the question in a process
-with threads. The pipes carry ``multiprocessing.connection`` messages (pickles).
+The worker is a fresh Python running ``speculative_llm.backends.worker.child`` with this
+process's ``sys.path``, started through ``children.spawn``: from the package's
+long-lived spawner thread, with the parent-death signal set, so it stops when this
+process dies, however that happens. It is not a ``multiprocessing`` child: the spawn
+start method would re-import the caller's ``__main__`` in the worker (a script that
+builds the playground at module level would start a second app there), and fork is out
+of the question in a process with threads. The pipes carry ``multiprocessing.connection``
+messages (pickles).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import subprocess
 import sys
 from multiprocessing.connection import Connection
-from pathlib import Path
+from multiprocessing.reduction import ForkingPickler
 
 from speculative_llm.backends.worker.protocol import Reply, Request, Shutdown
 from speculative_llm.children import spawn
+from speculative_llm.errors import ConfigError
 
 __all__ = ["EngineGone", "EngineProcess"]
 
 logger = logging.getLogger(__name__)
 
-# integrations/ (or site-packages): where the worker imports this package from.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+# The worker imports what this process imports: its sys.path, exactly (as multiprocessing's
+# spawn does), whether the package is installed, on PYTHONPATH or added at run time.
+_BOOTSTRAP = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
+    "from speculative_llm.backends.worker.child import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class EngineGone(Exception):
@@ -49,24 +56,21 @@ class EngineProcess:
 
     @classmethod
     def start(cls) -> EngineProcess:
-        """Start a worker (with this process's environment, as it is now)."""
+        """Start a worker (with this process's environment and path, as they are now)."""
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *filter(None, [env.get("PYTHONPATH")])])
         command = [
             sys.executable,
-            "-m",
-            "speculative_llm.backends.worker",
+            "-c",
+            _BOOTSTRAP,
+            json.dumps(sys.path),
             "--requests-fd",
             str(child_reads),
             "--replies-fd",
             str(child_writes),
         ]
         try:
-            process = spawn(
-                command, pass_fds=(child_reads, child_writes), env=env, stdin=subprocess.DEVNULL
-            )
+            process = spawn(command, pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL)
         except BaseException:
             for fd in (child_reads, parent_writes, parent_reads, child_writes):
                 os.close(fd)
@@ -94,10 +98,19 @@ class EngineProcess:
         """Send ``request`` and wait for its reply.
 
         Raises:
+            ConfigError: ``request`` does not pickle (nothing was sent).
             EngineGone: The worker died before answering.
         """
         try:
-            self._requests.send(request)
+            payload = ForkingPickler.dumps(request)
+        except Exception as error:
+            raise ConfigError(
+                f"The request cannot be sent to the engine worker ({error}): its fields must "
+                "be plain values (strings, numbers, lists, dicts).",
+                field="request",
+            ) from error
+        try:
+            self._requests.send_bytes(payload)
             reply: Reply = self._replies.recv()
         except (EOFError, OSError) as error:
             raise EngineGone(str(error)) from error

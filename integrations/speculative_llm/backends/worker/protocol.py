@@ -158,14 +158,12 @@ class Build:
     Attributes:
         backend: Registry name of the backend.
         options: Its constructor options.
-        sys_path: The parent's ``sys.path``, so that the worker imports the same modules.
         registered: Backends the parent registered by import path (name -> path).
         log_level: The parent's log level, for the worker's log lines.
     """
 
     backend: str
     options: dict[str, Any]
-    sys_path: tuple[str, ...] = ()
     registered: dict[str, str] = field(default_factory=dict)
     log_level: int = 30
 
