@@ -4,6 +4,11 @@ Loading a local model takes seconds and starting a llama-server more, so both ar
 cached by configuration and lent out (``lease``). An entry is closed only when it is
 evicted while nobody uses it, or when the pool closes. HTTP backends for servers
 reached by URL are cheap and made for each run.
+
+Local engines run in a worker process each (``WorkerBackend``), so a native crash in
+one (llama.cpp's AMX kernels on some Intel Xeons) fails that run with a message, not
+the app; the next run starts a fresh worker. ``build_backend_by_name`` runs them in
+the app's process instead.
 """
 
 from __future__ import annotations
@@ -17,13 +22,21 @@ from typing import Any, Generic, TypeVar
 
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import build_backend
+from speculative_llm.backends.registry import backend_entry, resolve_backend_name
+from speculative_llm.backends.worker import WorkerBackend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.types import GenerationRequest, Message
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import PACKAGED_MODELS, RunSettings
 
-__all__ = ["BackendPair", "BackendPool", "LeaseCache", "build_backend_by_name"]
+__all__ = [
+    "BackendPair",
+    "BackendPool",
+    "LeaseCache",
+    "build_backend_by_name",
+    "build_backend_in_worker",
+]
 
 _Value = TypeVar("_Value")
 
@@ -184,8 +197,21 @@ class BackendPair:
 
 
 def build_backend_by_name(name: str, **options: Any) -> Backend:
-    """The pool's default factory: the core's ``build_backend`` (its rules, its errors)."""
+    """The core's ``build_backend`` (its rules, its errors), every backend in this process."""
     return build_backend(name, options=options).backend
+
+
+def build_backend_in_worker(name: str, **options: Any) -> Backend:
+    """The pool's default factory: in-process engines in a worker process of their own.
+
+    Engines that run a model here (``local``) become a ``WorkerBackend``, whose crash
+    is an error of the run in flight; server backends, which run nothing native, are
+    built as ``build_backend_by_name`` builds them.
+    """
+    entry = backend_entry(resolve_backend_name(name))
+    if entry is not None and not entry.server:
+        return WorkerBackend(name, options)
+    return build_backend_by_name(name, **options)
 
 
 def _close_backend(backend: Backend) -> None:
@@ -210,7 +236,11 @@ def _draft_length(spec: SpecConfig | None) -> int | None:
 def _engine_line(backend: Backend) -> str | None:
     """How a backend runs its model, where it says (the local engine's runner)."""
     description = getattr(backend, "runner_description", None)
-    return description if isinstance(description, str) else None
+    if not isinstance(description, str):
+        return None
+    if isinstance(backend, WorkerBackend):
+        return f"{description}; in a worker process of the playground"
+    return description
 
 
 class BackendPool:
@@ -224,7 +254,8 @@ class BackendPool:
         capacity: Idle local backends and managed servers kept loaded.
         warm_up: Run a tiny generation after loading a local backend.
         backend_factory: Builds a backend from a name and options (default
-            ``build_backend_by_name``; replaceable in tests).
+            ``build_backend_in_worker``: local engines in worker processes;
+            ``build_backend_by_name`` keeps them in this process; tests pass fakes).
         server_factory: Makes a managed llama-server (default ``servers.LlamaServer``).
     """
 
@@ -236,7 +267,7 @@ class BackendPool:
         local_options: dict[str, Any] | None = None,
         capacity: int = 2,
         warm_up: bool = True,
-        backend_factory: Callable[..., Backend] = build_backend_by_name,
+        backend_factory: Callable[..., Backend] = build_backend_in_worker,
         server_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.policy = policy or SecurityPolicy()
@@ -306,9 +337,13 @@ class BackendPool:
         """Warm a backend up once per configuration (the first run would pay loading costs)."""
         if not self.warm_up:
             return
+        if isinstance(backend, WorkerBackend):
+            # A worker that died was replaced by a fresh one, which is cold again.
+            backend.ensure_running()
         warm_key = (
             key,
             id(backend),
+            backend.engine_pid if isinstance(backend, WorkerBackend) else None,
             tuple((spec.method, spec.draft_model) if spec else None for spec in specs),
         )
         with self._warm_lock:

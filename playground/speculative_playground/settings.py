@@ -36,7 +36,7 @@ MAX_RUNS = 10
 """The most repeats of one comparison (the page shows their median and spread)."""
 
 BACKEND_KINDS: dict[str, str] = {
-    "local": "Local engine (in-process)",
+    "local": "Local engine (embedded)",
     "managed": "Managed llama-server",
     "url": "Running server (URL)",
 }

@@ -221,3 +221,51 @@ def test_sigterm_to_the_playground_stops_its_llama_servers(
             playground.wait(timeout=30)
         kill_leftovers(servers)
         log.close()
+
+
+# A parent that loads the tiny model into an engine worker from a thread that then ends
+# (as a web app's request handler would), reports the worker's pid, then idles.
+WORKER_PARENT = textwrap.dedent(
+    """
+    import sys, threading, time
+    from speculative_llm.backends.worker import WorkerBackend
+
+    made = []
+    loader = threading.Thread(
+        target=lambda: made.append(
+            WorkerBackend("local", {"model": sys.argv[1], "dtype": "float32", "threads": 1})
+        )
+    )
+    loader.start()
+    loader.join()
+    print(made[0].engine_pid, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_sigkilled_parent_leaves_no_engine_worker(tiny_model_dir: Path) -> None:
+    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", WORKER_PARENT, str(tiny_model_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    workers: list[int] = []
+    try:
+        assert parent.stdout is not None
+        line = parent.stdout.readline()
+        assert line.strip().isdigit(), f"the parent printed {line!r}"
+        workers = [int(line)]
+        assert children_of(parent.pid, "speculative_llm.backends.worker") == workers
+        time.sleep(0.5)
+        assert alive(workers[0])  # the loading thread has ended; the worker serves on
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=30)
+        assert wait_gone(workers) == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=30)
+        kill_leftovers(workers)

@@ -113,3 +113,25 @@ def test_runner_and_threads_reach_the_local_engine(monkeypatch: pytest.MonkeyPat
     assert main(["playground", "--no-browser", "--runner", "transformers", "--threads", "3"]) == 0
     (pool,) = pools
     assert pool.local_options["runner"] == "transformers" and pool.local_options["threads"] == 3
+
+
+@pytest.mark.parametrize(
+    ("flags", "factory"),
+    [((), "build_backend_in_worker"), (("--in-process",), "build_backend_by_name")],
+)
+def test_the_local_engine_runs_in_a_worker_unless_asked_otherwise(
+    monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], factory: str
+) -> None:
+    from speculative_playground import backend_pool
+
+    factories: list[Any] = []
+
+    class RecordingPool(backend_pool.BackendPool):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            factories.append(options.get("backend_factory"))
+
+    monkeypatch.setattr(backend_pool, "BackendPool", RecordingPool)
+    monkeypatch.setattr("speculative_playground.app.launch", lambda app, **options: None)
+    assert main(["playground", "--no-browser", *flags]) == 0
+    assert factories == [getattr(backend_pool, factory)]

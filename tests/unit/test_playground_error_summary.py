@@ -8,6 +8,7 @@ from speculative_llm.errors import (
     BackendHTTPError,
     BackendUnavailableError,
     ConfigError,
+    EngineCrashedError,
     MalformedResponseError,
     ModelNotFoundError,
     VocabularyMismatchError,
@@ -70,3 +71,23 @@ def test_own_one_line_messages_are_shown_whole_and_secrets_masked() -> None:
         browser_message(RuntimeError("boom /etc/x"))
         == f"The run failed (RuntimeError). {DETAILS_IN_LOG}"
     )
+
+
+def test_an_engine_crash_is_shown_whole_and_a_quoted_log_is_cut() -> None:
+    worker = EngineCrashedError(
+        "The engine process died (signal 11, SIGSEGV) while generating; the next request "
+        "starts a fresh one. On Intel CPUs with AMX, weight_layout='plain' avoids llama.cpp's "
+        "AMX kernels.",
+        signal_number=11,
+        partial_text="Hel",
+    )
+    assert browser_message(worker) == str(worker)
+    server = EngineCrashedError(
+        "llama-server died (signal 11, SIGSEGV) during a request. Last log lines: "
+        f"{BODY}\nmore of its log",
+        signal_number=11,
+        url="http://127.0.0.1:8080",
+    )
+    message = browser_message(server)
+    assert message.startswith("llama-server died (signal 11, SIGSEGV) during a request.")
+    assert "internal-service" not in message and DETAILS_IN_LOG in message

@@ -111,6 +111,17 @@ async def test_iterate_in_thread_yields_everything_and_propagates_errors() -> No
     assert seen == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.timeout(30)
+async def test_iterate_in_thread_raises_what_making_the_iterator_raised() -> None:
+    # A backend's stream() checks the request before it returns an iterator.
+    def refused() -> Iterator[int]:
+        raise ValueError("bad request")
+
+    with pytest.raises(ValueError, match="bad request"):
+        async for _ in iterate_in_thread(refused):
+            pass
+
+
 async def test_iterate_in_thread_closes_the_iterator_on_early_exit() -> None:
     closed = threading.Event()
 

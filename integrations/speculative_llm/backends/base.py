@@ -202,21 +202,30 @@ async def iterate_in_thread(make_iterator: Callable[[], Iterator[_Item]]) -> Asy
     queue: asyncio.Queue[object] = asyncio.Queue()
     stop = threading.Event()
 
-    def produce() -> None:
-        iterator = make_iterator()
+    def deliver(item: object) -> bool:
+        """Hand ``item`` to the consumer; False once its loop has closed (nobody listens)."""
         try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the consumer was cancelled and is gone
+            return False
+        return True
+
+    def produce() -> None:
+        iterator: Iterator[_Item] | None = None
+        try:
+            # Inside the try: a request refused when the stream is made (a backend's
+            # checks) must reach the consumer, not end this thread unseen.
+            iterator = make_iterator()
             for item in iterator:
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-                if stop.is_set():
+                if not deliver(item) or stop.is_set():
                     break
         except BaseException as error:  # handed to the consumer, re-raised there
-            loop.call_soon_threadsafe(queue.put_nowait, _Failure(error))
+            deliver(_Failure(error))
         finally:
             close = getattr(iterator, "close", None)
             if close is not None:
                 close()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+            deliver(_DONE)
 
     worker = threading.Thread(target=produce, name="speculative-llm-stream", daemon=True)
     worker.start()

@@ -41,6 +41,7 @@ __all__ = [
     "backend_entry",
     "create_backend",
     "register_backend",
+    "registered_paths",
     "resolve_backend_name",
 ]
 
@@ -158,6 +159,15 @@ _REGISTERED: dict[str, BackendFactory | str] = {}
 def register_backend(name: str, factory: BackendFactory | str) -> None:
     """Register a backend factory (a class, a callable or a ``"module:attr"`` path)."""
     _REGISTERED[name] = factory
+
+
+def registered_paths() -> dict[str, str]:
+    """Backends registered by import path (``register_backend(name, "module:attr")``).
+
+    Another process (an engine worker) registers them again to know the same names; a
+    factory registered as an object cannot be passed on.
+    """
+    return {name: factory for name, factory in _REGISTERED.items() if isinstance(factory, str)}
 
 
 def resolve_backend_name(name: str) -> str:

@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend",
         choices=_BACKENDS,
         default="local",
-        help="initial backend: local (in-process engine, default), llama-server (started by the "
-        "app) or the kind of a running server reached with --url",
+        help="initial backend: local (the embedded engine, in a worker process; default), "
+        "llama-server (started by the app) or the kind of a running server reached with --url",
     )
     parser.add_argument(
         "--model",
@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-url", help="URL of a second server without speculation, for the baseline"
     )
     add_local_engine_arguments(parser)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the local engine in the app's own process instead of a worker process "
+        "(a native crash in the engine then stops the app)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     parser.add_argument(
@@ -139,7 +145,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise MissingDependencyError("gradio", "playground", "The playground") from error
     from speculative_playground import build_app, launch
-    from speculative_playground.backend_pool import BackendPool
+    from speculative_playground.backend_pool import (
+        BackendPool,
+        build_backend_by_name,
+        build_backend_in_worker,
+    )
     from speculative_playground.security import SecurityPolicy
     from speculative_playground.settings import PACKAGED_MODELS
 
@@ -165,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         policy=policy,
         offered_models=models,
         local_options=local_engine_options(args),
+        backend_factory=build_backend_by_name if args.in_process else build_backend_in_worker,
     )
     app = build_app(
         policy=policy,
