@@ -21,7 +21,8 @@ from speculative_llm import (  # noqa: E402
 from speculative_llm.backends.local import LocalBackend, llama_cpp_model  # noqa: E402
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel  # noqa: E402
 from speculative_llm.backends.local.llama_cpp_runner import exact_verify_rows  # noqa: E402
-from speculative_llm.backends.local.models import choose_runner, resolve_model  # noqa: E402
+from speculative_llm.backends.local.model_sources import resolve_model  # noqa: E402
+from speculative_llm.backends.local.models import choose_runner  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
     DECODE_PROMPT,
     load_float32,

@@ -13,16 +13,15 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, ModelNotFoundError, VocabularyMismatchError  # noqa: E402
-from speculative_llm.backends.local import models, transformers_model  # noqa: E402
-from speculative_llm.backends.local.models import (  # noqa: E402
+from speculative_llm.backends.local import model_sources, transformers_model  # noqa: E402
+from speculative_llm.backends.local.model_sources import (  # noqa: E402
     PACKAGED_MODELS,
     PackagedModel,
     cached_packaged_model_path,
-    check_vocabulary,
-    load_model,
     packaged_model_path,
     resolve_model,
 )
+from speculative_llm.backends.local.models import check_vocabulary, load_model  # noqa: E402
 from speculative_llm.backends.local.transformers_model import (  # noqa: E402
     export_hf_checkpoint,
     load_hf_tokenizer,
@@ -191,9 +190,9 @@ def test_download_failure_names_pypi(
 
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SPECULATIVE_LLM_CACHE", str(tmp_path))
-    assert models.model_cache_dir() == tmp_path
+    assert model_sources.model_cache_dir() == tmp_path
     monkeypatch.delenv("SPECULATIVE_LLM_CACHE")
-    assert models.model_cache_dir() == Path.home() / ".cache" / "speculative-llm"
+    assert model_sources.model_cache_dir() == Path.home() / ".cache" / "speculative-llm"
 
 
 # ---- dtypes --------------------------------------------------------------------------

@@ -34,16 +34,13 @@ from speculative_llm.backends.local.engine import (
 )
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel, LlamaCppTokenizer
 from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner
-from speculative_llm.backends.local.models import (
+from speculative_llm.backends.local.model_sources import (
     PACKAGED_MODELS,
-    RUNNER_CHOICES,
-    LoadedModel,
     PackagedModel,
-    check_vocabulary,
-    load_model,
     packaged_model_path,
 )
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.models import RUNNER_CHOICES, check_vocabulary, load_model
+from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
 from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype

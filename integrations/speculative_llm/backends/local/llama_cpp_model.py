@@ -222,7 +222,7 @@ class _Loaded:
 
 
 def _probe_cache_path() -> Path:
-    from speculative_llm.backends.local.models import model_cache_dir
+    from speculative_llm.backends.local.model_sources import model_cache_dir
 
     return model_cache_dir() / "llama-cpp-probes.json"
 

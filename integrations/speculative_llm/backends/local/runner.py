@@ -18,11 +18,16 @@ greedy speculative output identical to greedy decoding.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["RUNNERS", "Runner", "RunnerName"]
+from speculative_llm.backends.local.model_sources import ModelSource
+from speculative_llm.backends.local.tokenizers import Tokenizer
+
+__all__ = ["RUNNERS", "LoadedModel", "Runner", "RunnerName"]
 
 RunnerName = Literal["llamacpp", "transformers"]
 """The runners of the local engine."""
@@ -74,3 +79,39 @@ class Runner(Protocol):
     def close(self) -> None:
         """Free the cache (the runner is unusable afterwards)."""
         ...
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A loaded model, its tokenizer, and how to make runners of it.
+
+    Attributes:
+        name: The name it was loaded by.
+        source: Where it came from.
+        runner_name: ``llamacpp`` or ``transformers``.
+        model: The transformers ``AutoModelForCausalLM`` or the ``LlamaCppModel``.
+        tokenizer: Its tokenizer (``Tokenizer`` interface).
+        context_window: Longest sequence a runner holds (None: unknown).
+        description: One line for logs and the playground (runner, layout, dtype...).
+        make_runner: Creates a runner (its own KV cache) over the shared weights.
+        release: Frees the weights (None: garbage collection does).
+    """
+
+    name: str
+    source: ModelSource
+    runner_name: RunnerName
+    model: Any
+    tokenizer: Tokenizer
+    context_window: int | None
+    description: str
+    make_runner: Callable[[], Runner]
+    release: Callable[[], None] | None = None
+
+    def new_runner(self) -> Runner:
+        """A runner with a cache of its own."""
+        return self.make_runner()
+
+    def close(self) -> None:
+        """Free the weights (runners made from them are unusable afterwards)."""
+        if self.release is not None:
+            self.release()
