@@ -42,6 +42,7 @@ __all__ = [
     "BackendFactory",
     "available_backends",
     "backend_entry",
+    "backend_factory",
     "create_backend",
     "register_backend",
     "resolve_backend_name",
@@ -87,19 +88,16 @@ def _load(path: str) -> BackendFactory:
     return factory
 
 
-def create_backend(name: str, **options: Any) -> Backend:
-    """Create a backend by name.
-
-    ``build_backend`` (``speculative_llm.backends.builder``) wraps this with the rules
-    the framework adapters share: model, base_url, typed errors.
+def backend_factory(name: str) -> BackendFactory:
+    """The class (or callable) that builds backend ``name``, imported if need be.
 
     Args:
         name: ``local``, ``llamacpp``, ``vllm``, ``sglang``, ``lmstudio``, ``tgi``,
             ``openai``, an alias of one, or a registered third-party name.
-        **options: Passed to the backend's constructor (``model``, ``base_url``...).
 
     Raises:
         ConfigError: The name is unknown (the message lists the known ones).
+        ImportError: The module that defines it cannot be imported.
     """
     key = resolve_backend_name(name)
     factory: BackendFactory | str | None = _REGISTERED.get(key)
@@ -114,6 +112,21 @@ def create_backend(name: str, **options: Any) -> Backend:
         raise ConfigError(
             f"Unknown backend {name!r}.{hint} Known backends: {', '.join(known)}.", field="backend"
         )
-    if isinstance(factory, str):
-        factory = _load(factory)
-    return factory(**options)
+    return _load(factory) if isinstance(factory, str) else factory
+
+
+def create_backend(name: str, **options: Any) -> Backend:
+    """Create a backend by name.
+
+    ``build_backend`` (``speculative_llm.backends.builder``) wraps this with the rules
+    the framework adapters share: model, base_url, typed errors.
+
+    Args:
+        name: ``local``, ``llamacpp``, ``vllm``, ``sglang``, ``lmstudio``, ``tgi``,
+            ``openai``, an alias of one, or a registered third-party name.
+        **options: Passed to the backend's constructor (``model``, ``base_url``...).
+
+    Raises:
+        ConfigError: The name is unknown (the message lists the known ones).
+    """
+    return backend_factory(name)(**options)
