@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 
 from speculative_llm import ConfigError, ModelNotFoundError, VocabularyMismatchError  # noqa: E402
 from speculative_llm.backends.local import model_sources, transformers_model  # noqa: E402
+from speculative_llm.backends.local.draft_vocabulary import check_vocabulary  # noqa: E402
 from speculative_llm.backends.local.model_sources import (  # noqa: E402
     PACKAGED_MODELS,
     PackagedModel,
@@ -21,7 +22,7 @@ from speculative_llm.backends.local.model_sources import (  # noqa: E402
     packaged_model_path,
     resolve_model,
 )
-from speculative_llm.backends.local.models import check_vocabulary, load_model  # noqa: E402
+from speculative_llm.backends.local.models import load_model  # noqa: E402
 from speculative_llm.backends.local.transformers_model import (  # noqa: E402
     export_hf_checkpoint,
     load_hf_tokenizer,
@@ -283,3 +284,27 @@ def test_export_rebuilds_a_model_that_refuses_to_save(
     ids = torch.tensor([[1, 5, 6]])
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, reloaded.model(ids).logits)
+
+
+# ---- runner options --------------------------------------------------------------------
+
+
+def test_each_runner_takes_its_own_options_and_names_the_owner_of_others(
+    tiny_model_dir: Path,
+) -> None:
+    # Another runner's option at its default asks nothing of it.
+    loaded = load_model(str(tiny_model_dir), context_window=None, weight_layout="auto")
+    assert loaded.runner_name == "transformers"
+    with pytest.raises(ConfigError, match=r"option of the llama\.cpp runner") as caught:
+        load_model(str(tiny_model_dir), weight_layout="plain")
+    assert caught.value.field == "weight_layout"
+    assert "runner='llamacpp'" in str(caught.value)
+    with pytest.raises(ConfigError, match="Did you mean 'fast_paths'") as caught:
+        load_model(str(tiny_model_dir), fast_path="off")
+    assert caught.value.field == "fast_path"
+
+
+def test_an_unknown_runner_suggests_the_nearest(tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="Did you mean 'llamacpp'") as caught:
+        load_model(str(tiny_model_dir), runner="llama_cpp")
+    assert caught.value.field == "runner"

@@ -14,6 +14,7 @@ import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
+from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
 from speculative_llm.backends.local.grammar import (
@@ -21,13 +22,9 @@ from speculative_llm.backends.local.grammar import (
     GrammarVocabulary,
     response_format_grammar,
 )
-from speculative_llm.backends.local.models import (
-    LoadedModel,
-    check_draft_vocabulary,
-    load_model,
-    resolve_model,
-)
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.model_sources import resolve_model
+from speculative_llm.backends.local.models import load_model
+from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,

@@ -1,17 +1,15 @@
-"""Model loading for the local engine: runner choice, loading, vocabulary checks.
+"""Loading a model for the local engine: which runner, with which of its options.
 
 Where a name points (packaged alias, ``.gguf`` file, directory, hub id) is decided by
-``model_sources``. GGUF files and packaged aliases run on the llama.cpp runner
-(``llama_cpp_model``) by default; directories and hub ids, and GGUF files with
-``runner="transformers"`` (dequantised by ``from_pretrained(dir, gguf_file=name)``), on
-the transformers runner (``transformers_model``).
+``model_sources``; each runner's loader (``runner_registry``) says which models it runs
+and checks its own options. GGUF files and packaged aliases run on the llama.cpp runner
+by default; directories and hub ids, and GGUF files with ``runner="transformers"``
+(dequantised by ``from_pretrained(dir, gguf_file=name)``), on the transformers runner.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from pathlib import Path
+import difflib
 from typing import Any, Literal
 
 from speculative_llm.backends.local.model_sources import (
@@ -19,20 +17,22 @@ from speculative_llm.backends.local.model_sources import (
     ModelSource,
     PackagedModel,
     cached_packaged_model_path,
-    is_gguf,
     model_cache_dir,
     packaged_model_path,
     resolve_model,
 )
 from speculative_llm.backends.local.runner import LoadedModel, RunnerName
-from speculative_llm.backends.local.tokenizers import Tokenizer
-from speculative_llm.errors import (
-    BackendError,
-    ConfigError,
-    MissingDependencyError,
-    VocabularyMismatchError,
+from speculative_llm.backends.local.runner_registry import (
+    BUILTIN_RUNNERS,
+    RunnerLoader,
+    runner_loader,
+    runner_names,
 )
+from speculative_llm.backends.local.tokenizers import Tokenizer
+from speculative_llm.errors import ConfigError
 
+# Model sources and LoadedModel lived here before ``model_sources`` and ``runner`` took
+# them; they are re-exported so that earlier imports keep working.
 __all__ = [
     "PACKAGED_MODELS",
     "RUNNER_CHOICES",
@@ -41,10 +41,7 @@ __all__ = [
     "PackagedModel",
     "RunnerChoice",
     "cached_packaged_model_path",
-    "check_draft_vocabulary",
-    "check_vocabulary",
     "choose_runner",
-    "llama_cpp_available",
     "load_model",
     "load_vocabulary",
     "model_cache_dir",
@@ -52,61 +49,75 @@ __all__ = [
     "resolve_model",
 ]
 
-logger = logging.getLogger(__name__)
-
-
-# ---- runners and loading ----------------------------------------------------------------
-
 RunnerChoice = Literal["auto", "llamacpp", "transformers"]
 """``auto``: llama.cpp for GGUF files and packaged aliases on a CPU (when its binding is
-installed), transformers for everything else."""
+installed), transformers for everything else. Registered runners are chosen by name."""
 
-RUNNER_CHOICES: tuple[str, ...] = ("auto", "llamacpp", "transformers")
-
-
-def llama_cpp_available() -> bool:
-    """Whether the llama.cpp runner's binding and library load (logged when not)."""
-    from speculative_llm.backends.local import llama_cpp_lib
-
-    try:
-        llama_cpp_lib.load()
-    except (MissingDependencyError, BackendError) as error:
-        logger.warning("The llama.cpp runner is unavailable, using transformers: %s", error)
-        return False
-    return True
+RUNNER_CHOICES: tuple[str, ...] = ("auto", *BUILTIN_RUNNERS)
+"""What ``runner=`` takes without a registered runner (the CLI's choices)."""
 
 
 def choose_runner(choice: str, source: ModelSource, device: str) -> RunnerName:
     """The runner for a model: ``choice`` checked against the model, or ``auto`` decided.
 
+    ``auto`` asks the runners in ``runner_names()`` order for the first one that runs the
+    model by default (the built-in ones answer before any registered one).
+
     Raises:
-        ConfigError: An unknown runner, or ``llamacpp`` for a model it cannot run.
+        ConfigError: An unknown runner, or one that cannot run this model.
     """
-    if choice not in RUNNER_CHOICES:
+    if choice == "auto":
+        for name in runner_names():
+            loader = runner_loader(name)
+            if loader.runs_by_default(source, device):
+                return loader.name
         raise ConfigError(
-            f"Unknown runner {choice!r}; use one of {', '.join(RUNNER_CHOICES)}.", field="runner"
+            f"No runner runs {source.name!r} on {device!r} by default: pass runner=.",
+            field="runner",
         )
-    if choice == "llamacpp":
-        if not is_gguf(source):
+    loader = runner_loader(choice)
+    refusal = loader.refusal(source, device)
+    if refusal is not None:
+        raise refusal
+    return loader.name
+
+
+def _option_owner(key: str) -> RunnerLoader | None:
+    return next(
+        (loader for loader in map(runner_loader, runner_names()) if key in loader.options), None
+    )
+
+
+def _own_options(loader: RunnerLoader, name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options ``loader`` takes, after refusing those of other runners.
+
+    Another runner's option at its default value asks nothing and is dropped (callers
+    such as ``LocalBackend`` pass every option they know); at any other value it is a
+    ``ConfigError`` naming the runner that takes it.
+    """
+    own: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in loader.options:
+            own[key] = value
+            continue
+        owner = _option_owner(key)
+        if owner is None:
+            known = sorted({k for n in runner_names() for k in runner_loader(n).options})
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"runner='llamacpp' loads .gguf files and packaged aliases; {source.name!r} is "
-                f"a Hugging Face {'checkpoint directory' if source.kind == 'directory' else 'id'}. "
-                "Use runner='transformers' (or 'auto'), or convert the checkpoint to GGUF with "
-                "llama.cpp's convert_hf_to_gguf.py.",
-                field="runner",
+                f"No runner takes the option {key!r}.{hint} Runner options: "
+                f"{', '.join(known)}; every runner takes device, dtype and threads.",
+                field=key,
             )
-        if device != "cpu":
-            raise ConfigError(
-                f"The llama.cpp runner runs on the CPU (device={device!r} was asked): use "
-                "runner='transformers' for other devices.",
-                field="device",
-            )
-        return "llamacpp"
-    if choice == "transformers":
-        return "transformers"
-    if is_gguf(source) and device == "cpu" and llama_cpp_available():
-        return "llamacpp"
-    return "transformers"
+        if value == owner.options[key]:
+            continue
+        raise ConfigError(
+            f"{key} is an option of the {owner.label} runner; the {loader.label} runner "
+            f"loading {name!r} does not take it: leave it out, or use runner={owner.name!r}.",
+            field=key,
+        )
+    return own
 
 
 def load_model(
@@ -116,26 +127,25 @@ def load_model(
     device: str = "cpu",
     dtype: str | Any = "auto",
     threads: int | None = None,
-    context_window: int | None = None,
-    weight_layout: str = "auto",
-    fast_paths: str = "auto",
     progress: bool = True,
+    **runner_options: Any,
 ) -> LoadedModel:
-    """Load a model and its tokenizer by name (see the module docstring for names).
+    """Load a model and its tokenizer by name (see ``model_sources`` for names).
 
     Args:
         name: Packaged alias, ``.gguf`` file, local directory or Hugging Face id.
-        runner: ``auto``, ``llamacpp`` or ``transformers`` (see ``RunnerChoice``).
+        runner: ``auto``, ``llamacpp``, ``transformers`` or a registered runner.
         device: Torch device of the transformers runner (``cpu``, ``cuda``...).
         dtype: Transformers runner: ``auto`` (float32 on a CPU), ``float32``,
-            ``bfloat16`` or ``float16``.
+            ``bfloat16`` or ``float16`` (the llama.cpp runner keeps the file's types).
         threads: CPU threads (llama.cpp's, or torch's process-wide setting).
-        context_window: llama.cpp runner: tokens its cache holds (default: the model's,
-            at most 8192).
-        weight_layout: llama.cpp runner: ``auto``, ``repacked`` or ``plain``.
-        fast_paths: Transformers runner: ``auto`` (the faster kernels whose probe leaves
-            the logits unchanged) or ``off``.
         progress: Show download progress for packaged models.
+        **runner_options: Options of the chosen runner, each checked by its loader:
+            llama.cpp's ``context_window`` (tokens its cache holds; default the
+            model's, at most 8192) and ``weight_layout`` (``auto``, ``repacked`` or
+            ``plain``); transformers' ``fast_paths`` (``auto``: the faster kernels whose
+            probe leaves the logits unchanged, or ``off``). Another runner's option is
+            refused unless it has that runner's default value.
 
     Raises:
         ModelNotFoundError: The name does not resolve to a loadable model.
@@ -143,47 +153,9 @@ def load_model(
         ConfigError: An invalid option, or a runner that cannot run this model.
     """
     source = resolve_model(name, progress=progress)
-    chosen = choose_runner(runner, source, str(device))
-    if chosen == "llamacpp":
-        from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
-
-        if fast_paths != "auto":
-            raise ConfigError(
-                "fast_paths is an option of the transformers runner; the llama.cpp runner "
-                f"loading {name!r} runs llama.cpp's own kernels (use runner='transformers').",
-                field="fast_paths",
-            )
-
-        assert source.gguf_file is not None
-        llama_model = LlamaCppModel(
-            Path(source.location) / source.gguf_file,
-            name=name,
-            threads=threads,
-            context_window=context_window,
-            weight_layout=weight_layout,  # type: ignore[arg-type]
-        )
-        return LoadedModel(
-            name=name,
-            source=source,
-            runner_name="llamacpp",
-            model=llama_model,
-            tokenizer=llama_model.tokenizer,
-            context_window=llama_model.context_window,
-            description=llama_model.describe(),
-            make_runner=llama_model.new_runner,
-            release=llama_model.close,
-        )
-    if context_window is not None or weight_layout != "auto":
-        raise ConfigError(
-            "context_window and weight_layout are options of the llama.cpp runner; the "
-            f"transformers runner loading {name!r} takes the model's own context.",
-            field="context_window" if context_window is not None else "weight_layout",
-        )
-    from speculative_llm.backends.local.transformers_model import load_transformers_model
-
-    return load_transformers_model(
-        source, device=device, dtype=dtype, threads=threads, fast_paths=fast_paths
-    )
+    loader = runner_loader(choose_runner(runner, source, str(device)))
+    options = _own_options(loader, name, runner_options)
+    return loader.load(source, device=device, dtype=dtype, threads=threads, **options)
 
 
 def load_vocabulary(name: str, *, runner: RunnerName, progress: bool = True) -> Tokenizer:
@@ -194,84 +166,4 @@ def load_vocabulary(name: str, *, runner: RunnerName, progress: bool = True) -> 
         ConfigError: The model cannot run on ``runner``.
     """
     source = resolve_model(name, progress=progress)
-    if runner == "llamacpp":
-        choose_runner("llamacpp", source, "cpu")
-        from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
-
-        assert source.gguf_file is not None
-        path = Path(source.location) / source.gguf_file
-        return LlamaCppModel(path, name=name, vocab_only=True).tokenizer
-    from speculative_llm.backends.local.transformers_model import load_hf_tokenizer
-
-    return load_hf_tokenizer(source)
-
-
-def check_vocabulary(
-    target_tokenizer: Tokenizer, draft_tokenizer: Tokenizer, *, target_name: str, draft_name: str
-) -> None:
-    """Raise ``VocabularyMismatchError`` unless both tokenizers have the same vocabulary.
-
-    The target verifies the draft's token ids directly, so the two models must share one
-    vocabulary (same tokens, same ids).
-    """
-    target_vocab = list(target_tokenizer.vocabulary())
-    draft_vocab = list(draft_tokenizer.vocabulary())
-    if target_vocab == draft_vocab:
-        return
-    differing = [
-        token for token, other in zip(target_vocab, draft_vocab, strict=False) if token != other
-    ][:3] or (target_vocab[len(draft_vocab) :] or draft_vocab[len(target_vocab) :])[:3]
-    raise VocabularyMismatchError(
-        f"Draft model {draft_name!r} has a different vocabulary from target {target_name!r} "
-        f"({len(draft_vocab)} vs {len(target_vocab)} tokens; differing tokens include "
-        f"{differing}). Speculative decoding checks the draft's token ids with the target, so "
-        "both must use the same tokenizer: pick a smaller model of the target's family (for "
-        "example SmolLM2-135M-Instruct for SmolLM2-360M-Instruct), or use method='ngram' "
-        "(prompt lookup), which needs no draft model.",
-        field="draft_model",
-    )
-
-
-def _identity(source: ModelSource) -> tuple[Any, ...]:
-    """What identifies a model's files: path, size and modification time (hub: the id)."""
-    if source.kind == "hub":
-        return ("hub", source.name)
-    path = Path(source.location) / (source.gguf_file or "config.json")
-    try:
-        stat = path.stat()
-    except OSError:
-        return (str(path),)
-    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
-_vocabulary_verdicts: dict[tuple[Any, ...], str] = {}
-_verdicts_lock = threading.Lock()
-
-
-def check_draft_vocabulary(target: LoadedModel, draft_name: str, *, progress: bool = True) -> None:
-    """Refuse a draft model whose vocabulary differs from the target's, before its weights load.
-
-    The draft's vocabulary is read from its files alone (a GGUF's header, or the
-    tokenizer files), and the verdict is remembered per pair of files, so a retry with
-    the same mismatched pair fails at once.
-
-    Raises:
-        VocabularyMismatchError: The vocabularies differ.
-    """
-    draft_source = resolve_model(draft_name, progress=progress)
-    key = (target.runner_name, _identity(target.source), _identity(draft_source))
-    with _verdicts_lock:
-        verdict = _vocabulary_verdicts.get(key)
-    if verdict is None:
-        draft_tokenizer = load_vocabulary(draft_name, runner=target.runner_name, progress=progress)
-        try:
-            check_vocabulary(
-                target.tokenizer, draft_tokenizer, target_name=target.name, draft_name=draft_name
-            )
-            verdict = ""
-        except VocabularyMismatchError as error:
-            verdict = str(error)
-        with _verdicts_lock:
-            _vocabulary_verdicts[key] = verdict
-    if verdict:
-        raise VocabularyMismatchError(verdict, field="draft_model")
+    return runner_loader(runner).load_vocabulary(source)

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from speculative_llm.backends.local.model_sources import ModelSource
 from speculative_llm.backends.local.tokenizers import Tokenizer
 
-__all__ = ["RUNNERS", "LoadedModel", "Runner", "RunnerName"]
+__all__ = ["LoadedModel", "Runner", "RunnerName"]
 
-RunnerName = Literal["llamacpp", "transformers"]
-"""The runners of the local engine."""
-
-RUNNERS: tuple[RunnerName, ...] = ("llamacpp", "transformers")
+RunnerName = str
+"""A runner's name: ``llamacpp``, ``transformers`` or a registered one
+(``runner_registry.runner_names()``)."""
 
 
 @runtime_checkable
@@ -88,8 +87,9 @@ class LoadedModel:
     Attributes:
         name: The name it was loaded by.
         source: Where it came from.
-        runner_name: ``llamacpp`` or ``transformers``.
-        model: The transformers ``AutoModelForCausalLM`` or the ``LlamaCppModel``.
+        runner_name: ``llamacpp``, ``transformers`` or a registered runner's name.
+        model: The runner's model object (a transformers ``AutoModelForCausalLM``, a
+            ``LlamaCppModel``...).
         tokenizer: Its tokenizer (``Tokenizer`` interface).
         context_window: Longest sequence a runner holds (None: unknown).
         description: One line for logs and the playground (runner, layout, dtype...).
