@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from speculative_llm.backends.base import Backend
@@ -62,10 +61,6 @@ def spec_for(
     )
 
 
-_ENGINE_COUNTERS = {"kernel_seconds": "kernel_s", "grammar_seconds": "grammar_s"}
-"""Running totals our local engine keeps (backend attribute -> ``Outcome`` field)."""
-
-
 class BackendContender:
     """One variant through a speculative-llm ``Backend``.
 
@@ -91,21 +86,8 @@ class BackendContender:
         self._owns_backend = owns_backend
 
     def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
-        """Generate through the backend (non-streaming)."""
-        before = self._counters()
-        outcome = outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
-        after = self._counters()
-        spent = {
-            field: after[name] - before[name]
-            for name, field in _ENGINE_COUNTERS.items()
-            if before[name] is not None and after[name] is not None
-        }
-        if not (prompt.response_format or prompt.tools):
-            spent.pop("grammar_s", None)  # no grammar: no figure, rather than 0
-        return dataclasses.replace(outcome, **spent) if spent else outcome
-
-    def _counters(self) -> dict[str, Any]:
-        return {name: getattr(self.backend, name, None) for name in _ENGINE_COUNTERS}
+        """Generate through the backend (non-streaming); timings from its ``SpecStats``."""
+        return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
 
     def close(self) -> None:
         """Close the backend if this contender owns it."""

@@ -27,8 +27,8 @@ class Outcome:
         generated_tokens: Tokens generated.
         decode_s: Seconds after the first token, when known.
         stats: The backend's statistics, when it has any.
-        kernel_s: Seconds inside the model's kernels (our llama.cpp runner), when known.
-        grammar_s: Seconds our engine spent on a grammar (structured output, tools).
+        kernel_s: Seconds inside the model's kernels (``SpecStats.kernel_s``), when known.
+        grammar_s: Seconds our engine spent on a grammar (``SpecStats.grammar_s``).
     """
 
     text: str
@@ -75,4 +75,6 @@ def outcome_of(completion: Completion) -> Outcome:
         generated_tokens=generated,
         decode_s=completion.stats.decode_s,
         stats=completion.stats,
+        kernel_s=completion.stats.kernel_s,
+        grammar_s=completion.stats.grammar_s,
     )

@@ -59,6 +59,14 @@ class Runner(Protocol):
         ...
 
     @property
+    def kernel_seconds(self) -> float | None:
+        """Seconds inside the model's kernels, added up (None: not measured).
+
+        Each sequence's first pass (its prompt) is left out: that is time to first token.
+        """
+        ...
+
+    @property
     def device(self) -> torch.device:
         """Where the logits live (random generators for sampling are made there)."""
         ...

@@ -44,6 +44,8 @@ class TransformersRunner:
 
     def __init__(self, model: Any, *, fast_paths: FastPaths | None = None) -> None:
         self.model = model
+        self.kernel_seconds: float | None = None
+        """Not measured: transformers' forward mixes the kernels with Python."""
         parameters = forward_parameters(model)
         self._cache_argument = cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
