@@ -127,6 +127,13 @@ class SpecStats:
         draft_s: Seconds spent drafting (in-process engine only).
         verify_s: Seconds spent in target forward passes while decoding (the prompt's
             pass excluded: that is time to first token).
+        kernel_s: Seconds this request spent inside the model kernels while decoding
+            (the local engine on llama.cpp: ``llama_decode`` of the target's passes and,
+            with a draft model, the draft's; each sequence's prompt pass excluded).
+            None where the runner does not measure it (transformers) and on servers.
+        grammar_s: Seconds this request spent on its grammar (cutting drafts, masking
+            rows, following the tokens; part of ``verify_s`` and ``ttft_s``). None
+            without a grammar, and on servers.
         requests: Number of generations aggregated in this record.
         note: Caveat about the figures (for example how derived figures were obtained).
     """
@@ -151,6 +158,8 @@ class SpecStats:
     total_s: float | None = None
     draft_s: float | None = None
     verify_s: float | None = None
+    kernel_s: float | None = None
+    grammar_s: float | None = None
     requests: int = 1
     note: str | None = None
 
@@ -342,6 +351,8 @@ class SpecStats:
                 "total_s",
                 "draft_s",
                 "verify_s",
+                "kernel_s",
+                "grammar_s",
             )
         }
         return cls(

@@ -24,13 +24,15 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
 ) -> None:
     pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
     from local_runners import require_llama_cpp
-    from speculative_llm.backends.local import LocalBackend, backend, models
+    from speculative_llm.backends.local import LocalBackend, backend, draft_vocabulary
 
     require_llama_cpp()
-    monkeypatch.setattr(models, "_vocabulary_verdicts", {})  # no verdict from earlier tests
+    monkeypatch.setattr(
+        draft_vocabulary, "_vocabulary_verdicts", {}
+    )  # no verdict from earlier tests
     vocabulary_reads: list[str] = []
     weight_loads: list[str] = []
-    read_vocabulary = models.load_vocabulary
+    read_vocabulary = draft_vocabulary.load_vocabulary
 
     def counting_vocabulary(name: str, **options: Any) -> Any:
         vocabulary_reads.append(name)
@@ -41,7 +43,7 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
         raise AssertionError(f"the draft's weights were loaded: {name}")
 
     with LocalBackend(str(smollm2_gguf), threads=1) as local:
-        monkeypatch.setattr(models, "load_vocabulary", counting_vocabulary)
+        monkeypatch.setattr(draft_vocabulary, "load_vocabulary", counting_vocabulary)
         monkeypatch.setattr(backend, "load_model", no_weights)
         spec = SpecConfig(method="draft_model", draft_model=str(gemma_gguf))
         for _ in range(2):  # the retry is answered from the cache

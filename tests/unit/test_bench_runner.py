@@ -127,3 +127,13 @@ def test_outcome_of_a_completion_keeps_ids_only_when_all_tokens_have_one() -> No
     no_count = SpecStats.unavailable("x")
     counted = outcome_of(Completion("abc", no_count, usage=Usage(3, 7)))
     assert counted.generated_tokens == 7 and counted.token_ids is None
+
+
+def test_the_engine_timings_come_from_the_requests_statistics() -> None:
+    timed = SpecStats(
+        backend="local", method="ngram", source="exact", kernel_s=0.25, grammar_s=0.125
+    )
+    outcome = outcome_of(Completion("ab", timed))
+    assert (outcome.kernel_s, outcome.grammar_s) == (0.25, 0.125)
+    untimed = outcome_of(Completion("ab", SpecStats.unavailable("vllm")))
+    assert untimed.kernel_s is None and untimed.grammar_s is None

@@ -84,6 +84,37 @@ def test_an_option_the_backend_does_not_take_is_named() -> None:
     assert caught.value.field == "colour"
 
 
+class Strict(ScriptedBackend):
+    """Takes ``model`` and ``depth`` only; its constructor misuses a helper on ``depth=-1``."""
+
+    name = "strict"
+
+    def __init__(self, *, model: str, depth: int = 1) -> None:
+        super().__init__(text_script([[("ok", "target")]], drafted=0))
+        if depth < 0:
+            _paint(colour="red")  # type: ignore[call-arg]  # a TypeError inside it
+
+
+def _paint() -> None:
+    """A helper that takes no keyword (the constructor above calls it wrongly)."""
+
+
+def test_the_signature_names_the_bad_option_and_a_constructor_typeerror_is_not_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(registry._REGISTERED, "strict", Strict)
+    with pytest.raises(ConfigError, match="rejected its options") as caught:
+        build_backend("strict", model="m", options={"depht": 2})
+    assert caught.value.field == "depht"
+    with pytest.raises(ConfigError, match="rejected its options") as caught:
+        build_backend("strict", options={"depth": 2})  # model is missing
+    assert caught.value.field == "backend_options"
+    # A TypeError from inside the constructor names no option the caller gave wrongly.
+    with pytest.raises(ConfigError, match="rejected its options") as caught:
+        build_backend("strict", model="m", options={"depth": -1})
+    assert caught.value.field == "backend_options"
+
+
 def test_a_missing_dependency_names_the_entry_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     def needs_torch(**options: Any) -> None:
         raise ImportError("No module named 'torch'", name="torch")

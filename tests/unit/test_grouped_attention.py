@@ -10,10 +10,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
-from speculative_llm.backends.local.transformers_fast_paths import (  # noqa: E402
+from speculative_llm.backends.local.fast_paths import (  # noqa: E402
     ATTENTION_NAME,
     GroupedAttention,
+    attention,
     grouped_sdpa_attention,
 )
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
@@ -189,7 +189,7 @@ def test_a_function_that_changes_logits_is_refused(
         output, weights = grouped_sdpa_attention(*args, **kwargs)
         return output + 0.5, weights
 
-    monkeypatch.setattr(fast_paths, "grouped_sdpa_attention", shifted)
+    monkeypatch.setattr(attention, "grouped_sdpa_attention", shifted)
     assert GroupedAttention.for_model(target, target.config.vocab_size) is None
     # The real function is registered again by the next model that uses it.
     monkeypatch.undo()

@@ -18,8 +18,8 @@ if not hasattr(cache_utils, "DynamicLayer"):
         allow_module_level=True,
     )
 
-from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
-from speculative_llm.backends.local.transformers_fast_paths import growing_layer_class, new_cache  # noqa: E402
+from speculative_llm.backends.local.fast_paths import cache as fast_cache  # noqa: E402
+from speculative_llm.backends.local.fast_paths import growing_layer_class, new_cache  # noqa: E402
 from tiny_models import (  # noqa: E402
     load_float32,
     logits_along_a_decode,
@@ -50,7 +50,7 @@ def test_the_engine_cache_grows_its_full_attention_layers_in_place(target: Any) 
 def test_passes_give_the_same_logits_as_a_dynamic_cache(
     target: Any, min_capacity: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fast_paths, "_MIN_CAPACITY", min_capacity)
+    monkeypatch.setattr(fast_cache, "_MIN_CAPACITY", min_capacity)
     growing = runner_with(target, "cache")
     plain = runner_with(target, "cache")
     plain.cache = transformers.DynamicCache(config=target.config)
@@ -86,12 +86,12 @@ def test_the_buffer_is_reused_while_it_has_room_and_doubles_when_full() -> None:
     layer.update(*_states(2, 3))
     # Appends wrote into the same memory: no copy of the cached rows.
     assert layer.keys.data_ptr() == buffer
-    layer.update(*_states(3, fast_paths._MIN_CAPACITY))
+    layer.update(*_states(3, fast_cache._MIN_CAPACITY))
     assert layer.keys.data_ptr() != buffer
-    assert layer.get_seq_length() == 9 + fast_paths._MIN_CAPACITY
+    assert layer.get_seq_length() == 9 + fast_cache._MIN_CAPACITY
     # Growing doubles the room, so token-by-token appends do not copy again for long.
     grown = layer.keys.data_ptr()
-    for seed in range(fast_paths._MIN_CAPACITY // 2):
+    for seed in range(fast_cache._MIN_CAPACITY // 2):
         layer.update(*_states(seed, 1))
     assert layer.keys.data_ptr() == grown
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -103,3 +104,37 @@ def test_llama_cpp_log_lines_are_kept_for_error_messages() -> None:
     assert llama_cpp_lib.recent_errors() == "llama_model_load: error loading model: unknown arch"
     llama_cpp_lib.clear_errors()
     assert llama_cpp_lib.recent_errors() == ""
+
+
+def test_the_dynamic_loader_names_the_file_that_defines_a_function() -> None:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("m")
+    if name is None:
+        pytest.skip("no C math library (libm) to ask the dynamic loader about")
+    where = llama_cpp_lib.defining_library(ctypes.CDLL(name).cos)
+    assert where is not None and where.is_file() and where.name.startswith("libm")
+
+
+def test_the_library_variable_is_set_for_the_import_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    with llama_cpp_lib._library_directory_for_import(tmp_path):
+        assert os.environ["LLAMA_CPP_LIB_PATH"] == str(tmp_path)
+    assert "LLAMA_CPP_LIB_PATH" not in os.environ
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", "/the/users/own")
+    with pytest.raises(RuntimeError), llama_cpp_lib._library_directory_for_import(tmp_path):
+        raise RuntimeError("the import failed")
+    assert os.environ["LLAMA_CPP_LIB_PATH"] == "/the/users/own"
+
+
+def test_the_loaded_library_is_the_file_the_binding_calls() -> None:
+    from local_runners import require_llama_cpp
+
+    require_llama_cpp()
+    library = llama_cpp_lib.load()
+    defining = llama_cpp_lib.defining_library(library.api.llama_backend_init)
+    assert defining is not None and defining.parent == library.path
+    assert defining.name.startswith("libllama")

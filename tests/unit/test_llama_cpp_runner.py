@@ -26,7 +26,8 @@ from speculative_llm.backends.local.llama_cpp_runner import (  # noqa: E402
     ThreadPlan,
     exact_verify_rows,
 )
-from speculative_llm.backends.local.models import choose_runner, resolve_model  # noqa: E402
+from speculative_llm.backends.local.model_sources import resolve_model  # noqa: E402
+from speculative_llm.backends.local.models import choose_runner  # noqa: E402
 from speculative_llm.faults import CRASH_ENV  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
     DECODE_PROMPT,

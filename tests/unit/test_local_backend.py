@@ -22,6 +22,7 @@ from speculative_llm import (  # noqa: E402
     Message,
     ModelNotFoundError,
     SpecConfig,
+    SpecStats,
     UnsupportedFeatureError,
     VocabularyMismatchError,
     create_backend,
@@ -616,3 +617,27 @@ def test_bad_response_formats_are_config_errors(
     with pytest.raises(ConfigError, match=message) as caught:
         backend.generate(_json_request(response_format))
     assert caught.value.field == "response_format"
+
+
+def test_each_request_reports_its_own_kernel_and_grammar_seconds(
+    backend: LocalBackend, runner_name: str
+) -> None:
+    pytest.importorskip("xgrammar", reason="structured output needs xgrammar (extra 'local')")
+    free = [backend.generate(_request(spec=SPECS["ngram"])) for _ in range(2)]
+    constrained = backend.generate(_json_request({"type": "json_object"}, max_tokens=8))
+    for completion in (*free, constrained):
+        stats = completion.stats
+        if runner_name == "llamacpp":
+            # Only this request's passes: never more than its own decode time.
+            assert stats.kernel_s is not None and stats.decode_s is not None
+            assert 0 <= stats.kernel_s <= stats.decode_s
+        else:
+            assert stats.kernel_s is None  # transformers' forward is not timed
+    if runner_name == "llamacpp":
+        assert all(completion.stats.kernel_s for completion in free)
+    assert all(completion.stats.grammar_s is None for completion in free)
+    grammar_s = constrained.stats.grammar_s
+    assert grammar_s is not None and constrained.stats.total_s is not None
+    assert 0 < grammar_s <= constrained.stats.total_s
+    pooled = SpecStats.aggregate([free[0].stats, constrained.stats])
+    assert pooled is not None and pooled.grammar_s is None  # missing from one record

@@ -13,16 +13,16 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, ModelNotFoundError, VocabularyMismatchError  # noqa: E402
-from speculative_llm.backends.local import models, transformers_model  # noqa: E402
-from speculative_llm.backends.local.models import (  # noqa: E402
+from speculative_llm.backends.local import model_sources, transformers_model  # noqa: E402
+from speculative_llm.backends.local.draft_vocabulary import check_vocabulary  # noqa: E402
+from speculative_llm.backends.local.model_sources import (  # noqa: E402
     PACKAGED_MODELS,
     PackagedModel,
     cached_packaged_model_path,
-    check_vocabulary,
-    load_model,
     packaged_model_path,
     resolve_model,
 )
+from speculative_llm.backends.local.models import load_model  # noqa: E402
 from speculative_llm.backends.local.transformers_model import (  # noqa: E402
     export_hf_checkpoint,
     load_hf_tokenizer,
@@ -191,9 +191,9 @@ def test_download_failure_names_pypi(
 
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SPECULATIVE_LLM_CACHE", str(tmp_path))
-    assert models.model_cache_dir() == tmp_path
+    assert model_sources.model_cache_dir() == tmp_path
     monkeypatch.delenv("SPECULATIVE_LLM_CACHE")
-    assert models.model_cache_dir() == Path.home() / ".cache" / "speculative-llm"
+    assert model_sources.model_cache_dir() == Path.home() / ".cache" / "speculative-llm"
 
 
 # ---- dtypes --------------------------------------------------------------------------
@@ -284,3 +284,27 @@ def test_export_rebuilds_a_model_that_refuses_to_save(
     ids = torch.tensor([[1, 5, 6]])
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, reloaded.model(ids).logits)
+
+
+# ---- runner options --------------------------------------------------------------------
+
+
+def test_each_runner_takes_its_own_options_and_names_the_owner_of_others(
+    tiny_model_dir: Path,
+) -> None:
+    # Another runner's option at its default asks nothing of it.
+    loaded = load_model(str(tiny_model_dir), context_window=None, weight_layout="auto")
+    assert loaded.runner_name == "transformers"
+    with pytest.raises(ConfigError, match=r"option of the llama\.cpp runner") as caught:
+        load_model(str(tiny_model_dir), weight_layout="plain")
+    assert caught.value.field == "weight_layout"
+    assert "runner='llamacpp'" in str(caught.value)
+    with pytest.raises(ConfigError, match="Did you mean 'fast_paths'") as caught:
+        load_model(str(tiny_model_dir), fast_path="off")
+    assert caught.value.field == "fast_path"
+
+
+def test_an_unknown_runner_suggests_the_nearest(tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="Did you mean 'llamacpp'") as caught:
+        load_model(str(tiny_model_dir), runner="llama_cpp")
+    assert caught.value.field == "runner"

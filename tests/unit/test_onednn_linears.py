@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
-from speculative_llm.backends.local.transformers_fast_paths import OneDnnLinears  # noqa: E402
+from speculative_llm.backends.local.fast_paths import OneDnnLinears, onednn  # noqa: E402
+from speculative_llm.backends.local.fast_paths import linears as linears_path  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     DECODE_PROMPT,
@@ -110,10 +110,10 @@ def test_runners_of_one_model_share_its_packed_weights(target: Any) -> None:
     first, second = _runner(target, pack=True), _runner(target, pack=True)
     assert first.linears is not None and second.linears is not None
     layer = first.linears.linears[0]
-    packed = fast_paths._packed_weights[layer].weight
+    packed = onednn._packed_weights[layer].weight
     logits_along_a_decode(first)
     logits_along_a_decode(second)
-    assert fast_paths._packed_weights[layer].weight is packed
+    assert onednn._packed_weights[layer].weight is packed
 
 
 @needs_onednn
@@ -126,13 +126,13 @@ def test_weights_are_packed_only_when_the_copies_fit_in_memory(
         for module in target.modules()
         if type(module) is torch.nn.Linear
     )
-    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: weights)
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: weights)
     tight = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert tight is not None and not tight.packed
-    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: 4 * weights)
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: 4 * weights)
     roomy = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert roomy is not None and roomy.packed
-    monkeypatch.setattr(fast_paths, "available_memory_bytes", lambda: None)
+    monkeypatch.setattr(onednn, "available_memory_bytes", lambda: None)
     unknown = OneDnnLinears.for_model(target, target.config.vocab_size)
     assert unknown is not None and unknown.packed
 
@@ -211,14 +211,12 @@ def test_no_onednn_linears_outside_float32(target: Any) -> None:
 def test_a_kernel_that_changes_the_logits_is_not_used(
     target: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from speculative_llm.backends.local import transformers_fast_paths as fast_paths
-
-    exact = fast_paths.onednn_linear
+    exact = onednn.onednn_linear
 
     def off_by_a_little(inputs: Any, weight: Any, bias: Any) -> Any:
         return exact(inputs, weight, bias) * 1.01
 
-    monkeypatch.setattr(fast_paths, "onednn_linear", off_by_a_little)
+    monkeypatch.setattr(linears_path, "onednn_linear", off_by_a_little)
     assert OneDnnLinears.for_model(target, target.config.vocab_size) is None
     assert TransformersRunner(target).linears is None
     assert _instance_forwards(target) == []
@@ -229,7 +227,7 @@ def test_a_kernel_that_changes_the_logits_is_not_used(
 def test_a_packing_failure_leaves_the_model_as_it_was(
     target: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = fast_paths._packed_weight
+    real = onednn.packed_weight_under_lock
     packed_so_far: list[Any] = []
 
     def fails_on_the_third(module: Any) -> Any:
@@ -238,9 +236,9 @@ def test_a_packing_failure_leaves_the_model_as_it_was(
         packed_so_far.append(module)
         return real(module)
 
-    monkeypatch.setattr(fast_paths, "_packed_weight", fails_on_the_third)
+    monkeypatch.setattr(linears_path, "packed_weight_under_lock", fails_on_the_third)
     # The probe at load hits the failure: no oneDNN linears, nothing left installed.
     assert OneDnnLinears.for_model(target, target.config.vocab_size, pack=True) is None
     assert _instance_forwards(target) == []
     linears = [m for m in target.modules() if isinstance(m, torch.nn.Linear)]
-    assert [fast_paths._routed_layers.users(m) for m in linears] == [0] * len(linears)
+    assert [onednn.routed_layers.users(m) for m in linears] == [0] * len(linears)

@@ -10,8 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local import transformers_fast_paths as fast_paths  # noqa: E402
-from speculative_llm.backends.local.transformers_fast_paths import VocabularyHead  # noqa: E402
+from speculative_llm.backends.local.fast_paths import VocabularyHead, head, onednn  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     DECODE_PROMPT,
@@ -85,13 +84,13 @@ def test_the_head_projects_with_the_packed_output_weight_and_follows_changes(
         pytest.skip("this PyTorch build cannot pack weights for oneDNN: no packed head")
 
     packed_for: list[Any] = []
-    real = fast_paths.packed_weight
+    real = onednn.packed_weight
 
     def spy(module: Any) -> Any:
         packed_for.append(module)
         return real(module)
 
-    monkeypatch.setattr(fast_paths, "packed_weight", spy)
+    monkeypatch.setattr(head, "packed_weight", spy)
     fast = TransformersRunner(target)
     plain = runner_with(target, "attention", "cache")
     assert fast.linears is not None and fast.linears.packed

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Self, TypeVar
 
-from speculative_llm.backends.registry import PREDICTION_BACKENDS, TOOL_CAPABLE_BACKENDS
+from speculative_llm.backends.catalog import PREDICTION_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import UnsupportedFeatureError, UnsupportedMethodError
 from speculative_llm.types import Chunk, Completion, GenerationRequest

@@ -21,7 +21,8 @@ wrong fails the same way everywhere, at construction, with a typed error:
 
 from __future__ import annotations
 
-import re
+import inspect
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,12 @@ from typing import Any
 from pydantic import SecretStr
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.backends.registry import backend_entry, create_backend, resolve_backend_name
+from speculative_llm.backends.registry import (
+    BackendFactory,
+    backend_entry,
+    backend_factory,
+    resolve_backend_name,
+)
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, MissingDependencyError
 
@@ -158,13 +164,72 @@ def _merge(named: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+def _keywords_taken(factory: BackendFactory, signature: inspect.Signature) -> set[str] | None:
+    """The keywords the factory takes; None when its ``**options`` take any.
+
+    ``**options: Unpack[SomeTypedDict]`` takes the typed dict's keys only.
+    """
+    parameters = signature.parameters.values()
+    names = {
+        parameter.name
+        for parameter in parameters
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    rest = next((p for p in parameters if p.kind is p.VAR_KEYWORD), None)
+    if rest is None:
+        return names
+    function: Any = factory
+    if isinstance(factory, type):
+        function = function.__init__  # a class: its constructor's hints
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except (NameError, TypeError, AttributeError):  # unresolvable annotations: assume any
+        return None
+    annotation = hints.get(rest.name)
+    if typing.get_origin(annotation) is not typing.Unpack:
+        return None
+    (typed,) = typing.get_args(annotation)
+    keys = getattr(typed, "__required_keys__", frozenset()) | getattr(
+        typed, "__optional_keys__", frozenset()
+    )
+    return names | set(keys)
+
+
+def _refusal(factory: BackendFactory, options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why the factory's signature refuses ``options``, and the option to name (or None).
+
+    Read from the signature (``inspect.signature(...).bind``, and the keys of an
+    ``Unpack``-typed ``**options``) without calling the constructor, so a ``TypeError``
+    raised inside a constructor is never mistaken for a bad option.
+    """
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a callable without a signature: its call will tell
+        return None
+    taken = _keywords_taken(factory, signature)
+    unknown = None if taken is None else next((key for key in options if key not in taken), None)
+    if unknown is not None:
+        return f"it takes no option {unknown!r}", unknown
+    try:
+        signature.bind(**options)
+    except TypeError as error:
+        return str(error), "backend_options"
+    return None
 
 
 def _create(name: str, options: dict[str, Any], *, extra: str | None) -> Backend:
     """``create_backend``, with its constructor's failures as typed errors."""
     try:
-        return create_backend(name, **options)
+        factory = backend_factory(name)
+        refusal = _refusal(factory, options)
+        if refusal is not None:
+            reason, field = refusal
+            raise ConfigError(
+                f"Backend {name!r} rejected its options ({', '.join(sorted(options))}): "
+                f"{reason}. Check backend_options against the backend's documentation.",
+                field=field,
+            )
+        return factory(**options)
     except MissingDependencyError:
         raise
     except ImportError as error:
@@ -172,9 +237,8 @@ def _create(name: str, options: dict[str, Any], *, extra: str | None) -> Backend
             error.name or "a dependency", extra or "all", f"backend={name!r}"
         ) from error
     except TypeError as error:
-        unexpected = _UNEXPECTED_KEYWORD.search(str(error))
         raise ConfigError(
             f"Backend {name!r} rejected its options ({', '.join(sorted(options))}): {error}. "
             "Check backend_options against the backend's documentation.",
-            field=unexpected.group(1) if unexpected else "backend_options",
+            field="backend_options",
         ) from error

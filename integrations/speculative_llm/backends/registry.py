@@ -1,11 +1,7 @@
-"""The backend registry: the one table of backends every list of names derives from.
+"""The backend registry: backends created by name (built-in, registered, entry points).
 
-Each ``BackendEntry`` says what a backend is called (and its aliases), where its class
-lives, whether it talks to a server, which extra installs what it imports, and whether
-it calls tools or takes predictions. ``SERVER_BACKENDS``, ``IN_PROCESS_BACKENDS``,
-``TOOL_CAPABLE_BACKENDS``, ``PREDICTION_BACKENDS``, ``BACKEND_ALIASES``, the CLI's choices
-and the playground's server kinds are read from ``BUILTIN_BACKENDS``; adding a backend is
-one entry here plus its module.
+The built-in backends and every list of names derived from them live in the table of
+``catalog`` (re-exported here); adding a backend is one entry there plus its module.
 
 Third parties register a backend with ``register_backend`` or an entry point in the
 group ``speculative_llm.backends``::
@@ -19,14 +15,20 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from speculative_llm.backends.base import Backend
+from speculative_llm.backends.catalog import (
+    BACKEND_ALIASES,
+    BUILTIN_BACKENDS,
+    IN_PROCESS_BACKENDS,
+    PREDICTION_BACKENDS,
+    SERVER_BACKENDS,
+    TOOL_CAPABLE_BACKENDS,
+    BackendEntry,
+)
 from speculative_llm.errors import ConfigError
-
-if TYPE_CHECKING:
-    from speculative_llm.backends.base import Backend
 
 __all__ = [
     "BACKEND_ALIASES",
@@ -37,8 +39,10 @@ __all__ = [
     "SERVER_BACKENDS",
     "TOOL_CAPABLE_BACKENDS",
     "BackendEntry",
+    "BackendFactory",
     "available_backends",
     "backend_entry",
+    "backend_factory",
     "create_backend",
     "register_backend",
     "registered_paths",
@@ -47,110 +51,8 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "speculative_llm.backends"
 
-BackendFactory = Callable[..., "Backend"]
+BackendFactory = Callable[..., Backend]
 
-
-@dataclass(frozen=True, slots=True)
-class BackendEntry:
-    """One built-in backend.
-
-    Attributes:
-        name: The name ``create_backend`` takes (also the backend class's ``name``).
-        factory: ``"module:Class"``, imported only when the backend is created.
-        label: The backend's name for people (the playground's server list).
-        server: Whether it talks to a server at ``base_url`` (else it runs the model in
-            this process).
-        extra: The ``pip install "speculative-llm[extra]"`` extra that installs what it
-            imports; None when the core dependencies suffice.
-        tool_calling: Whether it maps tools and returns tool calls (its
-            ``capabilities.tool_calling``; a test keeps the two in agreement).
-        predicted_outputs: Whether it sends a request's ``prediction`` (its
-            ``capabilities.predicted_outputs``).
-        aliases: Other names accepted for it.
-    """
-
-    name: str
-    factory: str
-    label: str
-    server: bool
-    extra: str | None = None
-    tool_calling: bool = False
-    predicted_outputs: bool = False
-    aliases: tuple[str, ...] = ()
-
-
-BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
-    BackendEntry(
-        "local",
-        "speculative_llm.backends.local:LocalBackend",
-        label="Local engine (in-process)",
-        server=False,
-        extra="local",
-        tool_calling=True,
-    ),
-    BackendEntry(
-        "llamacpp",
-        "speculative_llm.backends.llamacpp:LlamaCppBackend",
-        label="llama.cpp llama-server",
-        server=True,
-        tool_calling=True,
-        aliases=("llama.cpp", "llama-server", "llama_cpp"),
-    ),
-    BackendEntry(
-        "vllm",
-        "speculative_llm.backends.vllm:VLLMBackend",
-        label="vLLM",
-        server=True,
-        tool_calling=True,
-    ),
-    BackendEntry(
-        "sglang",
-        "speculative_llm.backends.sglang:SGLangBackend",
-        label="SGLang",
-        server=True,
-        tool_calling=True,
-    ),
-    BackendEntry(
-        "lmstudio",
-        "speculative_llm.backends.lmstudio:LMStudioBackend",
-        label="LM Studio",
-        server=True,
-        tool_calling=True,
-        aliases=("lm-studio",),
-    ),
-    BackendEntry(
-        "tgi",
-        "speculative_llm.backends.tgi:TGIBackend",
-        label="Text Generation Inference",
-        server=True,
-        tool_calling=True,
-    ),
-    BackendEntry(
-        "openai",
-        "speculative_llm.backends.openai_compat:OpenAICompatibleBackend",
-        label="OpenAI-compatible",
-        server=True,
-        tool_calling=True,
-        predicted_outputs=True,
-        aliases=("openai-compatible",),
-    ),
-)
-"""Every built-in backend, in the order lists of backends show them."""
-
-SERVER_BACKENDS: tuple[str, ...] = tuple(e.name for e in BUILTIN_BACKENDS if e.server)
-"""Built-in backends that talk to a server: they need ``base_url``."""
-IN_PROCESS_BACKENDS: tuple[str, ...] = tuple(e.name for e in BUILTIN_BACKENDS if not e.server)
-"""Built-in backends that run the model in this process (no URL, no key, no HTTP timeout)."""
-TOOL_CAPABLE_BACKENDS: tuple[str, ...] = tuple(e.name for e in BUILTIN_BACKENDS if e.tool_calling)
-"""Built-in backends that can call tools, named in the errors of backends that cannot."""
-PREDICTION_BACKENDS: tuple[str, ...] = tuple(
-    e.name for e in BUILTIN_BACKENDS if e.predicted_outputs
-)
-"""Built-in backends that send a request's ``prediction`` (OpenAI's Predicted Outputs)."""
-BACKEND_ALIASES: dict[str, str] = {
-    alias: entry.name for entry in BUILTIN_BACKENDS for alias in entry.aliases
-}
-"""Other names accepted for built-in backends, and the name each stands for."""
 
 _BUILTIN: dict[str, BackendEntry] = {entry.name: entry for entry in BUILTIN_BACKENDS}
 _REGISTERED: dict[str, BackendFactory | str] = {}
@@ -196,19 +98,16 @@ def _load(path: str) -> BackendFactory:
     return factory
 
 
-def create_backend(name: str, **options: Any) -> Backend:
-    """Create a backend by name.
-
-    ``build_backend`` (``speculative_llm.backends.builder``) wraps this with the rules
-    the framework adapters share: model, base_url, typed errors.
+def backend_factory(name: str) -> BackendFactory:
+    """The class (or callable) that builds backend ``name``, imported if need be.
 
     Args:
         name: ``local``, ``llamacpp``, ``vllm``, ``sglang``, ``lmstudio``, ``tgi``,
             ``openai``, an alias of one, or a registered third-party name.
-        **options: Passed to the backend's constructor (``model``, ``base_url``...).
 
     Raises:
         ConfigError: The name is unknown (the message lists the known ones).
+        ImportError: The module that defines it cannot be imported.
     """
     key = resolve_backend_name(name)
     factory: BackendFactory | str | None = _REGISTERED.get(key)
@@ -223,6 +122,21 @@ def create_backend(name: str, **options: Any) -> Backend:
         raise ConfigError(
             f"Unknown backend {name!r}.{hint} Known backends: {', '.join(known)}.", field="backend"
         )
-    if isinstance(factory, str):
-        factory = _load(factory)
-    return factory(**options)
+    return _load(factory) if isinstance(factory, str) else factory
+
+
+def create_backend(name: str, **options: Any) -> Backend:
+    """Create a backend by name.
+
+    ``build_backend`` (``speculative_llm.backends.builder``) wraps this with the rules
+    the framework adapters share: model, base_url, typed errors.
+
+    Args:
+        name: ``local``, ``llamacpp``, ``vllm``, ``sglang``, ``lmstudio``, ``tgi``,
+            ``openai``, an alias of one, or a registered third-party name.
+        **options: Passed to the backend's constructor (``model``, ``base_url``...).
+
+    Raises:
+        ConfigError: The name is unknown (the message lists the known ones).
+    """
+    return backend_factory(name)(**options)

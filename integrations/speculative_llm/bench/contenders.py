@@ -18,18 +18,15 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from speculative_llm.backends.base import Backend
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE, BenchOptions
+from speculative_llm.bench.outcomes import Contender, Outcome, outcome_of
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
-from speculative_llm.stats import SpecStats
-from speculative_llm.types import Completion
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local import LocalBackend
@@ -47,67 +44,6 @@ DEFAULT_BENCH_MODEL = "smollm2-135m"
 """Model of the local engine and of managed llama-servers when none is given."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one generation produced (the runner adds the wall-clock time).
-
-    Attributes:
-        text: Generated text.
-        token_ids: Generated token ids, when known.
-        generated_tokens: Tokens generated.
-        decode_s: Seconds after the first token, when known.
-        stats: The backend's statistics, when it has any.
-        kernel_s: Seconds inside the model's kernels (our llama.cpp runner), when known.
-        grammar_s: Seconds our engine spent on a grammar (structured output, tools).
-    """
-
-    text: str
-    token_ids: tuple[int, ...] | None
-    generated_tokens: int
-    decode_s: float | None
-    stats: SpecStats | None
-    kernel_s: float | None = None
-    grammar_s: float | None = None
-
-
-class Contender(Protocol):
-    """Generates greedily for one variant."""
-
-    variant: Variant
-
-    def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
-        """Generate for one prompt with at most ``max_tokens`` tokens."""
-        ...
-
-    def close(self) -> None:
-        """Free what this contender owns."""
-        ...
-
-
-def outcome_of(completion: Completion) -> Outcome:
-    """An ``Outcome`` from a backend's ``Completion``.
-
-    Token ids count only when every token has one; the token count comes from the
-    statistics, else the usage, else the tokens.
-    """
-    tokens = completion.tokens
-    ids = (
-        tuple(t.id for t in tokens if t.id is not None)
-        if tokens and all(t.id is not None for t in tokens)
-        else None
-    )
-    generated = completion.stats.generated_tokens
-    if generated is None:
-        generated = completion.usage.completion_tokens or len(tokens)
-    return Outcome(
-        text=completion.text,
-        token_ids=ids,
-        generated_tokens=generated,
-        decode_s=completion.stats.decode_s,
-        stats=completion.stats,
-    )
-
-
 def spec_for(
     variant: Variant, draft_model: str | None, *, cost_aware: bool = False
 ) -> SpecConfig | None:
@@ -123,10 +59,6 @@ def spec_for(
         draft_model=draft_model if variant.method == "draft_model" else None,
         cost_aware=cost_aware,
     )
-
-
-_ENGINE_COUNTERS = {"kernel_seconds": "kernel_s", "grammar_seconds": "grammar_s"}
-"""Running totals our local engine keeps (backend attribute -> ``Outcome`` field)."""
 
 
 class BackendContender:
@@ -154,21 +86,8 @@ class BackendContender:
         self._owns_backend = owns_backend
 
     def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
-        """Generate through the backend (non-streaming)."""
-        before = self._counters()
-        outcome = outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
-        after = self._counters()
-        spent = {
-            field: after[name] - before[name]
-            for name, field in _ENGINE_COUNTERS.items()
-            if before[name] is not None and after[name] is not None
-        }
-        if not (prompt.response_format or prompt.tools):
-            spent.pop("grammar_s", None)  # no grammar: no figure, rather than 0
-        return dataclasses.replace(outcome, **spent) if spent else outcome
-
-    def _counters(self) -> dict[str, Any]:
-        return {name: getattr(self.backend, name, None) for name in _ENGINE_COUNTERS}
+        """Generate through the backend (non-streaming); timings from its ``SpecStats``."""
+        return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
 
     def close(self) -> None:
         """Close the backend if this contender owns it."""

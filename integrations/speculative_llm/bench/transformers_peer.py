@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.contenders import Outcome
+from speculative_llm.bench.outcomes import Outcome
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import Variant
 from speculative_llm.config import SpecConfig

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from speculative_llm.backends.local.models import (
+    from speculative_llm.backends.local.model_sources import (
         PACKAGED_MODELS,
         cached_packaged_model_path,
         model_cache_dir,
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``models``; returns the exit code."""
     if args.models_command == "list":
         return _list()
-    from speculative_llm.backends.local.models import packaged_model_path
+    from speculative_llm.backends.local.model_sources import packaged_model_path
 
     if args.models_command == "pull":
         path = packaged_model_path(args.alias, progress=True)

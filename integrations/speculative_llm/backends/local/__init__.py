@@ -18,6 +18,7 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
     ) from _error
 
 from speculative_llm.backends.local.backend import DEFAULT_MODEL, DEFAULT_SPEC, LocalBackend
+from speculative_llm.backends.local.draft_vocabulary import check_vocabulary
 from speculative_llm.backends.local.drafters import (
     Draft,
     Drafter,
@@ -34,16 +35,13 @@ from speculative_llm.backends.local.engine import (
 )
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel, LlamaCppTokenizer
 from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner
-from speculative_llm.backends.local.models import (
+from speculative_llm.backends.local.model_sources import (
     PACKAGED_MODELS,
-    RUNNER_CHOICES,
-    LoadedModel,
     PackagedModel,
-    check_vocabulary,
-    load_model,
     packaged_model_path,
 )
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.models import RUNNER_CHOICES, load_model
+from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
 from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype

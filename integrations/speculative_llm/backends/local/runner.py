@@ -18,16 +18,20 @@ greedy speculative output identical to greedy decoding.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["RUNNERS", "Runner", "RunnerName"]
+from speculative_llm.backends.local.model_sources import ModelSource
+from speculative_llm.backends.local.tokenizers import Tokenizer
 
-RunnerName = Literal["llamacpp", "transformers"]
-"""The runners of the local engine."""
+__all__ = ["LoadedModel", "Runner", "RunnerName"]
 
-RUNNERS: tuple[RunnerName, ...] = ("llamacpp", "transformers")
+RunnerName = str
+"""A runner's name: ``llamacpp``, ``transformers`` or a registered one
+(``runner_registry.runner_names()``)."""
 
 
 @runtime_checkable
@@ -55,6 +59,14 @@ class Runner(Protocol):
         ...
 
     @property
+    def kernel_seconds(self) -> float | None:
+        """Seconds inside the model's kernels, added up (None: not measured).
+
+        Each sequence's first pass (its prompt) is left out: that is time to first token.
+        """
+        ...
+
+    @property
     def device(self) -> torch.device:
         """Where the logits live (random generators for sampling are made there)."""
         ...
@@ -74,3 +86,40 @@ class Runner(Protocol):
     def close(self) -> None:
         """Free the cache (the runner is unusable afterwards)."""
         ...
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A loaded model, its tokenizer, and how to make runners of it.
+
+    Attributes:
+        name: The name it was loaded by.
+        source: Where it came from.
+        runner_name: ``llamacpp``, ``transformers`` or a registered runner's name.
+        model: The runner's model object (a transformers ``AutoModelForCausalLM``, a
+            ``LlamaCppModel``...).
+        tokenizer: Its tokenizer (``Tokenizer`` interface).
+        context_window: Longest sequence a runner holds (None: unknown).
+        description: One line for logs and the playground (runner, layout, dtype...).
+        make_runner: Creates a runner (its own KV cache) over the shared weights.
+        release: Frees the weights (None: garbage collection does).
+    """
+
+    name: str
+    source: ModelSource
+    runner_name: RunnerName
+    model: Any
+    tokenizer: Tokenizer
+    context_window: int | None
+    description: str
+    make_runner: Callable[[], Runner]
+    release: Callable[[], None] | None = None
+
+    def new_runner(self) -> Runner:
+        """A runner with a cache of its own."""
+        return self.make_runner()
+
+    def close(self) -> None:
+        """Free the weights (runners made from them are unusable afterwards)."""
+        if self.release is not None:
+            self.release()

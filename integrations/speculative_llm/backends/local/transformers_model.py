@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from speculative_llm.backends.local.models import PACKAGED_MODELS, LoadedModel, ModelSource
+from speculative_llm.backends.local.fast_paths import FastPaths
+from speculative_llm.backends.local.model_sources import PACKAGED_MODELS, ModelSource
+from speculative_llm.backends.local.runner import LoadedModel
 from speculative_llm.backends.local.tokenizers import HfTokenizer
-from speculative_llm.backends.local.transformers_fast_paths import FastPaths
 from speculative_llm.backends.local.transformers_runner import TransformersRunner
 from speculative_llm.errors import ConfigError, MissingDependencyError, ModelNotFoundError
 

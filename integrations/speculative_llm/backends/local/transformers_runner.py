@@ -3,39 +3,31 @@
 The engine feeds only tokens the cache has not seen, asks for logits of the last few
 positions only, and crops the cache when draft tokens are rejected, so the prefix is
 never recomputed. The model runs on the fast paths its probe allowed
-(``transformers_fast_paths``). Written against the transformers 5 cache API
+(``fast_paths``). Written against the transformers 5 cache API
 (``cache=``/``past_key_values=``, ``Cache.crop(-n)``, past recording for sliding-window
 layers).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
-from speculative_llm.backends.local.transformers_fast_paths import (
+from speculative_llm.backends.local.fast_paths import (
     FastPaths,
     GroupedAttention,
     OneDnnLinears,
     VocabularyHead,
+    cache_keyword,
+    forward_parameters,
     new_cache,
 )
 from speculative_llm.errors import BackendError
 
 __all__ = ["TransformersRunner"]
-
-
-def _forward_parameters(model: Any) -> set[str]:
-    return set(inspect.signature(model.forward).parameters)
-
-
-def _cache_keyword(parameters: set[str]) -> str:
-    """The forward argument that takes the KV cache (transformers 5 renamed it)."""
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class TransformersRunner:
@@ -52,8 +44,10 @@ class TransformersRunner:
 
     def __init__(self, model: Any, *, fast_paths: FastPaths | None = None) -> None:
         self.model = model
-        parameters = _forward_parameters(model)
-        self._cache_argument = _cache_keyword(parameters)
+        self.kernel_seconds: float | None = None
+        """Not measured: transformers' forward mixes the kernels with Python."""
+        parameters = forward_parameters(model)
+        self._cache_argument = cache_keyword(parameters)
         self._keeps_logits = "logits_to_keep" in parameters
         paths = fast_paths if fast_paths is not None else FastPaths.probe(model, self.vocab_size)
         self.fast_paths = paths
@@ -62,7 +56,7 @@ class TransformersRunner:
         """The projection used instead of the model's forward, or None."""
         if paths.head is not None:
             self._decoder, self.head = paths.head
-            self._decoder_cache_argument = _cache_keyword(_forward_parameters(self._decoder))
+            self._decoder_cache_argument = cache_keyword(forward_parameters(self._decoder))
         self.linears: OneDnnLinears | None = paths.linears
         """The layers routed to oneDNN during passes, or None."""
         self.attention: GroupedAttention | None = paths.attention
