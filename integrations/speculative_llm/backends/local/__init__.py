@@ -45,6 +45,7 @@ from speculative_llm.backends.local.models import (
 )
 from speculative_llm.backends.local.runner import Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter, SuffixTrie
 from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype
 from speculative_llm.backends.local.transformers_runner import TransformersRunner
@@ -58,6 +59,7 @@ __all__ = [
     "DraftLengthPolicy",
     "DraftModelDrafter",
     "Drafter",
+    "GlobalSuffixCache",
     "HfTokenizer",
     "LlamaCppModel",
     "LlamaCppRunner",
@@ -70,6 +72,8 @@ __all__ = [
     "SamplingParams",
     "StepCounters",
     "StepResult",
+    "SuffixDrafter",
+    "SuffixTrie",
     "Tokenizer",
     "TransformersRunner",
     "check_vocabulary",
