@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model for --method draft_model (same vocabulary)")
     parser.add_argument(
         "--method",
-        choices=("none", "ngram", "draft_model"),
-        help="speculative method (default: draft_model with --draft, else ngram)",
+        choices=("none", "ngram", "suffix", "draft_model"),
+        help="speculative method (default: draft_model with --draft, else ngram); suffix: "
+        "suffix decoding over the prompt and the outputs before it in this process",
     )
     parser.add_argument(
         "-k",
@@ -106,7 +107,7 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
             "max_speculative_tokens": max(16, args.k),
         }
     return SpecConfig(
-        method="draft_model" if method == "draft_model" else "ngram",
+        method=method if method in ("draft_model", "suffix") else "ngram",
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,
