@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
-from speculative_llm.config import SpecConfig
+from speculative_llm.config import Method, SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
@@ -83,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_local_engine_arguments(parser)
 
 
+_SPECULATIVE_METHODS: dict[str, Method] = {
+    "ngram": "ngram",
+    "suffix": "suffix",
+    "draft_model": "draft_model",
+}
+
+
 def build_spec(args: argparse.Namespace) -> SpecConfig:
     """The speculative configuration the arguments ask for.
 
@@ -107,7 +114,7 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
             "max_speculative_tokens": max(16, args.k),
         }
     return SpecConfig(
-        method=method if method in ("draft_model", "suffix") else "ngram",
+        method=_SPECULATIVE_METHODS[method],
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,
