@@ -83,7 +83,7 @@ class SpecConfig:
     suffix_max_depth: int = 24
     suffix_max_spec_factor: float = 1.0
     suffix_min_token_prob: float = 0.1
-    suffix_cache_tokens: int = 65536
+    suffix_cache_tokens: int = 32768
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

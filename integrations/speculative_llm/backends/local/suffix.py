@@ -345,7 +345,7 @@ class GlobalSuffixCache:
         ConfigError: A negative ``max_tokens`` or a ``max_depth`` below 2.
     """
 
-    def __init__(self, max_depth: int = 24, max_tokens: int = 16384) -> None:
+    def __init__(self, max_depth: int = 24, max_tokens: int = 32768) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
             raise ConfigError(
                 f"suffix_cache_tokens must be an integer >= 0, got {max_tokens!r}.",
