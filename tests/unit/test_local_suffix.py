@@ -76,3 +76,10 @@ def test_the_global_trie_belongs_to_its_backend(backend: LocalBackend) -> None:
     caches = backend._suffix_caches
     assert caches is not None and caches[(12, SUFFIX.suffix_cache_tokens)].outputs >= 1
     assert "suffix" in backend.capabilities.methods
+
+
+def test_forget_outputs_empties_the_global_trie(backend: LocalBackend) -> None:
+    backend.generate(_request(SUFFIX))
+    backend.forget_outputs()
+    stats = backend.generate(_request(SUFFIX, "x = [1, 2, 3]\ny = [1, 2, 3]\nz = [")).stats
+    assert stats.global_tree_draft_tokens == 0  # nothing remembered from before

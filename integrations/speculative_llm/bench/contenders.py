@@ -167,6 +167,12 @@ class BackendContender:
             spent.pop("grammar_s", None)  # no grammar: no figure, rather than 0
         return dataclasses.replace(outcome, **spent) if spent else outcome
 
+    def forget_outputs(self) -> None:
+        """Empty the backend's memory of earlier outputs (suffix decoding's global trie)."""
+        forget = getattr(self.backend, "forget_outputs", None)
+        if callable(forget):
+            forget()
+
     def _counters(self) -> dict[str, Any]:
         return {name: getattr(self.backend, name, None) for name in _ENGINE_COUNTERS}
 

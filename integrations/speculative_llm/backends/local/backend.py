@@ -328,6 +328,11 @@ class LocalBackend(Backend):
             )
         return self._draft_drafter(spec)
 
+    def forget_outputs(self) -> None:
+        """Empty suffix decoding's global tries (the outputs of earlier requests)."""
+        with self._load_lock:
+            self._suffix_caches = None
+
     def _suffix_cache(self, spec: SpecConfig) -> GlobalSuffixCache | None:
         """The global trie of earlier outputs for this depth and size (None: turned off).
 
