@@ -12,17 +12,19 @@ from speculative_llm.errors import ConfigError
 
 __all__ = ["EXACT_POLICIES", "LOCAL_METHODS", "METHODS", "Method", "SpecConfig"]
 
-Method = Literal["none", "draft_model", "ngram", "eagle", "eagle3", "mtp", "server"]
+Method = Literal["none", "draft_model", "ngram", "suffix", "eagle", "eagle3", "mtp", "server"]
 """How draft tokens are proposed.
 
 ``none`` is the baseline (no speculation); ``draft_model`` uses a smaller model with
-the same vocabulary; ``ngram`` is prompt lookup; ``eagle``/``eagle3``/``mtp`` are
+the same vocabulary; ``ngram`` is prompt lookup; ``suffix`` is suffix decoding (Oliaro
+et al. 2024: the most frequent continuation in suffix trees over the request and over
+earlier outputs, sized by the match length); ``eagle``/``eagle3``/``mtp`` are
 served by engines that load such heads; ``server`` means "whatever the server was
 started with" (speculation configured at launch, not per request).
 """
 
 METHODS: tuple[str, ...] = get_args(Method)
-LOCAL_METHODS: tuple[str, ...] = ("none", "draft_model", "ngram")
+LOCAL_METHODS: tuple[str, ...] = ("none", "draft_model", "ngram", "suffix")
 """Methods the in-process engine implements."""
 
 EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
@@ -56,6 +58,19 @@ class SpecConfig:
             Output is unchanged; only speed. Servers ignore it.
         min_speculative_tokens: Lower bound of k when ``adaptive`` is on.
         max_speculative_tokens: Upper bound of k when ``adaptive`` is on.
+        suffix_max_depth: Suffix decoding: longest substring the suffix tries hold; it
+            bounds match length plus draft length (vLLM's
+            ``suffix_decoding_max_tree_depth``).
+        suffix_max_spec_factor: Suffix decoding: draft at most this many tokens per
+            matched token (alpha; vLLM's ``suffix_decoding_max_spec_factor``), and never
+            more than k.
+        suffix_min_token_prob: Suffix decoding: draft a token only while the estimated
+            probability of the path (from continuation frequencies) is at least this
+            (vLLM's ``suffix_decoding_min_token_prob``).
+        suffix_cache_tokens: Suffix decoding, local engine: tokens of earlier outputs
+            the backend's global trie keeps (one per model; older outputs are evicted
+            in halves); 0 turns the global trie off (on vLLM:
+            ``suffix_decoding_max_cached_requests=0``).
 
     Raises:
         ConfigError: A value is out of range; the message names the field and the fix.
@@ -70,6 +85,10 @@ class SpecConfig:
     cost_aware: bool = False
     min_speculative_tokens: int = 1
     max_speculative_tokens: int = 16
+    suffix_max_depth: int = 24
+    suffix_max_spec_factor: float = 1.0
+    suffix_min_token_prob: float = 0.1
+    suffix_cache_tokens: int = 32768
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -78,10 +97,17 @@ class SpecConfig:
                 f"Choose one of: {', '.join(METHODS)}.",
                 field="method",
             )
-        for name in ("num_speculative_tokens", "ngram_min", "ngram_max"):
+        for name in (
+            "num_speculative_tokens",
+            "ngram_min",
+            "ngram_max",
+            "suffix_max_depth",
+            "suffix_cache_tokens",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{name} must be an integer, got {value!r}.", field=name)
+        self._check_suffix()
         if self.speculative and self.method != "server" and self.num_speculative_tokens < 1:
             raise ConfigError(
                 f"num_speculative_tokens must be >= 1 with method {self.method!r}, got "
@@ -126,6 +152,34 @@ class SpecConfig:
                 f"lie within [{self.min_speculative_tokens}, {self.max_speculative_tokens}].",
                 field="num_speculative_tokens",
             )
+
+    def _check_suffix(self) -> None:
+        if self.suffix_max_depth < 2:
+            raise ConfigError(
+                f"suffix_max_depth must be >= 2 (match plus draft length), got "
+                f"{self.suffix_max_depth}; vLLM's default is 24.",
+                field="suffix_max_depth",
+            )
+        if self.suffix_cache_tokens < 0:
+            raise ConfigError(
+                f"suffix_cache_tokens must be >= 0 (0 turns the global trie off), got "
+                f"{self.suffix_cache_tokens}.",
+                field="suffix_cache_tokens",
+            )
+        for name, low, high in (
+            ("suffix_max_spec_factor", 0.0, None),
+            ("suffix_min_token_prob", 0.0, 1.0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{name} must be a number, got {value!r}.", field=name)
+            if (
+                value < low
+                or (high is not None and value > high)
+                or (name == "suffix_max_spec_factor" and value == 0)
+            ):
+                bounds = "> 0" if high is None else f"within [{low}, {high}]"
+                raise ConfigError(f"{name} must be {bounds}, got {value}.", field=name)
 
     @property
     def speculative(self) -> bool:

@@ -116,6 +116,14 @@ class SpecStats:
         grammar_cut_tokens: Proposed tokens a grammar forbade, dropped before
             verification (the local engine with ``response_format`` or tools); not part
             of ``draft_tokens``. None without a grammar, and on servers.
+        request_tree_draft_tokens: Suffix decoding (local engine): proposed tokens that
+            came from the request's own trie (its prompt and output so far). None for
+            other methods, and on servers.
+        request_tree_accepted_tokens: Of those, the ones the target accepted.
+        global_tree_draft_tokens: Suffix decoding (local engine): proposed tokens that
+            came from the global trie (earlier outputs of the same backend). The two
+            sources add up to ``draft_tokens``.
+        global_tree_accepted_tokens: Of those, the ones the target accepted.
         verify_steps: Target forward passes while decoding (one per emitted step).
         draft_steps: Verify steps that carried at least one draft token.
         rejected_steps: Verify steps in which the target rejected a draft token.
@@ -148,6 +156,10 @@ class SpecStats:
     accepted_tokens: int | None = None
     ignored_draft_tokens: int | None = None
     grammar_cut_tokens: int | None = None
+    request_tree_draft_tokens: int | None = None
+    request_tree_accepted_tokens: int | None = None
+    global_tree_draft_tokens: int | None = None
+    global_tree_accepted_tokens: int | None = None
     verify_steps: int | None = None
     draft_steps: int | None = None
     rejected_steps: int | None = None
@@ -343,6 +355,10 @@ class SpecStats:
                 "accepted_tokens",
                 "ignored_draft_tokens",
                 "grammar_cut_tokens",
+                "request_tree_draft_tokens",
+                "request_tree_accepted_tokens",
+                "global_tree_draft_tokens",
+                "global_tree_accepted_tokens",
                 "verify_steps",
                 "draft_steps",
                 "rejected_steps",

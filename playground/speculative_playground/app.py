@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 
 _METHOD_LABELS: dict[str, str] = {
     "ngram": "Prompt lookup (n-gram)",
+    "suffix": "Suffix decoding (local engine)",
     "draft_model": "Draft model",
     "server": "As the server was started (running servers)",
     "eagle": "EAGLE (running servers)",

@@ -3,7 +3,9 @@
 Prompt lookup (n-gram drafting) pays off when the answer repeats long spans of the
 prompt: editing code, extracting facts quoted from a document, rewriting a text. Free
 generation (chat, open questions) gives a drafter with no model of its own little to
-copy, which is worth seeing too: the presets cover both ends.
+copy, which is worth seeing too: the presets cover both ends. The agent-loop steps
+repeat one tool-call shape across requests: suffix decoding's global trie drafts it
+from the second step on.
 """
 
 from __future__ import annotations
@@ -122,6 +124,41 @@ _INCIDENT_SCHEMA = """{
 }"""
 
 
+_AGENT_TOOLS = """You are the planning step of an agent. Tools:
+- get_weather(city: string, unit: "celsius" or "fahrenheit"): current weather in a city.
+- convert_currency(amount: number, source: string, target: string): convert money with
+  today's rate; currencies are ISO codes such as EUR, USD, NOK.
+- search_flights(origin: string, destination: string, date: string): flights on a date
+  (YYYY-MM-DD), origin and destination as IATA airport codes.
+Reply with exactly one tool call as JSON: {"tool": ..., "arguments": {...}, "reason": ...}.
+
+Question: """
+
+# One tool-call shape for every step, as in an agent loop: what suffix decoding's global
+# trie learns from the first answer and drafts in the next ones.
+_AGENT_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "tool": {"type": "string", "enum": ["get_weather", "convert_currency", "search_flights"]},
+    "arguments": {
+      "type": "object",
+      "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+      },
+      "required": ["city", "unit"]
+    },
+    "reason": {"type": "string"}
+  },
+  "required": ["tool", "arguments", "reason"]
+}"""
+
+_AGENT_WHY = (
+    "Run the agent-loop steps in order with method suffix on the local engine: from the "
+    "second step on, the global trie drafts the tool-call JSON of the earlier answers "
+    "(the statistics count its drafts apart from the request's own)."
+)
+
 PRESETS: tuple[Preset, ...] = (
     Preset(
         name="Code edit: add type hints",
@@ -206,6 +243,27 @@ PRESETS: tuple[Preset, ...] = (
             "time does it arrive? Show your working step by step."
         ),
         why="Step-by-step working repeats numbers and phrases it has just written.",
+    ),
+    Preset(
+        name="Agent loop 1/3: weather in Paris",
+        category="Agent loop",
+        prompt=_AGENT_TOOLS + "Should I take an umbrella in Paris today? Use celsius.",
+        why=_AGENT_WHY,
+        schema=_AGENT_SCHEMA,
+    ),
+    Preset(
+        name="Agent loop 2/3: weather in Oslo",
+        category="Agent loop",
+        prompt=_AGENT_TOOLS + "Is it cold enough in Oslo for a winter coat? Use celsius.",
+        why=_AGENT_WHY,
+        schema=_AGENT_SCHEMA,
+    ),
+    Preset(
+        name="Agent loop 3/3: weather in Denver",
+        category="Agent loop",
+        prompt=_AGENT_TOOLS + "Will it be warm in Denver this afternoon? Use fahrenheit.",
+        why=_AGENT_WHY,
+        schema=_AGENT_SCHEMA,
     ),
     Preset(
         name="Friendly chat",

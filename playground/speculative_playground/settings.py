@@ -52,7 +52,7 @@ PACKAGED_MODELS: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
 """Models shipped as PyPI packages: they load with no model hub."""
 
 _METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "local": ("ngram", "draft_model"),
+    "local": ("ngram", "suffix", "draft_model"),
     "managed": ("ngram", "draft_model"),
     "url": ("server", "ngram", "draft_model", "eagle", "eagle3", "mtp"),
 }

@@ -102,11 +102,9 @@ def test_the_worker_says_what_the_engine_says(
     assert worker.runner_name == "llamacpp" and worker.default_spec == in_process.default_spec
     assert worker.capabilities == in_process.capabilities and worker.name == "local"
     assert worker.model_info() == in_process.model_info()
-    before = worker.kernel_seconds
-    assert before is not None
-    worker.generate(ask("free_text", SPECS["baseline"]))
-    after = worker.kernel_seconds
-    assert after is not None and after > before
+    # Per-request engine timings cross the boundary in the statistics.
+    completion = worker.generate(ask("free_text", SPECS["baseline"]))
+    assert completion.stats.kernel_s is not None and completion.stats.kernel_s > 0
 
 
 def test_a_crash_mid_generation_is_reported_and_the_next_request_runs_afresh(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from speculative_llm.bench.contenders import spec_for
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
 from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.cli import build_parser
@@ -148,3 +149,11 @@ def test_llama_server_variants_follow_the_ngram_types_and_ks() -> None:
         BenchOptions(compare_llama_server=True, llama_server_types=("draft-simple",))
     with pytest.raises(ConfigError, match="Unknown runner"):
         BenchOptions(runner="onnx")
+
+
+def test_suffix_decoding_is_a_local_bench_method() -> None:
+    options = BenchOptions(methods=parse_methods("none,suffix"), ks=(4,), cost_aware=True)
+    suffix = [v for v in options.variants() if v.method == "suffix"]
+    assert suffix == [Variant(OURS, "suffix", 4)]
+    spec = spec_for(suffix[0], None, cost_aware=True)
+    assert spec is not None and spec.method == "suffix" and spec.num_speculative_tokens == 4

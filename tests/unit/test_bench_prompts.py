@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -189,3 +190,26 @@ def test_a_jsonl_prompt_may_carry_response_format_and_tools(tmp_path: Path) -> N
     path.write_text(path.read_text().splitlines()[0] + "\n")
     (prompt,) = load_prompts(path)
     assert prompt.request(8, None).response_format == {"type": "json_object"}
+
+
+def test_agent_loop_sessions_run_their_steps_in_order() -> None:
+    """Each step is the previous one plus its tool call and result: one agent, end to end."""
+    steps = builtin_prompts(["agent_loop"])
+    sessions: dict[str, list[BenchPrompt]] = {}
+    for prompt in steps:
+        sessions.setdefault(prompt.id.rsplit("-", 1)[0], []).append(prompt)
+    assert len(sessions) >= 3
+    for session in sessions.values():
+        assert [p.id.rsplit("-", 1)[1] for p in session] == [
+            str(n) for n in range(1, len(session) + 1)
+        ]
+        for earlier, later in itertools.pairwise(session):
+            assert earlier.messages is not None and later.messages is not None
+            assert later.messages[: len(earlier.messages)] == earlier.messages
+            assert [m.role for m in later.messages[len(earlier.messages) :]] == [
+                "assistant",
+                "user",
+            ]
+        *calls, answer = session
+        assert all(p.tools and p.tool_choice == "required" for p in calls)
+        assert answer.tools is None  # the last step answers from the tool results

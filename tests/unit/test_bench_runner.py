@@ -137,3 +137,23 @@ def test_the_engine_timings_come_from_the_requests_statistics() -> None:
     assert (outcome.kernel_s, outcome.grammar_s) == (0.25, 0.125)
     untimed = outcome_of(Completion("ab", SpecStats.unavailable("vllm")))
     assert untimed.kernel_s is None and untimed.grammar_s is None
+
+
+@dataclass
+class Forgetful(Recorder):
+    """A contender that remembers earlier outputs, as suffix decoding's global trie does."""
+
+    forgotten_at: list[int] = field(default_factory=list)
+
+    def forget_outputs(self) -> None:
+        self.forgotten_at.append(len(self.log))
+
+
+def test_every_repeat_starts_without_memory_of_earlier_outputs() -> None:
+    log: list[tuple[str, str, int]] = []
+    clock = [0.0]
+    forgetful = Forgetful(Variant(OURS, "suffix", 6), log, clock, 1.0)
+    plain = Recorder(Variant(OURS, "none"), log, clock, 1.0)
+    run_samples([plain, forgetful], _prompts(3), repeats=2, max_tokens=20, clock=lambda: clock[0])
+    # After the warm-up (2 runs), and after the first repeat (2 + 3 prompts x 2 variants).
+    assert forgetful.forgotten_at == [2, 8]

@@ -166,3 +166,34 @@ def test_models_export(
     assert main(["models", "export", str(tiny_model_dir), str(out_dir)]) == 0
     assert capsys.readouterr().out.strip() == str(out_dir)
     assert (out_dir / "config.json").is_file() and (out_dir / "tokenizer.json").is_file()
+
+
+def test_generate_with_suffix_decoding(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "generate",
+            "--dtype",
+            "float32",
+            "--model",
+            str(tiny_model_dir),
+            "--method",
+            "suffix",
+            "--max-tokens",
+            "16",
+            "--compare",
+            "--json",
+            "--raw",
+            "x = [1, 2, 3]\ny = [1, 2",
+        ]
+    )
+    assert code == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["identical_output"] is True
+    stats = record["stats"]
+    assert stats["method"] == "suffix"
+    assert (
+        stats["request_tree_draft_tokens"] + stats["global_tree_draft_tokens"]
+        == (stats["draft_tokens"])
+    )

@@ -22,6 +22,7 @@ from speculative_llm.backends.local.engine import (  # noqa: E402
     generate_steps,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
@@ -100,6 +101,8 @@ def _make(method: str, target: Any, draft: Any) -> tuple[Drafter | None, DraftLe
         return PromptLookupDrafter(1, 3), DraftLengthPolicy(4)
     if method == "ngram-adaptive":
         return PromptLookupDrafter(1, 3), DraftLengthPolicy(2, adaptive=True, min_k=1, max_k=8)
+    if method == "suffix":
+        return SuffixDrafter(GlobalSuffixCache(max_depth=24)), DraftLengthPolicy(6)
     if method == "draft_model":
         return DraftModelDrafter(
             TransformersRunner(draft), target.config.vocab_size
@@ -112,7 +115,15 @@ def _make(method: str, target: Any, draft: Any) -> tuple[Drafter | None, DraftLe
     raise AssertionError(method)
 
 
-METHODS = ("none", "ngram-k1", "ngram", "ngram-adaptive", "draft_model", "draft_model-adaptive")
+METHODS = (
+    "none",
+    "ngram-k1",
+    "ngram",
+    "ngram-adaptive",
+    "suffix",
+    "draft_model",
+    "draft_model-adaptive",
+)
 
 
 def test_baseline_equals_transformers_greedy(
@@ -167,6 +178,23 @@ def test_a_drafter_is_reused_across_sequences(
         for prompt, expected in zip(prompts, transformers_greedy, strict=True):
             tokens, _ = run_engine(target, drafter, prompt, DraftLengthPolicy(3))
             assert tokens == expected
+
+
+def test_suffix_drafts_from_earlier_outputs_stay_exact(
+    target: Any, prompts: list[list[int]], transformers_greedy: list[list[int]]
+) -> None:
+    """Outputs remembered in the global trie draft for the requests after them."""
+    drafter = SuffixDrafter(GlobalSuffixCache(max_depth=24))
+    global_accepted = 0
+    for _ in range(2):
+        for prompt, expected in zip(prompts, transformers_greedy, strict=True):
+            tokens, counters = run_engine(target, drafter, prompt, DraftLengthPolicy(6))
+            assert tokens == expected
+            drafter.remember(tokens)
+            global_accepted += counters.accepted_by_source.get("global", 0)
+            assert sum(counters.drafted_by_source.values()) == counters.draft_tokens
+    # The second round repeats the first: its outputs come from the global trie.
+    assert global_accepted > 0
 
 
 def test_eos_ends_generation_and_is_included(target: Any, prompts: list[list[int]]) -> None:

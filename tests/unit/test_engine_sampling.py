@@ -26,12 +26,17 @@ from speculative_llm.backends.local.drafters import (  # noqa: E402
     DraftModelDrafter,
     PromptLookupDrafter,
 )
-from speculative_llm.backends.local.engine import DraftLengthPolicy, generate_steps  # noqa: E402
+from speculative_llm.backends.local.engine import (  # noqa: E402
+    DraftLengthPolicy,
+    StepCounters,
+    generate_steps,
+)
 from speculative_llm.backends.local.sampling import (  # noqa: E402
     SamplingParams,
     Verdict,
     logits_to_probs,
 )
+from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
 from tiny_models import build_mini_causal_lm, build_tiny_llama, perturbed_copy, write_gguf  # noqa: E402
 
@@ -182,6 +187,56 @@ def test_prompt_lookup_sampling_matches_the_target(case: Case) -> None:
     samples = _sample(case.target, PromptLookupDrafter(1, 2), 600)
     assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3
     assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3
+
+
+def _suffix_drafter(runner: Any) -> SuffixDrafter:
+    """A suffix drafter whose global trie holds 20 of the target's own samples."""
+    cache = GlobalSuffixCache(max_depth=8)
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(20):
+        steps = generate_steps(
+            runner,
+            None,
+            PROMPT,
+            max_new_tokens=6,
+            params=PARAMS,
+            draft_length=DraftLengthPolicy(0),
+            generator=generator,
+        )
+        cache.add([token for step in steps for token in step.tokens])
+    return SuffixDrafter(cache, min_token_prob=0.0)
+
+
+def test_suffix_sampling_matches_the_target(case: Case) -> None:
+    # One-hot q again, from the request's trie and from the global one (earlier
+    # outputs, so its drafts are often accepted and often rejected).
+    drafter = _suffix_drafter(case.target)
+    counters = StepCounters()
+    for step in generate_steps(
+        case.target,
+        drafter,
+        PROMPT,
+        max_new_tokens=40,
+        params=PARAMS,
+        draft_length=DraftLengthPolicy(K),
+        generator=torch.Generator().manual_seed(1),
+    ):
+        counters.record(step)
+    assert counters.accepted_by_source.get("global", 0) > 0
+    assert counters.rejected_steps > 0
+    samples = _sample(case.target, drafter, 600)
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3
+    # Test of the test: with these drafts, the broken rule is caught (seeded, so the
+    # p-values are fixed: about 1e-10 and 4e-5 on the two runners).
+    broken = _sample(case.target, drafter, 600, rule=_broken_rule)
+    assert (
+        min(
+            _pvalue(_pair_counts(broken, 0, 1), case.exact_joint.sum(dim=2)),
+            _pvalue(_pair_counts(broken, 1, 2), case.exact_joint.sum(dim=0)),
+        )
+        < 1e-4
+    )
 
 
 def test_the_engine_test_catches_a_broken_rule(case: Case) -> None:

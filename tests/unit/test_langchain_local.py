@@ -77,6 +77,19 @@ def test_per_call_baseline_has_no_draft_tokens_and_the_same_greedy_text(
     assert baseline.content == speculative.content
 
 
+def test_suffix_decoding_passes_through_with_its_per_tree_stats(tiny_backend: Backend) -> None:
+    chat = ChatSpeculative(
+        backend=tiny_backend, max_tokens=24, speculative={"method": "suffix", "k": 6}
+    )
+    first, second = chat.invoke(PROMPT), chat.invoke(PROMPT)
+    assert first.content == second.content == chat.invoke(PROMPT, speculative="none").content
+    stats = assert_consistent(second)
+    assert stats.method == "suffix"
+    assert stats.global_tree_draft_tokens is not None
+    assert stats.request_tree_draft_tokens is not None
+    assert stats.global_tree_draft_tokens + stats.request_tree_draft_tokens == stats.draft_tokens
+
+
 def test_text_completion_with_the_callback_totals(tiny_backend: Backend) -> None:
     llm = SpeculativeLLM(backend=tiny_backend, max_tokens=16)
     with get_spec_stats_callback() as spec:

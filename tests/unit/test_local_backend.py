@@ -257,7 +257,7 @@ def test_capabilities_and_registry(model_path: Path, runner_name: str) -> None:
     backend = create_backend("local", model=str(model_path), speculative="none", runner=runner_name)
     assert isinstance(backend, LocalBackend)
     caps = backend.capabilities
-    assert caps.methods == frozenset({"none", "ngram", "draft_model"})
+    assert caps.methods == frozenset({"none", "ngram", "suffix", "draft_model"})
     assert caps.per_request_stats and caps.token_provenance and caps.per_request_toggle
     assert backend.default_spec.method == "none"
     assert backend.model_info().context_window == 2048

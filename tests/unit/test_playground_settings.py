@@ -107,6 +107,7 @@ def test_presets_cover_every_category() -> None:
         "Math",
         "Chat",
         "Structured output",
+        "Agent loop",
     }
     assert len({p.name for p in PRESETS}) == len(PRESETS)
     for category in CATEGORIES:
@@ -140,7 +141,8 @@ def test_an_invalid_schema_says_where_and_how_to_get_free_text() -> None:
 
 def test_structured_presets_carry_a_schema_of_an_object() -> None:
     structured = [p for p in PRESETS if p.schema]
-    assert structured and all(p.category == "Structured output" for p in structured)
+    kinds = ("Structured output", "Agent loop")
+    assert structured and all(p.category in kinds for p in structured)
     for preset in structured:
         schema = RunSettings(json_schema=preset.schema).schema()
         assert schema is not None and schema["type"] == "object"
@@ -148,7 +150,17 @@ def test_structured_presets_carry_a_schema_of_an_object() -> None:
         assert set(schema["required"]) == set(schema["properties"])
         # The values are quoted from the prompt: what prompt lookup drafts.
         assert len(preset.prompt) > 400
-    assert all(not p.schema for p in PRESETS if p.category != "Structured output")
+    assert all(not p.schema for p in PRESETS if p.category not in kinds)
+
+
+def test_agent_loop_presets_share_one_tool_call_shape() -> None:
+    steps = preset_names("Agent loop")
+    assert len(steps) >= 2
+    assert len({find_preset(name).schema for name in steps}) == 1  # the global trie's pattern
+    spec = RunSettings(method="suffix").spec_config()
+    assert spec is not None and spec.method == "suffix" and spec.cost_aware
+    with pytest.raises(ConfigError, match="not available"):
+        RunSettings(backend="managed", method="suffix")
 
 
 def test_unknown_preset() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fakeserver import fixture_json
 from gguf_headers import write_gguf_header
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import (
@@ -568,6 +569,31 @@ def test_vllm_server_command(tmp_path: Path) -> None:
     baseline = VLLMServer("/models/smol", python=python, port=8766)
     assert "--speculative-config" not in baseline.command
     assert baseline.per_request_metrics is None
+
+
+def test_vllm_suffix_config_uses_vllms_own_keys(tmp_path: Path) -> None:
+    reference = fixture_json("vllm/speculative_config_suffix.json")
+    defaults = SpecConfig(method="suffix", num_speculative_tokens=32)
+    config = vllm_speculative_config(defaults)
+    assert config is not None
+    # Our defaults are vLLM's, under vLLM's names (its cached-requests bound is left alone).
+    assert {key: config[key] for key in reference["docs_example"]} == reference["docs_example"]
+    expected = {k: v for k, v in reference["defaults"].items() if "cached_requests" not in k}
+    assert {key: config[key] for key in expected} == expected
+    assert set(config) - {"method", "num_speculative_tokens"} <= set(reference["defaults"])
+    off = vllm_speculative_config({"method": "suffix", "k": 8, "suffix_cache_tokens": 0})
+    assert off is not None and off["suffix_decoding_max_cached_requests"] == 0
+    python = tmp_path / "python"
+    python.write_text("")
+    server = VLLMServer(
+        "/models/smol",
+        speculative={"method": "suffix", "k": 16, "suffix_max_depth": 32},
+        python=python,
+        per_request_metrics="summary",
+    )
+    started = json.loads(option_value(server.command, "--speculative-config"))
+    assert started["method"] == "suffix" and started["num_speculative_tokens"] == 16
+    assert started["suffix_decoding_max_tree_depth"] == 32
 
 
 def test_missing_vllm_environment_names_the_setup_script(tmp_path: Path) -> None:

@@ -42,6 +42,14 @@ def test_vllm_detailed_per_request_metrics() -> None:
     assert sum(stats.accepted_per_position or ()) == stats.accepted_tokens
 
 
+def test_vllm_stats_do_not_split_drafts_by_suffix_tree() -> None:
+    """VLLM reports the same per-request figures for every method, suffix included."""
+    stats = VLLMBackend(URL).parse_response(CHAT, fixture_json("vllm/chat_spec_detailed.json"))
+    assert stats.stats.draft_tokens is not None
+    assert stats.stats.global_tree_draft_tokens is None
+    assert stats.stats.request_tree_draft_tokens is None
+
+
 def test_vllm_summary_metrics_use_the_histogram_and_server_timings() -> None:
     data = fixture_json("vllm/chat_spec_summary.json")
     metrics = data["metrics"]

@@ -74,8 +74,9 @@ HINTS = EngineHints(
     ),
     speculation_hint=(
         'Start vLLM with `--speculative-config \'{"method": "ngram", '
-        '"num_speculative_tokens": 4, "prompt_lookup_max": 4}\'` (or method draft_model, '
-        'eagle, eagle3, mtp with "model": ...), plus `--per-request-spec-decode-metrics '
+        '"num_speculative_tokens": 4, "prompt_lookup_max": 4}\'` (or method suffix, which '
+        'needs arctic-inference; or draft_model, eagle, eagle3, mtp with "model": ...), plus '
+        "`--per-request-spec-decode-metrics "
         "summary` for exact per-request figures."
     ),
 )

@@ -89,6 +89,12 @@ class BackendContender:
         """Generate through the backend (non-streaming); timings from its ``SpecStats``."""
         return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
 
+    def forget_outputs(self) -> None:
+        """Empty the backend's memory of earlier outputs (suffix decoding's global trie)."""
+        forget = getattr(self.backend, "forget_outputs", None)
+        if callable(forget):
+            forget()
+
     def close(self) -> None:
         """Close the backend if this contender owns it."""
         if self._owns_backend:

@@ -21,7 +21,7 @@ __all__ = [
     "parse_methods",
 ]
 
-BENCH_METHODS: tuple[str, ...] = ("none", "ngram", "draft_model", "server")
+BENCH_METHODS: tuple[str, ...] = ("none", "ngram", "suffix", "draft_model", "server")
 """Methods a benchmark can ask for; ``server`` is whatever a running server was started
 with (one variant, k decided by the server)."""
 
@@ -181,7 +181,7 @@ class BenchOptions:
             if "server" in self.methods:
                 raise ConfigError(
                     "Method 'server' means a server's own configuration; the local engine takes "
-                    "none, ngram or draft_model.",
+                    "none, ngram, suffix or draft_model.",
                     field="methods",
                 )
             if self.base_url or self.baseline_url:

@@ -13,7 +13,11 @@ Spec-Bench's categories plus code editing, 10 or more prompts each:
 * ``structured``: fields extracted from a text into a JSON schema, and tool calls
   (``response_format`` or ``tools``), answered under a grammar on the local engine;
 * ``structured_free``: the same prompts without their schema or tools, so the cost of
-  the grammar shows next to the free runs.
+  the grammar shows next to the free runs;
+* ``agent_loop``: four tool-calling sessions of a travel agent, step by step in order
+  (three required tool calls, their results fed back, then the answer), so a category's
+  time is the sessions' time end to end. The steps repeat one tool-call shape within and
+  across sessions: what suffix decoding's global trie drafts from the second on.
 
 ``rag``, ``code_edit`` and ``structured`` repeat long stretches of their prompt (the
 JSON keys and copied values of an extraction too), which is where prompt lookup
@@ -59,6 +63,7 @@ CATEGORIES: tuple[str, ...] = (
     "code_edit",
     "structured",
     "structured_free",
+    "agent_loop",
 )
 """Categories of the built-in prompt set, in report order."""
 
@@ -73,6 +78,8 @@ _CATEGORY_ALIASES: dict[str, str] = {
     "code": "code_edit",
     "code-edit": "code_edit",
     "extraction": "rag",
+    "agent": "agent_loop",
+    "agent-loop": "agent_loop",
 }
 """Spec-Bench's and common alternative spellings of the category names."""
 

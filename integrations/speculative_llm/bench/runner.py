@@ -9,6 +9,10 @@ variant alike:
 3. the runner times each request's wall clock itself; decode time and acceptance
    figures come from the backend's ``SpecStats``.
 
+Each repeat starts with no memory of earlier outputs (suffix decoding's global trie is
+emptied, warm-up included): within a repeat the trie holds what the prompts before
+it produced, as in a real sequence of requests, never the same prompt's own answer.
+
 The baseline is measured in the same run, on the same prompts: speedups never compare
 numbers taken at different times.
 """
@@ -111,6 +115,7 @@ def run_samples(
     samples: list[Sample] = []
     round_index = 0
     for repeat in range(repeats):
+        _forget_outputs(contenders)
         for prompt in prompts:
             for index in interleaved_order(len(contenders), round_index):
                 contender = contenders[index]
@@ -137,6 +142,14 @@ def run_samples(
                     on_step(f"{prompt.id} {contender.variant.label}")
             round_index += 1
     return samples
+
+
+def _forget_outputs(contenders: Sequence[Contender]) -> None:
+    """Empty what contenders remember of earlier outputs (those that remember any)."""
+    for contender in contenders:
+        forget = getattr(contender, "forget_outputs", None)
+        if callable(forget):
+            forget()
 
 
 def _version(distribution: str) -> str | None:

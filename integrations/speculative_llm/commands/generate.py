@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
-from speculative_llm.config import SpecConfig
+from speculative_llm.config import Method, SpecConfig
 from speculative_llm.divergence import Divergence, explain_divergence
 from speculative_llm.errors import ConfigError
 from speculative_llm.stats import SpecStats
@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model for --method draft_model (same vocabulary)")
     parser.add_argument(
         "--method",
-        choices=("none", "ngram", "draft_model"),
-        help="speculative method (default: draft_model with --draft, else ngram)",
+        choices=("none", "ngram", "suffix", "draft_model"),
+        help="speculative method (default: draft_model with --draft, else ngram); suffix: "
+        "suffix decoding over the prompt and the outputs before it in this process",
     )
     parser.add_argument(
         "-k",
@@ -83,6 +84,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_local_engine_arguments(parser)
 
 
+_SPECULATIVE_METHODS: dict[str, Method] = {
+    "ngram": "ngram",
+    "suffix": "suffix",
+    "draft_model": "draft_model",
+}
+
+
 def build_spec(args: argparse.Namespace) -> SpecConfig:
     """The speculative configuration the arguments ask for.
 
@@ -107,7 +115,7 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
             "max_speculative_tokens": max(16, args.k),
         }
     return SpecConfig(
-        method="draft_model" if method == "draft_model" else "ngram",
+        method=_SPECULATIVE_METHODS[method],
         num_speculative_tokens=args.k,
         draft_model=args.draft if method == "draft_model" else None,
         ngram_max=args.ngram_max,

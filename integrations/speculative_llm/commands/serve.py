@@ -42,7 +42,7 @@ _METHOD_OF_LLAMA_TYPE = {
     "draft-eagle3": "eagle3",
     "draft-mtp": "mtp",
 }
-_ENGINE_METHODS = ("none", "ngram", "draft_model", "eagle", "eagle3", "mtp")
+_ENGINE_METHODS = ("none", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", dest="draft_model", help="draft model with the same vocabulary")
     parser.add_argument(
         "--spec-type",
-        help="speculation: none, ngram, draft_model, eagle, eagle3, mtp, or a llama-server "
-        "--spec-type (ngram-simple, ngram-mod, draft-simple...). Default: draft_model with "
-        "--draft, else ngram",
+        help="speculation: none, ngram, suffix (vllm), draft_model, eagle, eagle3, mtp, or a "
+        "llama-server --spec-type (ngram-simple, ngram-mod, draft-simple...). Default: "
+        "draft_model with --draft, else ngram",
     )
     parser.add_argument(
         "-k",

@@ -45,11 +45,31 @@ def vllm_speculative_config(
         return {"method": config.method, "model": config.draft_model, "num_speculative_tokens": k}
     if config.method == "mtp":
         return {"method": "mtp", "num_speculative_tokens": k}
+    if config.method == "suffix":
+        return _vllm_suffix_config(config)
     raise ConfigError(
         f"Method {config.method!r} has no vLLM --speculative-config equivalent; use ngram, "
-        "draft_model, eagle, eagle3 or mtp.",
+        "suffix, draft_model, eagle, eagle3 or mtp.",
         field="method",
     )
+
+
+def _vllm_suffix_config(config: SpecConfig) -> dict[str, Any]:
+    """VLLM's suffix decoding (Arctic Inference's cache): k is the longest draft.
+
+    vLLM bounds its global tree by requests, not tokens, so only ``suffix_cache_tokens=0``
+    (no global tree) carries over; otherwise vLLM keeps its default of 10,000 requests.
+    """
+    result: dict[str, Any] = {
+        "method": "suffix",
+        "num_speculative_tokens": config.num_speculative_tokens,
+        "suffix_decoding_max_tree_depth": config.suffix_max_depth,
+        "suffix_decoding_max_spec_factor": config.suffix_max_spec_factor,
+        "suffix_decoding_min_token_prob": config.suffix_min_token_prob,
+    }
+    if config.suffix_cache_tokens == 0:
+        result["suffix_decoding_max_cached_requests"] = 0
+    return result
 
 
 def compact_json(value: Mapping[str, Any]) -> str:

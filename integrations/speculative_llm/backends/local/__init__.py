@@ -43,6 +43,7 @@ from speculative_llm.backends.local.model_sources import (
 from speculative_llm.backends.local.models import RUNNER_CHOICES, load_model
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter, SuffixTrie
 from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype
 from speculative_llm.backends.local.transformers_runner import TransformersRunner
@@ -56,6 +57,7 @@ __all__ = [
     "DraftLengthPolicy",
     "DraftModelDrafter",
     "Drafter",
+    "GlobalSuffixCache",
     "HfTokenizer",
     "LlamaCppModel",
     "LlamaCppRunner",
@@ -68,6 +70,8 @@ __all__ = [
     "SamplingParams",
     "StepCounters",
     "StepResult",
+    "SuffixDrafter",
+    "SuffixTrie",
     "Tokenizer",
     "TransformersRunner",
     "check_vocabulary",

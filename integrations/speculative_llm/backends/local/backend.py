@@ -26,6 +26,7 @@ from speculative_llm.backends.local.model_sources import resolve_model
 from speculative_llm.backends.local.models import load_model
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
+from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,
     StopStringFilter,
@@ -149,6 +150,8 @@ class LocalBackend(Backend):
     """
 
     name: ClassVar[str] = "local"
+    _suffix_caches: dict[tuple[int, int], GlobalSuffixCache] | None = None
+    """Suffix decoding's global tries, by (depth, tokens kept): this backend's model only."""
 
     def __init__(
         self,
@@ -240,7 +243,7 @@ class LocalBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        """Methods none/draft_model/ngram, exact stats, provenance, tools, structured output."""
+        """Methods none/draft_model/ngram/suffix, exact stats, provenance, tools, JSON output."""
         return Capabilities(
             methods=frozenset(LOCAL_METHODS),
             per_request_stats=True,
@@ -326,7 +329,36 @@ class LocalBackend(Backend):
             return None
         if spec.method == "ngram":
             return PromptLookupDrafter(spec.ngram_min, spec.ngram_max)
+        if spec.method == "suffix":
+            return SuffixDrafter(
+                self._suffix_cache(spec),
+                max_depth=spec.suffix_max_depth,
+                max_spec_factor=spec.suffix_max_spec_factor,
+                min_token_prob=spec.suffix_min_token_prob,
+            )
         return self._draft_drafter(spec)
+
+    def forget_outputs(self) -> None:
+        """Empty suffix decoding's global tries (the outputs of earlier requests)."""
+        with self._load_lock:
+            self._suffix_caches = None
+
+    def _suffix_cache(self, spec: SpecConfig) -> GlobalSuffixCache | None:
+        """The global trie of earlier outputs for this depth and size (None: turned off).
+
+        It lives on the backend, so it never mixes models or tokenizers.
+        """
+        if spec.suffix_cache_tokens == 0:
+            return None
+        key = (spec.suffix_max_depth, spec.suffix_cache_tokens)
+        with self._load_lock:
+            if self._suffix_caches is None:
+                self._suffix_caches = {}
+            cache = self._suffix_caches.get(key)
+            if cache is None:
+                cache = GlobalSuffixCache(*key)
+                self._suffix_caches[key] = cache
+            return cache
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -536,13 +568,23 @@ class LocalBackend(Backend):
                 grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
                 kernel_s=_seconds_since(kernel_before, _kernel_seconds(runners)),
                 grammar_s=None if constraint is None else counters.grammar_s,
+                request_tree_draft_tokens=by_tree(counters.drafted_by_source, "request"),
+                request_tree_accepted_tokens=by_tree(counters.accepted_by_source, "request"),
+                global_tree_draft_tokens=by_tree(counters.drafted_by_source, "global"),
+                global_tree_accepted_tokens=by_tree(counters.accepted_by_source, "global"),
             )
+
+        def by_tree(counts: dict[str, int], tree: str) -> int | None:
+            return counts.get(tree, 0) if spec.method == "suffix" else None
+
+        output: list[int] = []
 
         try:
             for step in steps:
                 if first_token_at is None:
                     first_token_at = time.perf_counter()
                 counters.record(step)
+                output.extend(step.tokens)
                 released, dropped = stop_filter.add(
                     make_pending(step.tokens, step.num_accepted, detokenizer)
                 )
@@ -576,6 +618,10 @@ class LocalBackend(Backend):
                 return
         finally:
             steps.close()
+            if isinstance(job.drafter, SuffixDrafter):
+                # What the caller got (a stop string may have cut the tail) serves the
+                # requests that follow.
+                job.drafter.remember(output[: counters.generated_tokens])
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.

@@ -41,16 +41,20 @@ class Draft:
         probs: Draft distributions ``q`` of shape ``(len(tokens), vocab)`` the tokens
             were sampled from, or None for a deterministic drafter (one-hot ``q``) or
             greedy decoding.
-        match_length: For prompt lookup, how many tokens before the draft equal those
-            before its source: the n-gram plus the earlier tokens that agree (at most
-            ``ngram_max + context``). A longer match predicts a longer accepted run;
-            cost-aware drafting learns acceptance per match quality. None for other
-            drafters.
+        match_length: How many tokens before the draft equal those before its source.
+            Prompt lookup: the n-gram plus the earlier tokens that agree (at most
+            ``ngram_max + context``); suffix decoding: the matched suffix. A longer
+            match predicts a longer accepted run; cost-aware drafting learns acceptance
+            per match quality. None for other drafters.
+        source: Which structure the draft came from, for drafters with several (suffix
+            decoding: ``request`` for the request's own trie, ``global`` for earlier
+            outputs); None for the others.
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     match_length: int | None = None
+    source: str | None = None
 
 
 @runtime_checkable

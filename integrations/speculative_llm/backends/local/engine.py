@@ -76,6 +76,7 @@ class StepResult:
         match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.
         grammar_s: Seconds of ``verify_s`` spent on the grammar (cutting the draft,
             masking the rows, following the emitted tokens).
+        draft_source: The draft's ``Draft.source`` (suffix decoding's trie), if any.
     """
 
     tokens: list[int]
@@ -87,6 +88,7 @@ class StepResult:
     finish_reason: EngineFinish | None = None
     match_length: int | None = None
     grammar_s: float = 0.0
+    draft_source: str | None = None
 
 
 @dataclass(slots=True)
@@ -175,6 +177,7 @@ class _Counted:
     verify_s: float
     prefill: bool
     grammar_s: float = 0.0
+    source: str | None = None
 
 
 @dataclass(slots=True)
@@ -188,7 +191,8 @@ class StepCounters:
     ``generated == accepted + target`` and ``sum(accepted_per_position) == accepted``
     always hold. The prefill counts as a verify step (it emits the first token, so plain
     decoding has exactly one token per step) but its time is not decoding time and
-    stays out of ``verify_s``.
+    stays out of ``verify_s``. ``drafted_by_source`` and ``accepted_by_source`` split
+    the draft counts by ``StepResult.draft_source`` (steps without one are left out).
     """
 
     generated_tokens: int = 0
@@ -203,6 +207,8 @@ class StepCounters:
     grammar_s: float = 0.0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
     _steps: list[_Counted] = field(default_factory=list, repr=False)
 
     def record(self, step: StepResult) -> None:
@@ -215,6 +221,7 @@ class StepCounters:
             step.verify_s,
             step.prefill,
             step.grammar_s,
+            step.draft_source,
         )
         self._steps.append(counted)
         self._apply(counted, 1)
@@ -255,6 +262,10 @@ class StepCounters:
         if counted.drafted:
             self.draft_steps += sign
             self.draft_tokens += sign * counted.drafted
+            if counted.source is not None:
+                drafted, accepted = self.drafted_by_source, self.accepted_by_source
+                drafted[counted.source] = drafted.get(counted.source, 0) + sign * counted.drafted
+                accepted[counted.source] = accepted.get(counted.source, 0) + sign * counted.accepted
             if counted.accepted < counted.drafted:
                 self.rejected_steps += sign
             for row in (self.accepted_per_position, self.drafted_per_position):
@@ -382,6 +393,7 @@ def speculative_step(
         finished - drafted,
         match_length=draft.match_length,
         grammar_s=grammar_s,
+        draft_source=draft.source if draft_tokens else None,
     )
 
 
