@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import (
     AsyncIterator,
     Iterator,
@@ -22,7 +23,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, ValidationError
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
 from llama_index.core.llms.callbacks import (
     llm_chat_callback,
@@ -46,9 +47,19 @@ from llama_index.llms.speculative.tools import (
     requested_tools,
     tool_chat_kwargs,
 )
-from speculative_llm.arguments import config_error_from, reject_unknown_arguments
+from speculative_llm.arguments import (
+    config_error_from,
+    extra_body_of,
+    reject_unknown_arguments,
+    reject_unknown_call_arguments,
+)
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
 from speculative_llm.backends.builder import build_backend
+from speculative_llm.backends.secret_options import (
+    hide_base_url_credentials,
+    protect_backend_options,
+    reveal_base_url,
+)
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
@@ -59,7 +70,10 @@ if TYPE_CHECKING:
 
 dispatcher = get_dispatcher(__name__)
 
-__all__ = ["Speculative"]
+__all__ = ["API_KEY_ENV", "Speculative"]
+
+API_KEY_ENV = "SPECULATIVE_LLM_API_KEY"
+"""Environment variable read for ``api_key`` when it is not given (as LangChain's model)."""
 
 # Keyword arguments of chat()/complete() that map onto GenerationRequest fields.
 _REQUEST_KWARGS = (
@@ -74,6 +88,7 @@ _REQUEST_KWARGS = (
     "response_format",
     "prediction",
 )
+_CALL_KWARGS = (*_REQUEST_KWARGS, "speculative", "extra_body")
 _TOOL_CHOICES = ("auto", "none", "required")
 ToolCallingMode = Literal["native", "json_schema"]
 _TOOL_CALLING_MODES: tuple[str, ...] = get_args(ToolCallingMode)
@@ -119,8 +134,9 @@ class Speculative(JSONSchemaStructuredLLM):
     twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
     ``tools``, ``tool_choice``, ``response_format``, ``prediction`` (Predicted Outputs:
     the expected text, or OpenAI's ``{"type": "content", ...}``) and ``speculative`` (a
-    ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Other keyword
-    arguments go to the backend unchanged (``GenerationRequest.extra``).
+    ``SpecConfig``, dict or method name; ``"none"`` is the baseline), and
+    ``extra_body`` (a dict of fields sent to the server unchanged). Any other keyword
+    argument, or a value of the wrong type, raises ``ConfigError`` naming it.
 
     Args:
         backend: A backend name (or alias) or a ``Backend`` instance (which stays the
@@ -131,9 +147,13 @@ class Speculative(JSONSchemaStructuredLLM):
             a ``Backend`` instance, the model name sent with each request.
         speculative: Speculative configuration (``SpecConfig``, dict or method name);
             None keeps the backend's default. Validated here, at construction.
-        base_url: Server URL, for the HTTP backends.
+        base_url: Server URL, for the HTTP backends. A ``user:password@`` in it is kept
+            apart as a secret (sent as basic authentication, never shown or serialised).
+        api_key: API key of server backends; read from ``SPECULATIVE_LLM_API_KEY`` when
+            not given. Kept as a ``SecretStr``, left out of ``to_dict``/``to_json``.
         backend_options: Other options of the backend's constructor (``draft_model``,
-            ``dtype``, ``api_key``, ``timeout``...).
+            ``dtype``, ``timeout``, ``stream_timeout``, ``headers``...). The values of
+            ``headers`` are kept as ``SecretStr``.
         temperature: 0 decodes greedily; > 0 samples.
         max_tokens: Most tokens per response; defaults to the smaller of 256 and the
             backend's limit. Also reported as ``metadata.num_output``.
@@ -166,11 +186,18 @@ class Speculative(JSONSchemaStructuredLLM):
     speculative: dict[str, Any] | None = Field(
         default=None, description="Speculative configuration (SpecConfig as a dict)."
     )
-    base_url: str | None = Field(default=None, description="Server URL of HTTP backends.")
+    base_url: str | None = Field(
+        default=None, description="Server URL of HTTP backends (without credentials)."
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="API key of server backends (a secret: never serialised or shown).",
+        exclude=True,
+    )
     backend_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Other options passed to the backend's constructor.",
-        exclude=True,  # may hold an api_key: keep it out of serialisation and events
+        exclude=True,  # may hold headers with secrets: keep it out of serialisation and events
     )
     temperature: float = Field(default=0.0, description="Sampling temperature; 0 is greedy.")
     max_tokens: int | None = Field(default=None, description="Most tokens per response.")
@@ -201,6 +228,7 @@ class Speculative(JSONSchemaStructuredLLM):
         model: str | None = None,
         speculative: SpecConfig | Mapping[str, Any] | str | None = None,
         base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
         backend_options: Mapping[str, Any] | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = None,
@@ -243,9 +271,17 @@ class Speculative(JSONSchemaStructuredLLM):
                 f"context_window must be a positive integer, got {context_window!r}.",
                 field="context_window",
             )
-        given_options = dict(backend_options or {})
+        # Secrets leave the fields that repr(), dumps and events show.
+        base_url, url_credentials = hide_base_url_credentials(base_url)
+        given_options = protect_backend_options(backend_options)
+        key = _api_key_of(api_key)
         setup = build_backend(
-            backend, model=model, base_url=base_url, speculative=spec, options=given_options
+            backend,
+            model=model,
+            base_url=reveal_base_url(base_url, url_credentials),
+            api_key=key,
+            speculative=spec,
+            options=given_options,
         )
         backend_instance = setup.backend
         try:
@@ -254,6 +290,7 @@ class Speculative(JSONSchemaStructuredLLM):
                 model=model,
                 speculative=spec.to_dict() if spec is not None else None,
                 base_url=base_url,
+                api_key=key,
                 backend_options=given_options,
                 temperature=temperature,
                 max_tokens=max_tokens,
@@ -336,18 +373,15 @@ class Speculative(JSONSchemaStructuredLLM):
             "seed": self.seed,
             "spec": self._spec,
         }
-        extra = dict(kwargs)
+        reject_unknown_call_arguments(kwargs, _CALL_KWARGS, where=type(self).__name__)
         for name in _REQUEST_KWARGS:
-            if name in extra:
-                options[name] = extra.pop(name)
-        if "speculative" in extra:
-            options["spec"] = SpecConfig.from_value(extra.pop("speculative"))
-        if options.get("tools") is not None:
-            options["tools"] = tuple(options["tools"])
-        if options.get("stop") is not None and not isinstance(options["stop"], str):
-            options["stop"] = tuple(options["stop"])
-        elif options.get("stop") is None:
+            if name in kwargs:
+                options[name] = kwargs[name]
+        if "speculative" in kwargs:
+            options["spec"] = SpecConfig.from_value(kwargs["speculative"])
+        if options.get("stop") is None:
             options["stop"] = ()
+        extra = extra_body_of(kwargs.get("extra_body"))
         choice = options.get("tool_choice")
         if isinstance(choice, str) and choice not in _TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
@@ -566,6 +600,24 @@ class _Call:
 
     request: GenerationRequest
     json_tools: bool
+
+
+def _api_key_of(api_key: str | SecretStr | None) -> SecretStr | None:
+    """The API key as a secret: the one given, else ``$SPECULATIVE_LLM_API_KEY``.
+
+    Raises:
+        ConfigError: ``api_key`` is not a string.
+    """
+    if api_key is None:
+        from_env = os.environ.get(API_KEY_ENV)
+        return SecretStr(from_env) if from_env else None
+    if isinstance(api_key, SecretStr):
+        return api_key
+    if not isinstance(api_key, str):
+        raise ConfigError(
+            f"api_key must be a string, got {type(api_key).__name__}.", field="api_key"
+        )
+    return SecretStr(api_key)
 
 
 def _validate_defaults(
