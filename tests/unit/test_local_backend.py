@@ -616,3 +616,13 @@ def test_bad_response_formats_are_config_errors(
     with pytest.raises(ConfigError, match=message) as caught:
         backend.generate(_json_request(response_format))
     assert caught.value.field == "response_format"
+
+
+def test_a_corrupt_draft_model_is_named_as_the_draft(
+    model_path: Path, runner_name: str, tmp_path: Path
+) -> None:
+    corrupt = tmp_path / "draft.gguf"
+    corrupt.write_bytes(b"GGUF\x03\x00\x00\x00" + b"garbage-" * 16)
+    with pytest.raises(ConfigError) as caught:
+        _open(model_path, runner_name, draft_model=str(corrupt))
+    assert caught.value.field == "draft_model"
