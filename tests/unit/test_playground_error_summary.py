@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from local_runners import require_llama_cpp
 from speculative_llm.errors import (
     BackendHTTPError,
     BackendUnavailableError,
@@ -70,3 +73,18 @@ def test_own_one_line_messages_are_shown_whole_and_secrets_masked() -> None:
         browser_message(RuntimeError("boom /etc/x"))
         == f"The run failed (RuntimeError). {DETAILS_IN_LOG}"
     )
+
+
+def test_a_model_that_fails_to_load_is_named_without_llama_cpp_log_lines(tmp_path: Path) -> None:
+    require_llama_cpp()
+    from speculative_llm.backends.local import LocalBackend
+
+    corrupt = tmp_path / "broken.gguf"
+    corrupt.write_bytes(b"GGUF\x03\x00\x00\x00" + b"garbage-" * 16)
+    with pytest.raises(ModelNotFoundError) as caught:
+        LocalBackend(str(corrupt), threads=1)
+    assert "gguf_init_from_reader" in str(caught.value)  # the log keeps llama.cpp's lines
+    message = browser_message(caught.value)
+    assert "could not load" in message and "runner='transformers'" in message
+    assert "gguf_init_from_reader" not in message and "llama_model_load" not in message
+    assert DETAILS_IN_LOG in message
