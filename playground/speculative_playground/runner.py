@@ -76,6 +76,14 @@ class CancelRegistry:
             flag.set()
         return len(flags)
 
+    def cancel_all(self) -> int:
+        """Set the flags of every run of every session (SIGTERM); returns how many ran."""
+        with self._lock:
+            flags = [flag for session in self._flags.values() for flag in session]
+        for flag in flags:
+            flag.set()
+        return len(flags)
+
     def running(self, session: str) -> int:
         """Runs of ``session`` that have not ended."""
         with self._lock:

@@ -15,6 +15,7 @@ from typing import Any
 from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import ConfigError, MissingDependencyError
+from speculative_llm.shutdown import on_termination
 
 __all__ = ["add_arguments", "run"]
 
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         raise MissingDependencyError("gradio", "playground", "The playground") from error
     from speculative_playground import build_app, launch
     from speculative_playground.backend_pool import BackendPool
+    from speculative_playground.runner import CancelRegistry
     from speculative_playground.security import SecurityPolicy
     from speculative_playground.settings import PACKAGED_MODELS
 
@@ -166,15 +168,32 @@ def run(args: argparse.Namespace) -> int:
         offered_models=models,
         local_options=local_engine_options(args),
     )
+    registry = CancelRegistry()
     app = build_app(
         policy=policy,
         pool=pool,
         models=models,
         defaults=settings,
         concurrency_limit=args.concurrency,
+        registry=registry,
     )
     try:
-        launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
+        # SIGTERM stops the running generations at once, not only the web server: the
+        # process exits within a container platform's grace period.
+        with on_termination(lambda: _stop_now(app, registry)):
+            launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
     finally:
         pool.close()
     return 0
+
+
+def _stop_now(app: Any, registry: Any) -> None:
+    """On SIGTERM: cancel every running comparison and let the web server quit at once.
+
+    Without ``force_exit`` uvicorn waits for open connections (a page's event stream)
+    until Gradio gives up after 5 s.
+    """
+    registry.cancel_all()
+    server = getattr(app, "server", None)
+    if server is not None:
+        server.force_exit = True
