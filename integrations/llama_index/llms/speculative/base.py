@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import (
     AsyncIterator,
     Iterator,
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -32,6 +30,17 @@ from llama_index.core.llms.callbacks import (
 from llama_index.core.llms.llm import ToolSelection
 from llama_index_instrumentation import get_dispatcher
 
+from llama_index.llms.speculative.arguments import (
+    API_KEY_ENV,
+    CALL_KWARGS,
+    REQUEST_KWARGS,
+    TOOL_CALLING_MODES,
+    TOOL_CHOICES,
+    Call,
+    ToolCallingMode,
+    api_key_of,
+    validate_defaults,
+)
 from llama_index.llms.speculative.convert import (
     StreamAccumulator,
     aresponses_of,
@@ -71,27 +80,6 @@ if TYPE_CHECKING:
 dispatcher = get_dispatcher(__name__)
 
 __all__ = ["API_KEY_ENV", "Speculative"]
-
-API_KEY_ENV = "SPECULATIVE_LLM_API_KEY"
-"""Environment variable read for ``api_key`` when it is not given (as LangChain's model)."""
-
-# Keyword arguments of chat()/complete() that map onto GenerationRequest fields.
-_REQUEST_KWARGS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "seed",
-    "tools",
-    "tool_choice",
-    "response_format",
-    "prediction",
-)
-_CALL_KWARGS = (*_REQUEST_KWARGS, "speculative", "extra_body")
-_TOOL_CHOICES = ("auto", "none", "required")
-ToolCallingMode = Literal["native", "json_schema"]
-_TOOL_CALLING_MODES: tuple[str, ...] = get_args(ToolCallingMode)
 
 
 class Speculative(JSONSchemaStructuredLLM):
@@ -253,7 +241,7 @@ class Speculative(JSONSchemaStructuredLLM):
                 )
             backend = serialised_name
         reject_unknown_arguments(type(self), kwargs)
-        if tool_calling not in _TOOL_CALLING_MODES:
+        if tool_calling not in TOOL_CALLING_MODES:
             raise ConfigError(
                 f"tool_calling must be 'native' or 'json_schema', got {tool_calling!r}.",
                 field="tool_calling",
@@ -261,7 +249,7 @@ class Speculative(JSONSchemaStructuredLLM):
         spec = SpecConfig.from_value(speculative)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
         # Validate the sampling parameters with the core's own rules before any model loads.
-        _validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
+        validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
         if context_window is not None and (
             isinstance(context_window, bool)
             or not isinstance(context_window, int)
@@ -274,7 +262,7 @@ class Speculative(JSONSchemaStructuredLLM):
         # Secrets leave the fields that repr(), dumps and events show.
         base_url, url_credentials = hide_base_url_credentials(base_url)
         given_options = protect_backend_options(backend_options)
-        key = _api_key_of(api_key)
+        key = api_key_of(api_key)
         setup = build_backend(
             backend,
             model=model,
@@ -373,8 +361,8 @@ class Speculative(JSONSchemaStructuredLLM):
             "seed": self.seed,
             "spec": self._spec,
         }
-        reject_unknown_call_arguments(kwargs, _CALL_KWARGS, where=type(self).__name__)
-        for name in _REQUEST_KWARGS:
+        reject_unknown_call_arguments(kwargs, CALL_KWARGS, where=type(self).__name__)
+        for name in REQUEST_KWARGS:
             if name in kwargs:
                 options[name] = kwargs[name]
         if "speculative" in kwargs:
@@ -383,16 +371,16 @@ class Speculative(JSONSchemaStructuredLLM):
             options["stop"] = ()
         extra = extra_body_of(kwargs.get("extra_body"))
         choice = options.get("tool_choice")
-        if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+        if isinstance(choice, str) and choice not in TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
         return GenerationRequest(
             messages=messages, prompt=prompt, model=self.model, extra=extra, **options
         )
 
-    def _prepare(self, request: GenerationRequest) -> _Call:
+    def _prepare(self, request: GenerationRequest) -> Call:
         if self.tool_calling == "json_schema":
-            return _Call(*as_json_tool_request(request))
-        return _Call(request, json_tools=False)
+            return Call(*as_json_tool_request(request))
+        return Call(request, json_tools=False)
 
     def _chat_request(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
@@ -411,21 +399,21 @@ class Speculative(JSONSchemaStructuredLLM):
             return self._request(messages=user, prompt=None, kwargs=kwargs)
         return self._request(messages=None, prompt=prompt, kwargs=kwargs)
 
-    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
+    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Call:
         return self._prepare(self._chat_request(messages, kwargs))
 
-    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
+    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> Call:
         return self._prepare(self._completion_request(prompt, formatted, kwargs))
 
-    def _generate(self, call: _Call) -> Completion:
+    def _generate(self, call: Call) -> Completion:
         completion = self._backend.generate(call.request)
         return json_tool_completion(completion) if call.json_tools else completion
 
-    async def _agenerate(self, call: _Call) -> Completion:
+    async def _agenerate(self, call: Call) -> Completion:
         completion = await self._backend.agenerate(call.request)
         return json_tool_completion(completion) if call.json_tools else completion
 
-    def _stream(self, call: _Call) -> Iterator[Chunk]:
+    def _stream(self, call: Call) -> Iterator[Chunk]:
         if call.json_tools:
             # The JSON call is parsed whole: one chunk, once the server has finished.
             yield final_chunk_of(self._generate(call))
@@ -438,7 +426,7 @@ class Speculative(JSONSchemaStructuredLLM):
             if close is not None:
                 close()
 
-    async def _astream(self, call: _Call) -> AsyncIterator[Chunk]:
+    async def _astream(self, call: Call) -> AsyncIterator[Chunk]:
         if call.json_tools:
             yield final_chunk_of(await self._agenerate(call))
             return
@@ -592,51 +580,3 @@ class Speculative(JSONSchemaStructuredLLM):
         """Async twin of ``close``."""
         if self._owns_backend:
             await self._backend.aclose()
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """A request to send, and whether its answer is a JSON tool call to parse."""
-
-    request: GenerationRequest
-    json_tools: bool
-
-
-def _api_key_of(api_key: str | SecretStr | None) -> SecretStr | None:
-    """The API key as a secret: the one given, else ``$SPECULATIVE_LLM_API_KEY``.
-
-    Raises:
-        ConfigError: ``api_key`` is not a string.
-    """
-    if api_key is None:
-        from_env = os.environ.get(API_KEY_ENV)
-        return SecretStr(from_env) if from_env else None
-    if isinstance(api_key, SecretStr):
-        return api_key
-    if not isinstance(api_key, str):
-        raise ConfigError(
-            f"api_key must be a string, got {type(api_key).__name__}.", field="api_key"
-        )
-    return SecretStr(api_key)
-
-
-def _validate_defaults(
-    max_tokens: int | None,
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    stop: list[str],
-    seed: int | None,
-    spec: SpecConfig | None,
-) -> None:
-    """Raise ``ConfigError`` for defaults every request would reject."""
-    GenerationRequest(
-        prompt="check",
-        max_tokens=DEFAULT_NUM_OUTPUTS if max_tokens is None else max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        stop=tuple(stop),
-        seed=seed,
-        spec=spec,
-    )
