@@ -10,6 +10,8 @@ operator allowed: the packaged models, ``--model``/``--draft-model``, model file
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
@@ -141,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         raise MissingDependencyError("gradio", "playground", "The playground") from error
     from speculative_playground import build_app, launch
     from speculative_playground.backend_pool import BackendPool
-    from speculative_playground.runner import CancelRegistry
+    from speculative_playground.runner import WORKER_THREAD_PREFIX, CancelRegistry
     from speculative_playground.security import SecurityPolicy
     from speculative_playground.settings import PACKAGED_MODELS
 
@@ -183,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
         with on_termination(lambda: _stop_now(app, registry)):
             launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
     finally:
+        # Cancelled workers stop after their current step; let them, before the models go
+        # (an interpreter torn down under a running llama.cpp decode crashes).
+        _join_workers(WORKER_THREAD_PREFIX, timeout_s=_WORKERS_GRACE_S)
         pool.close()
     return 0
 
@@ -197,3 +202,15 @@ def _stop_now(app: Any, registry: Any) -> None:
     server = getattr(app, "server", None)
     if server is not None:
         server.force_exit = True
+
+
+_WORKERS_GRACE_S = 3.0
+"""Longest wait for cancelled generations to stop on the way out."""
+
+
+def _join_workers(prefix: str, *, timeout_s: float) -> None:
+    """Wait, at most ``timeout_s`` in all, for the threads whose name starts with ``prefix``."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefix) and thread is not threading.current_thread():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
