@@ -93,6 +93,8 @@ class FakeServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.requests: list[RecordedRequest] = []
+        self.disconnected = threading.Event()
+        """Set when a client went away in the middle of a streamed reply."""
         server = self
         handler = type("Handler", (_Handler,), {"fake": server})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -230,6 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+            self.fake.disconnected.set()
 
 
 def _pieces(data: bytes, size: int) -> Iterator[bytes]:

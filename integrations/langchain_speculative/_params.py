@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
-from speculative_llm.arguments import config_error_from, reject_unknown_arguments
+from speculative_llm.arguments import (
+    config_error_from,
+    extra_body_of,
+    reject_unknown_arguments,
+    reject_unknown_call_arguments,
+)
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import BackendSetup, build_backend
+from speculative_llm.backends.secret_options import (
+    hide_base_url_credentials,
+    protect_backend_options,
+    reveal_base_url,
+)
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
+from speculative_llm.json_tools import json_tool_final_chunk
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, GenerationRequest, Message
 
@@ -24,6 +35,18 @@ API_KEY_ENV = "SPECULATIVE_LLM_API_KEY"
 
 # Per-call keyword arguments mapped onto GenerationRequest fields.
 _REQUEST_KWARGS = ("temperature", "max_tokens", "top_p", "top_k", "seed")
+# Every per-call keyword argument a model takes (``stream`` is LangChain's switch).
+_CALL_KWARGS = (
+    *_REQUEST_KWARGS,
+    "speculative",
+    "model",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "prediction",
+    "extra_body",
+    "stream",
+)
 
 
 class SpeculativeParams(BaseModel):
@@ -49,10 +72,13 @@ class SpeculativeParams(BaseModel):
     backend's default."""
 
     backend_options: dict[str, Any] = Field(default_factory=dict)
-    """Extra constructor options of the named backend (``device``, ``dtype``, ``endpoint``...)."""
+    """Extra constructor options of the named backend (``device``, ``dtype``, ``endpoint``,
+    ``stream_timeout``...). ``api_key`` and the values of ``headers`` are kept as
+    ``SecretStr`` (masked in ``repr``, dumps and traces)."""
 
     base_url: str | None = None
-    """Server URL for server backends, e.g. ``http://127.0.0.1:8080``."""
+    """Server URL for server backends, e.g. ``http://127.0.0.1:8080``. A ``user:password@``
+    in it is kept apart as a secret (sent as basic authentication, never shown)."""
 
     api_key: SecretStr | None = Field(default_factory=secret_from_env(API_KEY_ENV, default=None))
     """API key sent to server backends; read from ``SPECULATIVE_LLM_API_KEY`` if not given."""
@@ -85,6 +111,7 @@ class SpeculativeParams(BaseModel):
     """Whether ``invoke`` streams internally (callbacks then see every token)."""
 
     _setup: BackendSetup = PrivateAttr()
+    _url_credentials: SecretStr | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         """Validate the parameters and build the backend.
@@ -95,16 +122,23 @@ class SpeculativeParams(BaseModel):
             ModelNotFoundError: The model cannot be found.
         """
         reject_unknown_arguments(type(self), data)
+        # Secrets leave the fields that repr(), dumps and tracers show (as ChatOpenAI's key).
+        credentials = None
+        if "base_url" in data:
+            data["base_url"], credentials = hide_base_url_credentials(data["base_url"])
+        if isinstance(data.get("backend_options"), dict):
+            data["backend_options"] = protect_backend_options(data["backend_options"])
         try:
             super().__init__(**data)
         except ValidationError as error:  # a value of the wrong type: say which
             raise config_error_from(error, type(self)) from None
+        self._url_credentials = credentials
         self._setup = build_backend(
             self.backend,
             model=self.model_name,
             speculative=self.speculative,
             options=self.backend_options,
-            base_url=self.base_url,
+            base_url=reveal_base_url(self.base_url, self._url_credentials),
             api_key=self.api_key.get_secret_value() if self.api_key is not None else None,
             timeout=self.timeout,
             max_retries=self.max_retries,
@@ -116,6 +150,11 @@ class SpeculativeParams(BaseModel):
             if self._setup.owned:
                 self._setup.backend.close()
             raise
+
+    @property
+    def lc_secrets(self) -> dict[str, str]:
+        """Secret fields and the environment variables LangChain's loader reads them from."""
+        return {"api_key": API_KEY_ENV}
 
     # ---- accessors -------------------------------------------------------------------------
 
@@ -160,6 +199,50 @@ class SpeculativeParams(BaseModel):
         )
         return Chunk(final=True, stats=stats)
 
+    def _chunks(self, request: GenerationRequest, *, json_tools: bool = False) -> Iterator[Chunk]:
+        """The backend's stream of ``request``, always ending with a final chunk.
+
+        With ``json_tools`` the constrained answer is parsed whole and comes as one chunk:
+        the tool call, or the answer's text without its JSON envelope. The backend's
+        stream is closed when this one is (its HTTP response with it).
+        """
+        stream = self.client.stream(request)
+        if json_tools:
+            name = self._response_model_name(request)
+            yield json_tool_final_chunk(stream, model=name, backend=self.client.name)
+            return
+        saw_final = False
+        try:
+            for chunk in stream:
+                saw_final = saw_final or chunk.final
+                yield chunk
+        finally:
+            _close(stream)
+        if not saw_final:
+            yield self._missing_final_chunk()
+
+    async def _achunks(
+        self, request: GenerationRequest, *, json_tools: bool = False
+    ) -> AsyncIterator[Chunk]:
+        """Async twin of ``_chunks``."""
+        stream = self.client.astream(request)
+        if json_tools:
+            name = self._response_model_name(request)
+            chunks = [chunk async for chunk in stream]
+            yield json_tool_final_chunk(chunks, model=name, backend=self.client.name)
+            return
+        saw_final = False
+        try:
+            async for chunk in stream:
+                saw_final = saw_final or chunk.final
+                yield chunk
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if not saw_final:
+            yield self._missing_final_chunk()
+
     def _ls_params(
         self, model_type: Literal["chat", "llm"], stop: list[str] | None, **kwargs: Any
     ) -> LangSmithParams:
@@ -194,9 +277,14 @@ class SpeculativeParams(BaseModel):
         Per-call ``temperature``, ``max_tokens``, ``top_p``, ``top_k``, ``seed``,
         ``model``, ``speculative``, ``tools``, ``tool_choice``, ``response_format`` and
         ``prediction`` (Predicted Outputs, as ``ChatOpenAI`` takes it) override the
-        model's; any other keyword goes to the backend unchanged
+        model's; ``extra_body={...}`` holds fields sent to the server unchanged
         (``GenerationRequest.extra``).
+
+        Raises:
+            ConfigError: An unknown keyword argument, or a value of the wrong type (the
+                error names it).
         """
+        reject_unknown_call_arguments(kwargs, _CALL_KWARGS, where=f"{type(self).__name__}")
         options: dict[str, Any] = {}
         for name in _REQUEST_KWARGS:
             value = kwargs.pop(name, getattr(self, name))
@@ -204,7 +292,7 @@ class SpeculativeParams(BaseModel):
                 options[name] = value
         stop_sequences = stop if stop is not None else self.stop
         if stop_sequences:
-            options["stop"] = tuple(stop_sequences)
+            options["stop"] = stop_sequences
         spec = (
             SpecConfig.from_value(kwargs.pop("speculative"))
             if "speculative" in kwargs
@@ -215,17 +303,18 @@ class SpeculativeParams(BaseModel):
         tool_choice = kwargs.pop("tool_choice", None)
         response_format = kwargs.pop("response_format", None)
         prediction = kwargs.pop("prediction", None)
+        extra = extra_body_of(kwargs.pop("extra_body", None))
         kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
         return GenerationRequest(
             messages=tuple(messages) if messages is not None else None,
             prompt=prompt,
-            tools=tuple(tools) if tools else None,
+            tools=tools or None,
             tool_choice=tool_choice,
             response_format=response_format,
             prediction=prediction,
             spec=spec,
             model=model,
-            extra=kwargs,
+            extra=extra,
             **options,
         )
 
@@ -240,3 +329,10 @@ class SpeculativeParams(BaseModel):
         """Async twin of ``close``."""
         if self._setup.owned:
             await self._setup.backend.aclose()
+
+
+def _close(stream: Iterator[Chunk]) -> None:
+    """Close a backend's stream (a generator frees its connection or engine lock)."""
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()

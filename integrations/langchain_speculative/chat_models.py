@@ -37,8 +37,12 @@ from langchain_speculative._convert import (
 from langchain_speculative._params import SpeculativeParams
 from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
-from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
-from speculative_llm.types import Completion, GenerationRequest
+from speculative_llm.json_tools import (
+    as_json_tool_request,
+    json_tool_completion,
+    warn_untyped_parameters,
+)
+from speculative_llm.types import GenerationRequest
 
 __all__ = ["ChatSpeculative"]
 
@@ -163,12 +167,6 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         self.client.check_request(request)
         return request, json_tools
 
-    def _final_if_missing(self, saw_final: bool) -> Iterator[ChatGenerationChunk]:
-        """A closing chunk when a backend ended its stream without one (stats unavailable)."""
-        if saw_final:
-            return
-        yield to_message_chunk(self._missing_final_chunk(), model_name=self.resolved_model_name)
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -209,19 +207,8 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         # LangChain fires on_llm_new_token for every chunk itself: only yield here.
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         model_name = self._response_model_name(request)
-        if json_tools:
-            # The JSON is parsed whole: one chunk, once the server has finished.
-            completion = Completion.from_chunks(
-                self.client.stream(request), model=model_name, backend=self.client.name
-            )
-            final = final_chunk_of(json_tool_completion(completion))
-            yield to_message_chunk(final, model_name=model_name)
-            return
-        saw_final = False
-        for chunk in self.client.stream(request):
-            saw_final = saw_final or chunk.final
+        for chunk in self._chunks(request, json_tools=json_tools):
             yield to_message_chunk(chunk, model_name=model_name)
-        yield from self._final_if_missing(saw_final)
 
     async def _astream(
         self,
@@ -232,18 +219,8 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         model_name = self._response_model_name(request)
-        if json_tools:
-            chunks = [chunk async for chunk in self.client.astream(request)]
-            completion = Completion.from_chunks(chunks, model=model_name, backend=self.client.name)
-            final = final_chunk_of(json_tool_completion(completion))
-            yield to_message_chunk(final, model_name=model_name)
-            return
-        saw_final = False
-        async for chunk in self.client.astream(request):
-            saw_final = saw_final or chunk.final
+        async for chunk in self._achunks(request, json_tools=json_tools):
             yield to_message_chunk(chunk, model_name=model_name)
-        for closing in self._final_if_missing(saw_final):
-            yield closing
 
     # ---- tools and structured output -------------------------------------------------------
 
@@ -276,6 +253,9 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
             strict: Ask the server to follow the schemas exactly (OpenAI ``strict``).
             **kwargs: Further per-call options, sent with every request.
 
+        A tool whose parameters declare no type is warned about once (``UserWarning``):
+        the model may write any JSON value there.
+
         Raises:
             UnsupportedFeatureError: The backend cannot call tools (named alternatives).
             ConfigError: ``tool_choice`` names a tool that is not bound.
@@ -285,6 +265,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         else:
             self._require("tool_calling", "tool calling")
         formatted, choice = to_core_tool_choice(tool_choice, to_core_tools(tools, strict=strict))
+        warn_untyped_parameters(formatted)
         if choice is not None:
             kwargs["tool_choice"] = choice
         return super().bind(tools=list(formatted), **kwargs)

@@ -56,10 +56,6 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         self.client.check_request(request)
         return request
 
-    def _closing_chunk(self) -> GenerationChunk:
-        """A closing chunk when a backend ended its stream without one (stats unavailable)."""
-        return to_generation_chunk(self._missing_final_chunk(), model_name=self.resolved_model_name)
-
     @staticmethod
     def _result(generations: list[Generation], model_name: str) -> LLMResult:
         return LLMResult(
@@ -131,15 +127,11 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         # BaseLLM does not fire on_llm_new_token for us: do it for every chunk.
         request = self._prompt_request(prompt, stop, **kwargs)
         model_name = self._response_model_name(request)
-        saw_final = False
-        for chunk in self.client.stream(request):
-            saw_final = saw_final or chunk.final
+        for chunk in self._chunks(request):
             generation_chunk = to_generation_chunk(chunk, model_name=model_name)
             if run_manager is not None:
                 run_manager.on_llm_new_token(generation_chunk.text, chunk=generation_chunk)
             yield generation_chunk
-        if not saw_final:
-            yield self._closing_chunk()
 
     async def _astream(
         self,
@@ -150,12 +142,8 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
     ) -> AsyncIterator[GenerationChunk]:
         request = self._prompt_request(prompt, stop, **kwargs)
         model_name = self._response_model_name(request)
-        saw_final = False
-        async for chunk in self.client.astream(request):
-            saw_final = saw_final or chunk.final
+        async for chunk in self._achunks(request):
             generation_chunk = to_generation_chunk(chunk, model_name=model_name)
             if run_manager is not None:
                 await run_manager.on_llm_new_token(generation_chunk.text, chunk=generation_chunk)
             yield generation_chunk
-        if not saw_final:
-            yield self._closing_chunk()

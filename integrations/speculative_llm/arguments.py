@@ -1,21 +1,29 @@
-"""Checks of the arguments a user gives a framework adapter's constructor.
+"""Checks of the arguments a user gives a framework adapter's constructor and calls.
 
 LangChain and LlamaIndex models are pydantic models that would ignore a misspelt keyword;
 both adapters call ``reject_unknown_arguments`` so that one raises ``ConfigError`` naming
 it (with the closest known name) instead. A value of the wrong type would raise pydantic's
 ``ValidationError``; ``config_error_from`` turns it into the documented ``ConfigError``.
+Per-call keyword arguments (``invoke(..., foo=1)``, ``chat(..., foo=1)``) go through
+``reject_unknown_call_arguments``: fields for the server go in ``extra_body={...}``.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from speculative_llm.errors import ConfigError
 
-__all__ = ["config_error_from", "reject_unknown_arguments"]
+__all__ = [
+    "config_error_from",
+    "extra_body_of",
+    "reject_unknown_arguments",
+    "reject_unknown_call_arguments",
+]
 
 
 def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> None:
@@ -41,6 +49,49 @@ def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> No
         "Backend-specific options go in backend_options={...}.",
         field=first,
     )
+
+
+def reject_unknown_call_arguments(
+    given: Iterable[str], known: Collection[str], *, where: str
+) -> None:
+    """Raise ``ConfigError`` for a per-call keyword argument outside ``known``.
+
+    Args:
+        given: The keyword arguments of the call.
+        known: The names the call takes.
+        where: What was called, for the message (``ChatSpeculative.invoke``).
+
+    Raises:
+        ConfigError: The first unknown argument is ``field``; the message suggests the
+            closest known name and ``extra_body`` for fields meant for the server.
+    """
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    first = unknown[0]
+    close = difflib.get_close_matches(first, sorted(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {where}.{hint} "
+        f"It takes {', '.join(sorted(known))}; fields the server should receive as they "
+        "are go in extra_body={...}.",
+        field=first,
+    )
+
+
+def extra_body_of(value: object) -> dict[str, Any]:
+    """The ``extra_body`` of a call as a dict (fields sent to the server unchanged).
+
+    Raises:
+        ConfigError: ``extra_body`` is not a mapping of field names to values.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(
+            f"extra_body must be a dict of request fields, got {value!r}.", field="extra_body"
+        )
+    return dict(value)
 
 
 def config_error_from(error: ValidationError, model: type[BaseModel]) -> ConfigError:

@@ -10,15 +10,20 @@ that answers in the template's call format. Small models served with a plain tem
 are described in a system message and the answer is constrained with ``response_format``
 to one JSON object: ``{"tool": <name>, "arguments": {...}}`` to call a tool, or
 ``{"answer": <text>}`` to answer (when the tool choice allows it). The server's grammar
-then guarantees a well-formed call, whatever the model's size.
+then guarantees a well-formed call, whatever the model's size. The envelope is this
+protocol's, not the user's: an answer reaches the user as its text alone, also when
+``max_tokens`` cut it before the closing quote.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import threading
 import uuid
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message, ToolCall
@@ -29,9 +34,12 @@ __all__ = [
     "as_json_tool_request",
     "final_chunk_of",
     "json_tool_completion",
+    "json_tool_final_chunk",
     "json_tool_format",
     "json_tool_messages",
     "parse_json_tool_answer",
+    "untyped_parameters",
+    "warn_untyped_parameters",
 ]
 
 TOOL_KEY = "tool"
@@ -132,16 +140,52 @@ def json_tool_messages(
     return (Message(role="system", content=instructions), *converted)
 
 
+_ANSWER_OPENING = re.compile(rf'\s*\{{\s*"{ANSWER_KEY}"\s*:\s*"')
+_LONGEST_ESCAPE = len("\\u0000")
+
+
+def _cut_answer_text(text: str) -> str | None:
+    """The text of an ``{"answer": "...`` cut before its end, or None for anything else.
+
+    Example:
+        >>> _cut_answer_text('{"answer": "It is 42. The su')
+        'It is 42. The su'
+    """
+    opening = _ANSWER_OPENING.match(text)
+    if opening is None:
+        return None
+    body = text[opening.end() :]
+    escaped = False
+    for position, character in enumerate(body):
+        if escaped:
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif character == '"':
+            body = body[:position]
+            break
+    # A cut may split an escape (``\\u00``): drop what cannot be decoded yet.
+    for end in range(len(body), max(-1, len(body) - _LONGEST_ESCAPE), -1):
+        try:
+            decoded: str = json.loads(f'"{body[:end]}"')
+        except json.JSONDecodeError:
+            continue
+        return decoded
+    return None
+
+
 def parse_json_tool_answer(text: str, *, call_id: str) -> tuple[str, tuple[ToolCall, ...]]:
     """Split a constrained answer into (content, tool calls).
 
-    Text that is not a complete JSON object (a generation cut by ``max_tokens``) is
-    returned as content, with no tool call.
+    ``{"answer": "..."}`` gives its text, also when the generation was cut by
+    ``max_tokens`` inside it. Other text that is not a complete JSON object (a tool
+    call cut short) is returned as content, with no tool call.
     """
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
-        return text, ()
+        cut = _cut_answer_text(text)
+        return (text if cut is None else cut), ()
     if not isinstance(answer, dict):
         return text, ()
     name = answer.get(TOOL_KEY)
@@ -196,3 +240,66 @@ def final_chunk_of(completion: Completion) -> Chunk:
     """A whole completion as the one, final chunk of a stream."""
     carried = ("text", "tokens", "stats", "finish_reason", "tool_calls", "usage")
     return Chunk(final=True, **{name: getattr(completion, name) for name in carried})
+
+
+def json_tool_final_chunk(chunks: Iterable[Chunk], *, model: str, backend: str) -> Chunk:
+    """The one chunk that a streamed constrained answer comes to: the call, or the answer.
+
+    The JSON is parsed whole, so the chunks (closed once read, which frees the backend's
+    connection) are gathered into a ``Completion`` first.
+    """
+    try:
+        completion = Completion.from_chunks(chunks, model=model, backend=backend)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return final_chunk_of(json_tool_completion(completion))
+
+
+# Keys that give a JSON schema a type (a property with none of them accepts any value).
+_TYPING_KEYS = frozenset({"type", "anyOf", "oneOf", "allOf", "enum", "const", "$ref"})
+_warned_tools: set[tuple[str, tuple[str, ...]]] = set()
+_warned_lock = threading.Lock()
+
+
+def untyped_parameters(tool: dict[str, Any]) -> tuple[str, ...]:
+    """The parameters of an OpenAI tool whose schema gives no type (any JSON value fits).
+
+    Example:
+        >>> untyped_parameters({"function": {"name": "add", "parameters": {
+        ...     "type": "object", "properties": {"a": {"title": "A"}, "b": {"type": "integer"}}}}})
+        ('a',)
+    """
+    properties = _parameters(tool).get("properties")
+    if not isinstance(properties, dict):
+        return ()
+    return tuple(
+        name
+        for name, schema in properties.items()
+        if not isinstance(schema, dict) or not _TYPING_KEYS & schema.keys()
+    )
+
+
+def warn_untyped_parameters(tools: Sequence[dict[str, Any]]) -> None:
+    """Warn, once per tool, about parameters that declare no type.
+
+    A grammar built from such a schema lets the model write any JSON value (a small
+    model writes objects for numbers, and an agent loops on the tool's errors).
+    """
+    for tool in tools:
+        untyped = untyped_parameters(tool)
+        if not untyped:
+            continue
+        key = (str(_function(tool).get("name")), untyped)
+        with _warned_lock:
+            if key in _warned_tools:
+                continue
+            _warned_tools.add(key)
+        warnings.warn(
+            f"Tool {key[0]!r} declares no type for {', '.join(untyped)}: the model may write "
+            "any JSON value there (an object where a number is meant, say). Annotate the "
+            "function's parameters (def add(a: int, b: int)) or give the tool a schema.",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -268,8 +268,12 @@ class GenerationRequest:
             _check_integer(self.seed, "seed", "or None")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
-        elif not isinstance(self.stop, tuple):
+        elif isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
+        elif not isinstance(self.stop, tuple):
+            raise ConfigError(
+                f"stop must be a string or a list of strings, got {self.stop!r}.", field="stop"
+            )
         if any(not isinstance(s, str) for s in self.stop):
             raise ConfigError(f"stop must be strings, got {list(self.stop)!r}.", field="stop")
         if any(not s for s in self.stop):
@@ -277,6 +281,10 @@ class GenerationRequest:
         for stop in self.stop:
             encode_utf8(stop, field="stop", name="stop string")
         if self.tools is not None and not isinstance(self.tools, tuple):
+            if not isinstance(self.tools, list):
+                raise ConfigError(
+                    f"tools must be a list of tool definitions, got {self.tools!r}.", field="tools"
+                )
             object.__setattr__(self, "tools", tuple(self.tools))
         if self.prediction is not None:
             object.__setattr__(self, "prediction", prediction_text(self.prediction))

@@ -43,6 +43,7 @@ from speculative_playground.render import (
     stats_table_html,
     status_html,
 )
+from speculative_playground.runner import CancelRegistry
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import (
     BACKEND_KINDS,
@@ -486,6 +487,7 @@ def build_app(
     update_interval_s: float = 0.1,
     concurrency_limit: int | None = 1,
     export_dir: Path | None = None,
+    registry: CancelRegistry | None = None,
 ) -> gr.Blocks:
     """Build the playground's Gradio app (not launched).
 
@@ -499,6 +501,8 @@ def build_app(
         concurrency_limit: Comparisons that may run at once (1 keeps measurements
             honest on one machine; others wait in the queue). None: no limit.
         export_dir: Where history exports are written (a temporary directory by default).
+        registry: The flags of running comparisons (the caller's, to cancel them all on
+            SIGTERM; a new one by default).
 
     Returns:
         The ``gr.Blocks`` app; start it with ``launch``.
@@ -514,6 +518,7 @@ def build_app(
         pool=pool,
         update_interval_s=update_interval_s,
         export_dir=export_dir or Path(tempfile.mkdtemp(prefix="speculative-playground-")),
+        registry=registry or CancelRegistry(),
     )
     app = gr.Blocks(title="Speculative decoding playground", analytics_enabled=False)
     with app:

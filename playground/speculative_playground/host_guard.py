@@ -8,10 +8,14 @@ cross-site requests in ``Origin``. Gradio checks neither for this (its CORS midd
 only withholds the CORS headers, and trusts any non-loopback ``Host``), so ``HostGuard``,
 an ASGI middleware, answers 403 unless both name the app.
 
-The names allowed: the loopback names (``localhost``, ``*.localhost``), any IP address
-(a page that talks to an address, not a name, was opened at that address on purpose:
-rebinding needs a name), the bind address, the machine's own names when it binds every
-interface, ``*.gradio.live`` with a share link, and the operator's ``--allowed-host``.
+The names allowed in ``Host``: the loopback names (``localhost``, ``*.localhost``), any
+IP address (a page that talks to an address, not a name, was opened at that address on
+purpose: rebinding needs a name), the bind address, the machine's own names when it binds
+every interface, ``*.gradio.live`` with a share link, and the operator's
+``--allowed-host``. ``Origin`` is stricter, because a browser sends a cross-site form
+post (a multipart upload, say) without asking first: only those names, the loopback
+addresses, and the page's own address (an ``Origin`` equal to ``Host``, as when the app
+is opened at its LAN address) pass; any other IP address is another site.
 """
 
 from __future__ import annotations
@@ -98,6 +102,21 @@ class HostGuard:
             allowed.startswith("*.") and name.endswith(allowed[1:]) for allowed in self.names
         )
 
+    def allows_origin(self, origin: str, host: str) -> bool:
+        """Whether an ``Origin`` header is the app's own page (``host`` is the ``Host`` header).
+
+        Names pass as in ``allows``; of IP addresses only the loopback ones and the one
+        the request itself was sent to (same origin) pass.
+        """
+        name = _hostname(origin)
+        if not name:
+            return False
+        if not _is_address(name):
+            return self.allows(name)
+        if ipaddress.ip_address(name).is_loopback or name in self.names:
+            return True
+        return urlsplit(origin.strip()).netloc.lower() == host.strip().lower()
+
     def refusal(self, headers: dict[bytes, bytes]) -> str | None:
         """Why a request with these headers is refused, or None to let it through."""
         host = headers.get(b"host", b"").decode("latin-1")
@@ -110,7 +129,7 @@ class HostGuard:
         origin = headers.get(b"origin")
         if origin is not None:
             text = origin.decode("latin-1")
-            if text == "null" or not self.allows(_hostname(text)):
+            if text == "null" or not self.allows_origin(text, host):
                 return (
                     f"Refused: a request from the page {text!r}, another site. Open the "
                     "playground at its own address, or start it with --allowed-host NAME."

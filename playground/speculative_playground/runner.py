@@ -35,11 +35,14 @@ from speculative_playground.error_summary import browser_message
 from speculative_playground.settings import TIMING_MODES, TimingMode
 from speculative_playground.sides import Comparison, SideName
 
-__all__ = ["CancelRegistry", "run_comparison"]
+__all__ = ["WORKER_THREAD_PREFIX", "CancelRegistry", "run_comparison"]
 
 logger = logging.getLogger("speculative_playground.runner")
 
 Clock = Callable[[], float]
+
+WORKER_THREAD_PREFIX = "playground-"
+"""Names of the threads that stream the sides start so (a shutdown waits for them)."""
 
 
 class CancelRegistry:
@@ -72,6 +75,14 @@ class CancelRegistry:
         """Set the flags of every run of ``session``; returns how many were running."""
         with self._lock:
             flags = list(self._flags.get(session, ()))
+        for flag in flags:
+            flag.set()
+        return len(flags)
+
+    def cancel_all(self) -> int:
+        """Set the flags of every run of every session (SIGTERM); returns how many ran."""
+        with self._lock:
+            flags = [flag for session in self._flags.values() for flag in session]
         for flag in flags:
             flag.set()
         return len(flags)
@@ -273,7 +284,7 @@ def run_comparison(
                 thread = threading.Thread(
                     target=worker,
                     args=(sides, events, stop, clock),
-                    name="playground-" + "-".join(side for side, _, _ in sides),
+                    name=WORKER_THREAD_PREFIX + "-".join(side for side, _, _ in sides),
                     daemon=True,
                 )
                 thread.start()

@@ -17,10 +17,11 @@ import contextlib
 import dataclasses
 import ipaddress
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from speculative_llm.backends.http.redaction import MASK, redact, redact_url
 from speculative_llm.errors import ConfigError
@@ -40,6 +41,7 @@ __all__ = [
     "parse_auth",
     "redact",
     "redact_url",
+    "remove_dot_segments",
 ]
 
 DEFAULT_HOST = "127.0.0.1"
@@ -100,6 +102,51 @@ def parse_auth(value: str) -> tuple[tuple[str, str], ...]:
 def _mask_password(entry: str) -> str:
     user, colon, _ = entry.partition(":")
     return f"{user}:{MASK}" if colon else entry
+
+
+_ENCODED_SEPARATORS = re.compile(r"%(?:2e|2f|5c)", re.IGNORECASE)
+
+
+def remove_dot_segments(path: str) -> str:
+    """``path`` with its ``.`` and ``..`` segments resolved (RFC 3986, section 5.2.4).
+
+    Example:
+        >>> remove_dot_segments("/v1/../admin/./x")
+        '/admin/x'
+    """
+    output: list[str] = []
+    segments = path.split("/")
+    for position, segment in enumerate(segments):
+        last = position == len(segments) - 1
+        if segment == ".":
+            if last:
+                output.append("")
+        elif segment == "..":
+            if len(output) > 1:
+                output.pop()
+            if last:
+                output.append("")
+        else:
+            output.append(segment)
+    return "/".join(output)
+
+
+def _without_dot_segments(url: str) -> str:
+    """``url`` with its path's dot segments resolved, as the HTTP client would send it.
+
+    Raises:
+        ConfigError: The URL hides separators (``%2e``, ``%2f``, ``%5c``, a backslash),
+            which servers and proxies decode differently; an allow-list cannot judge it.
+    """
+    parts = urlsplit(url)
+    if "\\" in url or _ENCODED_SEPARATORS.search(parts.path):
+        raise ConfigError(
+            f"Invalid server URL {redact_url(url)!r}: it contains a backslash or an encoded "
+            "'.', '/' or '\\' (%2e, %2f, %5c). Write the path plainly, for example "
+            "http://127.0.0.1:8080/v1.",
+            field="server_url",
+        )
+    return urlunsplit(parts._replace(path=remove_dot_segments(parts.path)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +365,7 @@ class SecurityPolicy:
             raise ConfigError(
                 f"Invalid server URL {redact_url(candidate)!r}: {error}.", field="server_url"
             ) from error
+        candidate = _without_dot_segments(candidate)
         if self.url_allowlist is None or not self.url_allowlist.allows(candidate):
             raise ConfigError(
                 f"This playground calls only the servers its operator allowed, and "

@@ -48,6 +48,12 @@ def local(smollm2_gguf: Path) -> Iterator[Backend]:
     backend.close()
 
 
+def assert_plain_answer(text: str) -> None:
+    """The user sees the answer's text: not the protocol's ``{"answer": ...}`` envelope."""
+    assert text.strip(), "the agent gave no answer"
+    assert not text.lstrip().startswith("{") and '"answer"' not in text, text
+
+
 # ---- LangChain -----------------------------------------------------------------------------
 
 
@@ -80,8 +86,36 @@ def test_create_agent_runs_the_tool_and_answers(chat: Any) -> None:
     final = messages[-1]
     assert isinstance(final, AIMessage) and not final.tool_calls
     assert "42" in str(final.content)
+    assert_plain_answer(str(final.content))
     assert spec.calls == sum(isinstance(m, AIMessage) for m in messages)
     assert spec.generated_tokens and spec.draft_tokens is not None
+
+
+def test_create_agent_answer_cut_by_max_tokens_is_plain_text(local: Backend) -> None:
+    # A long answer that max_tokens cuts inside the {"answer": "..."} the grammar asks for.
+    agents = pytest.importorskip("langchain.agents", reason="needs langchain (extra 'langchain')")
+    from langchain_core.messages import AIMessage, AIMessageChunk
+    from langchain_core.tools import tool
+
+    from langchain_speculative import ChatSpeculative
+
+    chat = ChatSpeculative(backend=local, temperature=0, max_tokens=40)
+    agent = agents.create_agent(
+        chat,
+        tools=[tool(add)],
+        system_prompt="After the tool answers, explain the result in three long sentences.",
+    )
+    question = {"messages": [{"role": "user", "content": "What is 2 + 3? Use the add tool."}]}
+    final = agent.invoke(question, {"recursion_limit": 8})["messages"][-1]
+    assert isinstance(final, AIMessage) and not final.tool_calls
+    assert_plain_answer(str(final.content))
+    assert "5" in str(final.content)
+    pieces = [
+        str(message.content)
+        for message, _ in agent.stream(question, {"recursion_limit": 8}, stream_mode="messages")
+        if isinstance(message, AIMessageChunk) and message.content
+    ]
+    assert_plain_answer(pieces[-1])
 
 
 @pytest.mark.parametrize("method", ["json_schema", "function_calling"])
@@ -132,6 +166,31 @@ async def test_function_agent_calls_the_tool(llm: Any) -> None:
     assert result.tool_name == "add"
     assert result.tool_output.raw_output == result.tool_kwargs["a"] + result.tool_kwargs["b"]
     assert str(output.response.content) == str(result.tool_output.content)
+
+
+async def test_function_agent_answers_in_plain_text(llm: Any) -> None:
+    from llama_index.core.agent.workflow import AgentStream, FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(fn=add)], llm=llm)
+    handler = agent.run(user_msg=QUESTION, max_iterations=6)
+    deltas = [e.delta async for e in handler.stream_events() if isinstance(e, AgentStream)]
+    output = await handler
+    assert_plain_answer(str(output.response.content))
+    assert '"answer"' not in "".join(deltas)
+
+
+def test_a_call_cut_by_max_tokens_says_so(local: Backend) -> None:
+    from llama_index.core.tools import FunctionTool
+
+    from llama_index.llms.speculative import Speculative
+
+    short = Speculative(local, max_tokens=4)
+    with pytest.raises(ValueError, match="cut at max_tokens") as caught:
+        short.predict_and_call(
+            [FunctionTool.from_defaults(fn=add)], user_msg=QUESTION, tool_required=True
+        )
+    assert "finish reason 'length'" in str(caught.value)
 
 
 def test_structured_predict_and_as_structured_llm(llm: Any) -> None:

@@ -269,3 +269,47 @@ def test_a_sigkilled_parent_leaves_no_engine_worker(tiny_model_dir: Path) -> Non
             parent.kill()
             parent.wait(timeout=30)
         kill_leftovers(workers)
+
+
+EXIT_WITHIN_S = 5.0  # container platforms send SIGKILL 10 s after SIGTERM
+
+
+def test_sigterm_during_a_run_cancels_it_and_exits_at_once(tmp_path: Path) -> None:
+    pytest.importorskip("gradio_client", reason="needs gradio (extra 'playground')")
+    from gradio_client import Client
+
+    from playground_api import compare_arguments
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    log_path = tmp_path / "playground.log"
+    log = log_path.open("wb")
+    playground = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "speculative_llm", "playground"),
+            *("--port", str(port), "--no-browser", "--threads", "1"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=child_env(),
+    )
+    try:
+        wait_until_up(url, playground, timeout_s=240)
+        # A run far longer than the grace period: thousands of tokens, several repeats.
+        arguments = compare_arguments(prompt="Count from 1 to 5000.", max_tokens=1024, runs=5)
+        job = Client(url, verbose=False).submit(*arguments, api_name="/compare")
+        deadline = time.monotonic() + 240
+        while len(job.outputs()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the run streams
+        assert len(job.outputs()) >= 3 and not job.done(), log_path.read_text()
+        playground.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        code = playground.wait(timeout=60)
+        took = time.monotonic() - sent
+        assert code == 128 + signal.SIGTERM, log_path.read_text()
+        assert took < EXIT_WITHIN_S, f"exited {took:.1f} s after SIGTERM"
+    finally:
+        if playground.poll() is None:
+            playground.kill()
+            playground.wait(timeout=30)
+        log.close()

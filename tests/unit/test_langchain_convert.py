@@ -193,7 +193,7 @@ def test_request_carries_parameters_and_per_call_overrides() -> None:
         temperature=0.0,
         model="other-model",
         speculative={"method": "none"},
-        cache_prompt=True,
+        extra_body={"cache_prompt": True},
     )
     second = backend.requests[-1]
     assert second.stop == ("STOP",)

@@ -641,3 +641,13 @@ def test_each_request_reports_its_own_kernel_and_grammar_seconds(
     assert 0 < grammar_s <= constrained.stats.total_s
     pooled = SpecStats.aggregate([free[0].stats, constrained.stats])
     assert pooled is not None and pooled.grammar_s is None  # missing from one record
+
+
+def test_a_corrupt_draft_model_is_named_as_the_draft(
+    model_path: Path, runner_name: str, tmp_path: Path
+) -> None:
+    corrupt = tmp_path / "draft.gguf"
+    corrupt.write_bytes(b"GGUF\x03\x00\x00\x00" + b"garbage-" * 16)
+    with pytest.raises(ConfigError) as caught:
+        _open(model_path, runner_name, draft_model=str(corrupt))
+    assert caught.value.field == "draft_model"

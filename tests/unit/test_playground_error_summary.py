@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from local_runners import require_llama_cpp
 from speculative_llm.errors import (
     BackendHTTPError,
     BackendUnavailableError,
@@ -91,3 +94,18 @@ def test_an_engine_crash_is_shown_whole_and_a_quoted_log_is_cut() -> None:
     message = browser_message(server)
     assert message.startswith("llama-server died (signal 11, SIGSEGV) during a request.")
     assert "internal-service" not in message and DETAILS_IN_LOG in message
+
+
+def test_a_model_that_fails_to_load_is_named_without_llama_cpp_log_lines(tmp_path: Path) -> None:
+    require_llama_cpp()
+    from speculative_llm.backends.local import LocalBackend
+
+    corrupt = tmp_path / "broken.gguf"
+    corrupt.write_bytes(b"GGUF\x03\x00\x00\x00" + b"garbage-" * 16)
+    with pytest.raises(ModelNotFoundError) as caught:
+        LocalBackend(str(corrupt), threads=1)
+    assert "gguf_init_from_reader" in str(caught.value)  # the log keeps llama.cpp's lines
+    message = browser_message(caught.value)
+    assert "could not load" in message and "runner='transformers'" in message
+    assert "gguf_init_from_reader" not in message and "llama_model_load" not in message
+    assert DETAILS_IN_LOG in message

@@ -82,3 +82,28 @@ def test_launch_options_carry_the_guard() -> None:
     assert kwargs["docs_url"] is None
     (middleware,) = kwargs["middleware"]
     assert middleware.cls is HostGuard
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://203.0.113.5", "http://10.0.0.9:7860", "http://[2001:db8::1]:7860"]
+)
+def test_an_origin_at_a_foreign_address_is_refused(origin: str) -> None:
+    # A page at any address may post a multipart upload without a preflight: only the
+    # app's own addresses may send one.
+    sent = call(LOOPBACK, {"Host": "127.0.0.1:7860", "Origin": origin})
+    assert status(sent) == 403
+    assert b"another site" in sent[1]["body"]
+
+
+def test_an_origin_at_the_apps_own_address_passes() -> None:
+    names = allowed_host_names("0.0.0.0")
+    guard = HostGuard(lambda *a: None, names=names)  # type: ignore[arg-type, return-value]
+    # Opened at its LAN address: the page's origin is the address the request goes to.
+    lan = {"Host": "192.168.1.7:7860", "Origin": "http://192.168.1.7:7860"}
+    assert status(call(guard, lan)) == 200
+    assert status(call(guard, {**lan, "Origin": "http://192.168.1.8:7860"})) == 403
+    bound = HostGuard(lambda *a: None, names=allowed_host_names("10.1.2.3"))  # type: ignore[arg-type, return-value]
+    assert status(call(bound, {"Host": "10.1.2.3:7860", "Origin": "http://10.1.2.3:7860"})) == 200
+    assert (
+        status(call(LOOPBACK, {"Host": "localhost:7860", "Origin": "http://127.0.0.1:7860"})) == 200
+    )

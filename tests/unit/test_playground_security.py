@@ -18,6 +18,7 @@ from speculative_playground.security import (
     parse_auth,
     redact,
     redact_url,
+    remove_dot_segments,
 )
 
 
@@ -192,3 +193,31 @@ def test_redaction_masks_keys_and_url_credentials() -> None:
         "sk-env",
         "sk-typed",
     )
+
+
+def test_dot_segments_cannot_leave_an_allowed_path() -> None:
+    policy = SecurityPolicy.from_options(allow_urls=["http://127.0.0.1:18102/v1"], environ={})
+    assert policy.check_server_url("http://127.0.0.1:18102/v1/./x/..") == (
+        "http://127.0.0.1:18102/v1/"
+    )
+    for escaping in ("http://127.0.0.1:18102/v1/../admin", "http://127.0.0.1:18102/v1/x/../../a"):
+        with pytest.raises(ConfigError, match="not one of them") as caught:
+            policy.check_server_url(escaping)
+        assert "/admin" in str(caught.value) or "/a'" in str(caught.value)
+    for hidden in (
+        "http://127.0.0.1:18102/v1/%2e%2e/admin",
+        "http://127.0.0.1:18102/v1/%2E./admin",
+        "http://127.0.0.1:18102/v1%2f..%2fadmin",
+        "http://127.0.0.1:18102/v1/..%5cadmin",
+        "http://127.0.0.1:18102/v1\\..\\admin",
+    ):
+        with pytest.raises(ConfigError, match="backslash or an encoded"):
+            policy.check_server_url(hidden)
+
+
+@pytest.mark.parametrize(
+    ("path", "resolved"),
+    [("/a/b/c/./../../g", "/a/g"), ("mid/content=5/../6", "mid/6"), ("/..", "/"), ("/a/.", "/a/")],
+)
+def test_remove_dot_segments_follows_rfc_3986(path: str, resolved: str) -> None:
+    assert remove_dot_segments(path) == resolved

@@ -31,3 +31,44 @@ def test_handlers_are_restored_after_the_block() -> None:
         assert signal.getsignal(signal.SIGTERM) is not before
     assert signal.getsignal(signal.SIGTERM) is before
     assert termination.exit_code is None
+
+
+def test_work_in_other_threads_is_cancelled_before_the_main_thread_unwinds() -> None:
+    import threading
+
+    from speculative_llm.shutdown import on_termination
+
+    generation = threading.Event()
+    order: list[str] = []
+
+    def failing() -> None:
+        raise RuntimeError("a canceller that fails does not stop the others")
+
+    def cancel() -> None:
+        generation.set()
+        order.append("cancelled")
+
+    with (
+        stop_on_termination(),
+        on_termination(failing),
+        on_termination(cancel),
+        pytest.raises(Terminated),
+    ):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            order.append("unwound")
+    assert generation.is_set() and order == ["cancelled", "unwound"]
+    generation.clear()
+    with stop_on_termination(), pytest.raises(Terminated):  # unregistered after its block
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert not generation.is_set()
+
+
+def test_cancel_all_sets_the_flags_of_every_session() -> None:
+    from speculative_playground.runner import CancelRegistry
+
+    registry = CancelRegistry()
+    flags = [registry.start("a"), registry.start("a"), registry.start("b")]
+    assert registry.cancel_all() == 3
+    assert all(flag.is_set() for flag in flags)

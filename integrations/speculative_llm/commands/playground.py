@@ -10,11 +10,14 @@ operator allowed: the packaged models, ``--model``/``--draft-model``, model file
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
 from speculative_llm.errors import ConfigError, MissingDependencyError
+from speculative_llm.shutdown import on_termination
 
 __all__ = ["add_arguments", "run"]
 
@@ -150,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         build_backend_by_name,
         build_backend_in_worker,
     )
+    from speculative_playground.runner import WORKER_THREAD_PREFIX, CancelRegistry
     from speculative_playground.security import SecurityPolicy
     from speculative_playground.settings import PACKAGED_MODELS
 
@@ -177,15 +181,47 @@ def run(args: argparse.Namespace) -> int:
         local_options=local_engine_options(args),
         backend_factory=build_backend_by_name if args.in_process else build_backend_in_worker,
     )
+    registry = CancelRegistry()
     app = build_app(
         policy=policy,
         pool=pool,
         models=models,
         defaults=settings,
         concurrency_limit=args.concurrency,
+        registry=registry,
     )
     try:
-        launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
+        # SIGTERM stops the running generations at once, not only the web server: the
+        # process exits within a container platform's grace period.
+        with on_termination(lambda: _stop_now(app, registry)):
+            launch(app, policy=policy, port=args.port, inbrowser=not args.no_browser)
     finally:
+        # Cancelled workers stop after their current step; let them, before the models go
+        # (an interpreter torn down under a running llama.cpp decode crashes).
+        _join_workers(WORKER_THREAD_PREFIX, timeout_s=_WORKERS_GRACE_S)
         pool.close()
     return 0
+
+
+def _stop_now(app: Any, registry: Any) -> None:
+    """On SIGTERM: cancel every running comparison and let the web server quit at once.
+
+    Without ``force_exit`` uvicorn waits for open connections (a page's event stream)
+    until Gradio gives up after 5 s.
+    """
+    registry.cancel_all()
+    server = getattr(app, "server", None)
+    if server is not None:
+        server.force_exit = True
+
+
+_WORKERS_GRACE_S = 3.0
+"""Longest wait for cancelled generations to stop on the way out."""
+
+
+def _join_workers(prefix: str, *, timeout_s: float) -> None:
+    """Wait, at most ``timeout_s`` in all, for the threads whose name starts with ``prefix``."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread.name.startswith(prefix) and thread is not threading.current_thread():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -8,8 +8,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -22,7 +21,7 @@ from llama_index.core.base.llms.types import (
     LLMMetadata,
     MessageRole,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SecretStr, ValidationError
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
 from llama_index.core.llms.callbacks import (
     llm_chat_callback,
@@ -31,6 +30,17 @@ from llama_index.core.llms.callbacks import (
 from llama_index.core.llms.llm import ToolSelection
 from llama_index_instrumentation import get_dispatcher
 
+from llama_index.llms.speculative.arguments import (
+    API_KEY_ENV,
+    CALL_KWARGS,
+    REQUEST_KWARGS,
+    TOOL_CALLING_MODES,
+    TOOL_CHOICES,
+    Call,
+    ToolCallingMode,
+    api_key_of,
+    validate_defaults,
+)
 from llama_index.llms.speculative.convert import (
     StreamAccumulator,
     aresponses_of,
@@ -46,9 +56,19 @@ from llama_index.llms.speculative.tools import (
     requested_tools,
     tool_chat_kwargs,
 )
-from speculative_llm.arguments import config_error_from, reject_unknown_arguments
+from speculative_llm.arguments import (
+    config_error_from,
+    extra_body_of,
+    reject_unknown_arguments,
+    reject_unknown_call_arguments,
+)
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
 from speculative_llm.backends.builder import build_backend
+from speculative_llm.backends.secret_options import (
+    hide_base_url_credentials,
+    protect_backend_options,
+    reveal_base_url,
+)
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
@@ -59,24 +79,7 @@ if TYPE_CHECKING:
 
 dispatcher = get_dispatcher(__name__)
 
-__all__ = ["Speculative"]
-
-# Keyword arguments of chat()/complete() that map onto GenerationRequest fields.
-_REQUEST_KWARGS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "seed",
-    "tools",
-    "tool_choice",
-    "response_format",
-    "prediction",
-)
-_TOOL_CHOICES = ("auto", "none", "required")
-ToolCallingMode = Literal["native", "json_schema"]
-_TOOL_CALLING_MODES: tuple[str, ...] = get_args(ToolCallingMode)
+__all__ = ["API_KEY_ENV", "Speculative"]
 
 
 class Speculative(JSONSchemaStructuredLLM):
@@ -119,8 +122,9 @@ class Speculative(JSONSchemaStructuredLLM):
     twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
     ``tools``, ``tool_choice``, ``response_format``, ``prediction`` (Predicted Outputs:
     the expected text, or OpenAI's ``{"type": "content", ...}``) and ``speculative`` (a
-    ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Other keyword
-    arguments go to the backend unchanged (``GenerationRequest.extra``).
+    ``SpecConfig``, dict or method name; ``"none"`` is the baseline), and
+    ``extra_body`` (a dict of fields sent to the server unchanged). Any other keyword
+    argument, or a value of the wrong type, raises ``ConfigError`` naming it.
 
     Args:
         backend: A backend name (or alias) or a ``Backend`` instance (which stays the
@@ -131,9 +135,13 @@ class Speculative(JSONSchemaStructuredLLM):
             a ``Backend`` instance, the model name sent with each request.
         speculative: Speculative configuration (``SpecConfig``, dict or method name);
             None keeps the backend's default. Validated here, at construction.
-        base_url: Server URL, for the HTTP backends.
+        base_url: Server URL, for the HTTP backends. A ``user:password@`` in it is kept
+            apart as a secret (sent as basic authentication, never shown or serialised).
+        api_key: API key of server backends; read from ``SPECULATIVE_LLM_API_KEY`` when
+            not given. Kept as a ``SecretStr``, left out of ``to_dict``/``to_json``.
         backend_options: Other options of the backend's constructor (``draft_model``,
-            ``dtype``, ``api_key``, ``timeout``...).
+            ``dtype``, ``timeout``, ``stream_timeout``, ``headers``...). The values of
+            ``headers`` are kept as ``SecretStr``.
         temperature: 0 decodes greedily; > 0 samples.
         max_tokens: Most tokens per response; defaults to the smaller of 256 and the
             backend's limit. Also reported as ``metadata.num_output``.
@@ -166,11 +174,18 @@ class Speculative(JSONSchemaStructuredLLM):
     speculative: dict[str, Any] | None = Field(
         default=None, description="Speculative configuration (SpecConfig as a dict)."
     )
-    base_url: str | None = Field(default=None, description="Server URL of HTTP backends.")
+    base_url: str | None = Field(
+        default=None, description="Server URL of HTTP backends (without credentials)."
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="API key of server backends (a secret: never serialised or shown).",
+        exclude=True,
+    )
     backend_options: dict[str, Any] = Field(
         default_factory=dict,
         description="Other options passed to the backend's constructor.",
-        exclude=True,  # may hold an api_key: keep it out of serialisation and events
+        exclude=True,  # may hold headers with secrets: keep it out of serialisation and events
     )
     temperature: float = Field(default=0.0, description="Sampling temperature; 0 is greedy.")
     max_tokens: int | None = Field(default=None, description="Most tokens per response.")
@@ -201,6 +216,7 @@ class Speculative(JSONSchemaStructuredLLM):
         model: str | None = None,
         speculative: SpecConfig | Mapping[str, Any] | str | None = None,
         base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
         backend_options: Mapping[str, Any] | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = None,
@@ -225,7 +241,7 @@ class Speculative(JSONSchemaStructuredLLM):
                 )
             backend = serialised_name
         reject_unknown_arguments(type(self), kwargs)
-        if tool_calling not in _TOOL_CALLING_MODES:
+        if tool_calling not in TOOL_CALLING_MODES:
             raise ConfigError(
                 f"tool_calling must be 'native' or 'json_schema', got {tool_calling!r}.",
                 field="tool_calling",
@@ -233,7 +249,7 @@ class Speculative(JSONSchemaStructuredLLM):
         spec = SpecConfig.from_value(speculative)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
         # Validate the sampling parameters with the core's own rules before any model loads.
-        _validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
+        validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
         if context_window is not None and (
             isinstance(context_window, bool)
             or not isinstance(context_window, int)
@@ -243,9 +259,17 @@ class Speculative(JSONSchemaStructuredLLM):
                 f"context_window must be a positive integer, got {context_window!r}.",
                 field="context_window",
             )
-        given_options = dict(backend_options or {})
+        # Secrets leave the fields that repr(), dumps and events show.
+        base_url, url_credentials = hide_base_url_credentials(base_url)
+        given_options = protect_backend_options(backend_options)
+        key = api_key_of(api_key)
         setup = build_backend(
-            backend, model=model, base_url=base_url, speculative=spec, options=given_options
+            backend,
+            model=model,
+            base_url=reveal_base_url(base_url, url_credentials),
+            api_key=key,
+            speculative=spec,
+            options=given_options,
         )
         backend_instance = setup.backend
         try:
@@ -254,6 +278,7 @@ class Speculative(JSONSchemaStructuredLLM):
                 model=model,
                 speculative=spec.to_dict() if spec is not None else None,
                 base_url=base_url,
+                api_key=key,
                 backend_options=given_options,
                 temperature=temperature,
                 max_tokens=max_tokens,
@@ -336,29 +361,26 @@ class Speculative(JSONSchemaStructuredLLM):
             "seed": self.seed,
             "spec": self._spec,
         }
-        extra = dict(kwargs)
-        for name in _REQUEST_KWARGS:
-            if name in extra:
-                options[name] = extra.pop(name)
-        if "speculative" in extra:
-            options["spec"] = SpecConfig.from_value(extra.pop("speculative"))
-        if options.get("tools") is not None:
-            options["tools"] = tuple(options["tools"])
-        if options.get("stop") is not None and not isinstance(options["stop"], str):
-            options["stop"] = tuple(options["stop"])
-        elif options.get("stop") is None:
+        reject_unknown_call_arguments(kwargs, CALL_KWARGS, where=type(self).__name__)
+        for name in REQUEST_KWARGS:
+            if name in kwargs:
+                options[name] = kwargs[name]
+        if "speculative" in kwargs:
+            options["spec"] = SpecConfig.from_value(kwargs["speculative"])
+        if options.get("stop") is None:
             options["stop"] = ()
+        extra = extra_body_of(kwargs.get("extra_body"))
         choice = options.get("tool_choice")
-        if isinstance(choice, str) and choice not in _TOOL_CHOICES:
+        if isinstance(choice, str) and choice not in TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
         return GenerationRequest(
             messages=messages, prompt=prompt, model=self.model, extra=extra, **options
         )
 
-    def _prepare(self, request: GenerationRequest) -> _Call:
+    def _prepare(self, request: GenerationRequest) -> Call:
         if self.tool_calling == "json_schema":
-            return _Call(*as_json_tool_request(request))
-        return _Call(request, json_tools=False)
+            return Call(*as_json_tool_request(request))
+        return Call(request, json_tools=False)
 
     def _chat_request(
         self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
@@ -377,21 +399,21 @@ class Speculative(JSONSchemaStructuredLLM):
             return self._request(messages=user, prompt=None, kwargs=kwargs)
         return self._request(messages=None, prompt=prompt, kwargs=kwargs)
 
-    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
+    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Call:
         return self._prepare(self._chat_request(messages, kwargs))
 
-    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
+    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> Call:
         return self._prepare(self._completion_request(prompt, formatted, kwargs))
 
-    def _generate(self, call: _Call) -> Completion:
+    def _generate(self, call: Call) -> Completion:
         completion = self._backend.generate(call.request)
         return json_tool_completion(completion) if call.json_tools else completion
 
-    async def _agenerate(self, call: _Call) -> Completion:
+    async def _agenerate(self, call: Call) -> Completion:
         completion = await self._backend.agenerate(call.request)
         return json_tool_completion(completion) if call.json_tools else completion
 
-    def _stream(self, call: _Call) -> Iterator[Chunk]:
+    def _stream(self, call: Call) -> Iterator[Chunk]:
         if call.json_tools:
             # The JSON call is parsed whole: one chunk, once the server has finished.
             yield final_chunk_of(self._generate(call))
@@ -404,7 +426,7 @@ class Speculative(JSONSchemaStructuredLLM):
             if close is not None:
                 close()
 
-    async def _astream(self, call: _Call) -> AsyncIterator[Chunk]:
+    async def _astream(self, call: Call) -> AsyncIterator[Chunk]:
         if call.json_tools:
             yield final_chunk_of(await self._agenerate(call))
             return
@@ -558,33 +580,3 @@ class Speculative(JSONSchemaStructuredLLM):
         """Async twin of ``close``."""
         if self._owns_backend:
             await self._backend.aclose()
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """A request to send, and whether its answer is a JSON tool call to parse."""
-
-    request: GenerationRequest
-    json_tools: bool
-
-
-def _validate_defaults(
-    max_tokens: int | None,
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    stop: list[str],
-    seed: int | None,
-    spec: SpecConfig | None,
-) -> None:
-    """Raise ``ConfigError`` for defaults every request would reject."""
-    GenerationRequest(
-        prompt="check",
-        max_tokens=DEFAULT_NUM_OUTPUTS if max_tokens is None else max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        stop=tuple(stop),
-        seed=seed,
-        spec=spec,
-    )

@@ -10,6 +10,7 @@ from llama_index.core.llms.llm import ToolSelection
 
 from llama_index.llms.speculative.convert import tool_selections
 from speculative_llm.errors import ConfigError
+from speculative_llm.json_tools import warn_untyped_parameters
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -27,9 +28,11 @@ def tool_chat_kwargs(
     """The ``chat`` arguments that offer ``tools`` (OpenAI definitions) after the history.
 
     ``tool_choice`` defaults to ``required`` when ``tool_required``, else ``auto``; the
-    caller's history is not modified.
+    caller's history is not modified. A tool whose parameters declare no type is warned
+    about once (``UserWarning``): the model may write any JSON value there.
     """
     tool_specs = [tool.metadata.to_openai_tool(skip_length_check=True) for tool in tools]
+    warn_untyped_parameters(tool_specs)
     messages = list(chat_history or [])
     if isinstance(user_msg, str):
         messages.append(ChatMessage(role=MessageRole.USER, content=user_msg))
@@ -54,12 +57,33 @@ def requested_tools(response: ChatResponse, *, error_on_no_tool_call: bool) -> l
     """
     selections = tool_selections(response.message)
     if not selections and error_on_no_tool_call:
+        raw = response.raw if isinstance(response.raw, dict) else {}
+        if raw.get("finish_reason") == "length":
+            raise ValueError(_cut_call_message(response.message.content or "", raw))
         raise ValueError(
             "Expected at least one tool call, but the model answered with text only: "
             f"{(response.message.content or '')[:200]!r}. Pass tool_required=True (or "
             "tool_choice='required') to force a call."
         )
     return selections
+
+
+def _cut_call_message(text: str, raw: dict[str, Any]) -> str:
+    """Why no tool call came: ``max_tokens`` cut the answer (finish reason ``length``)."""
+    usage = raw.get("usage")
+    used = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    spent = f"all {used} tokens of max_tokens" if isinstance(used, int) and used else "max_tokens"
+    budget = (
+        f"max_tokens={max(2 * used, used + 64)} or more"
+        if isinstance(used, int) and used
+        else "a larger max_tokens"
+    )
+    return (
+        f"The tool call was cut at max_tokens (finish reason 'length'): the model had spent "
+        f"{spent} before the call was complete: {text[:200]!r}. A call needs room for the "
+        f"tool's name and every argument: pass {budget} (Speculative(max_tokens=...) or "
+        "max_tokens=... with the call)."
+    )
 
 
 def force_tool(

@@ -26,10 +26,11 @@ from speculative_llm.backends.http.redaction import (
     split_credentials,
 )
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
-from speculative_llm.backends.http.streaming import StreamDecoder, StreamSession
+from speculative_llm.backends.http.streaming import StreamDecoder, StreamLimits, StreamSession
 from speculative_llm.backends.http.transport import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_STREAM_TIMEOUT_S,
     FetchResult,
     HTTPTransport,
     JSONResponse,
@@ -39,6 +40,7 @@ from speculative_llm.backends.http.urls import split_base_url, validate_base_url
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_READ_TIMEOUT_S",
+    "DEFAULT_STREAM_TIMEOUT_S",
     "RETRY_STATUSES",
     "Deadline",
     "EngineHints",
@@ -48,6 +50,7 @@ __all__ = [
     "Redactor",
     "RetryPolicy",
     "StreamDecoder",
+    "StreamLimits",
     "StreamSession",
     "decode_json_object",
     "error_for_status",

@@ -47,6 +47,7 @@ from speculative_llm.errors import (
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "DEFAULT_READ_TIMEOUT_S",
+    "DEFAULT_STREAM_TIMEOUT_S",
     "FetchResult",
     "HTTPTransport",
     "JSONResponse",
@@ -57,7 +58,9 @@ logger = logging.getLogger("speculative_llm.backends.http")
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 120.0
 """Default ``timeout``: a call that gets no answer for two minutes fails (pass more for long
-non-streamed generations on slow hardware; a stream only needs its bytes to keep coming)."""
+non-streamed generations on slow hardware; a stream only needs its data to keep coming)."""
+DEFAULT_STREAM_TIMEOUT_S = 600.0
+"""Default ``stream_timeout``: the longest a whole streamed call may last (ten minutes)."""
 
 _FETCH_TIMEOUT_S = 10.0
 """Longest wait for an auxiliary GET (``/metrics``, ``/slots``...): they answer at once."""
@@ -116,12 +119,14 @@ class HTTPTransport:
         api_key: Sent as ``Authorization: Bearer``; stored as a ``SecretStr``.
         timeout: Deadline of one call, in seconds: its auxiliary GETs, connecting, the
             retries and the waits between them, and the answer all draw on it. A stream
-            that has started may run longer, as long as no silence between its bytes
-            lasts ``timeout``.
+            that has started may run longer, as long as no wait for its next data event
+            lasts ``timeout`` (keep-alive comments do not count).
+        stream_timeout: The longest a whole streamed call may last, in seconds.
         connect_timeout: Longest wait for a TCP connection, in seconds (within the deadline).
         max_retries: Retries of connection failures and HTTP 429/502/503.
         retry_backoff: First retry delay in seconds (doubles each time, capped at 8 s).
-        headers: Extra headers sent with every request.
+        headers: Extra headers sent with every request; their values are treated as
+            secrets (masked in every message, as the API key is).
         hints: Engine wording for error messages.
         verify: TLS certificate verification (``False`` or a CA bundle path).
 
@@ -139,16 +144,22 @@ class HTTPTransport:
         *,
         api_key: str | SecretStr | None = None,
         timeout: float = DEFAULT_READ_TIMEOUT_S,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_retries: int = 2,
         retry_backoff: float = 0.5,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str | SecretStr] | None = None,
         hints: EngineHints | None = None,
         verify: bool | str = True,
     ) -> None:
         self.base_url, credentials = split_credentials(validate_base_url(base_url))
         self.root_url, self.api_prefix = split_base_url(self.base_url)
-        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        timeouts = (
+            ("timeout", timeout),
+            ("stream_timeout", stream_timeout),
+            ("connect_timeout", connect_timeout),
+        )
+        for name, value in timeouts:
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(
                     f"{name} must be a number of seconds > 0, got {value!r}.", field=name
@@ -165,15 +176,20 @@ class HTTPTransport:
                 field="api_key",
             )
         self._auth = httpx.BasicAuth(*credentials) if credentials is not None else None
+        extra_headers = _secret_values(headers)
         self.redactor = Redactor(
-            [self._api_key.get_secret_value() if self._api_key is not None else None],
+            [
+                self._api_key.get_secret_value() if self._api_key is not None else None,
+                *extra_headers.values(),
+            ],
             credentials=credentials,
         )
         self.retry = RetryPolicy(max_retries=max_retries, backoff_s=retry_backoff)
         self.read_timeout = float(timeout)
+        self.stream_timeout = float(stream_timeout)
         self.connect_timeout = float(connect_timeout)
         self.hints = hints or EngineHints()
-        self._headers = {"User-Agent": "speculative-llm", **dict(headers or {})}
+        self._headers = {"User-Agent": "speculative-llm", **extra_headers}
         self._verify = verify
         self._timeout = httpx.Timeout(
             self.read_timeout, connect=self.connect_timeout, pool=self.connect_timeout
@@ -188,7 +204,8 @@ class HTTPTransport:
         key = "SecretStr('**********')" if self._api_key is not None else "None"
         return (
             f"HTTPTransport(base_url={self.base_url!r}, api_key={key}, "
-            f"timeout={self.read_timeout}, connect_timeout={self.connect_timeout}, "
+            f"timeout={self.read_timeout}, stream_timeout={self.stream_timeout}, "
+            f"connect_timeout={self.connect_timeout}, "
             f"max_retries={self.retry.max_retries})"
         )
 
@@ -680,3 +697,17 @@ def _json_response(response: httpx.Response, content: bytes, url: str) -> JSONRe
     return JSONResponse(
         decode_json_object(content, url=url), dict(response.headers), response.status_code
     )
+
+
+def _secret_values(headers: Mapping[str, str | SecretStr] | None) -> dict[str, str]:
+    """The extra headers as plain strings (``SecretStr`` values revealed for sending)."""
+    plain: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise ConfigError(
+                f"headers must map header names to strings; {name!r} is {type(text).__name__}.",
+                field="headers",
+            )
+        plain[name] = text
+    return plain

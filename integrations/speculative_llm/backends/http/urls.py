@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from speculative_llm.backends.http.redaction import redact_url
+from speculative_llm.backends.http.redaction import MASK
 from speculative_llm.errors import ConfigError
 
 __all__ = ["split_base_url", "validate_base_url"]
@@ -26,8 +26,15 @@ def validate_base_url(url: object, *, field: str = "base_url") -> str:
             field=field,
         )
     text = url.strip()
-    parts = urlsplit(text)
-    shown = redact_url(text)
+    shown = _shown(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as error:  # an unclosed IPv6 bracket, say
+        raise ConfigError(
+            f"{field} {shown!r} is not a valid URL ({error}); write it as "
+            "http://host:port, with an IPv6 address in brackets: http://[::1]:8080.",
+            field=field,
+        ) from None
     if parts.scheme not in ("http", "https"):
         hint = f" Did you mean 'http://{shown}'?" if not parts.scheme or "://" not in text else ""
         raise ConfigError(
@@ -67,3 +74,20 @@ def split_base_url(url: str) -> tuple[str, str]:
     else:
         root_path, prefix = path, ""
     return urlunsplit((parts.scheme, parts.netloc, root_path, "", "")), prefix
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message may show it: anything before an ``@`` masked.
+
+    Without a scheme (``admin:secret@host``) there is no URL syntax to find the
+    credentials by, so all that stands before the last ``@`` goes.
+    """
+    if "@" not in text:
+        return text
+    scheme, separator, rest = text.partition("://")
+    if not separator:
+        return f"{MASK}@{text.rpartition('@')[2]}"
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = f"{MASK}@{authority.rpartition('@')[2]}"
+    return f"{scheme}://{authority}{slash}{path}"

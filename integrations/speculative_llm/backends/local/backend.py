@@ -307,22 +307,29 @@ class LocalBackend(Backend):
             known = self._drafts.get(name)
             if known is None:
                 target = self._loaded()
-                # Refused from the files' vocabularies before any weight loads.
-                check_draft_vocabulary(target, name, progress=bool(self._options["progress"]))
-                source = resolve_model(name, progress=False)
-                same_files = (source.location, source.gguf_file) == (
-                    target.source.location,
-                    target.source.gguf_file,
-                )
-                # A model drafting for itself shares its weights (a cache of its own).
-                draft = (
-                    target
-                    if same_files
-                    else load_model(name, runner=target.runner_name, **self._options)
-                )
+                try:
+                    draft = self._load_draft(target, name)
+                except ConfigError as error:
+                    # The draft's file is at fault, not the target's: name the right field.
+                    if error.field in (None, "model"):
+                        error.field = "draft_model"
+                    raise
                 known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
                 self._drafts[name] = known
             return known[1]
+
+    def _load_draft(self, target: LoadedModel, name: str) -> LoadedModel:
+        # Refused from the files' vocabularies before any weight loads.
+        check_draft_vocabulary(target, name, progress=bool(self._options["progress"]))
+        source = resolve_model(name, progress=False)
+        same_files = (source.location, source.gguf_file) == (
+            target.source.location,
+            target.source.gguf_file,
+        )
+        # A model drafting for itself shares its weights (a cache of its own).
+        if same_files:
+            return target
+        return load_model(name, runner=target.runner_name, **self._options)
 
     def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
         if spec.method == "none":

@@ -341,9 +341,10 @@ class LlamaCppModel:
         llama_cpp_lib.clear_errors()
         pointer = self.api.llama_model_load_from_file(str(self.path).encode(), params)
         if not pointer:
+            # Quoted, so that a page showing the message can leave llama.cpp's log out.
             reason = llama_cpp_lib.recent_errors() or "no reason given"
             raise ModelNotFoundError(
-                f"llama.cpp could not load {self.path}: {reason}. If llama.cpp does not "
+                f"llama.cpp could not load {self.path}: {reason!r}. If llama.cpp does not "
                 "support this model's architecture, load it with runner='transformers' "
                 "(Hugging Face transformers, with the gguf package).",
                 field="model",

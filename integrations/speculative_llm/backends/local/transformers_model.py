@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,7 @@ def load_hf_tokenizer(source: ModelSource, model: Any = None) -> HfTokenizer:
     location, kwargs = _pretrained_arguments(source)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, struct.error) as error:  # struct.error: a corrupt GGUF
         raise _not_found(source, error) from error
     return HfTokenizer(tokenizer, _eos_token_ids(model, tokenizer))
 

@@ -19,12 +19,14 @@ from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.http import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_STREAM_TIMEOUT_S,
     Deadline,
     EngineHints,
     FetchResult,
     HTTPTransport,
     JSONResponse,
     StreamDecoder,
+    StreamLimits,
     StreamSession,
     decode_json_object,
 )
@@ -58,6 +60,7 @@ class HTTPOptions(TypedDict, total=False):
     model: str | None
     api_key: str | SecretStr | None
     timeout: float
+    stream_timeout: float
     connect_timeout: float
     max_retries: int
     retry_backoff: float
@@ -80,7 +83,9 @@ class OpenAICompatibleBackend(Backend):
         api_key: Bearer token; kept as a secret, never shown in reprs or logs.
         timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
             request, its retries and the answer all draw on it; a started stream may run
-            longer while no silence between its bytes lasts this long.
+            longer while no wait for its next data event (pings aside) lasts this long.
+        stream_timeout: The longest a whole streamed call may last (default 600 s); a
+            server that streams more than ``max_tokens`` tokens is cut off there too.
         connect_timeout: TCP connect timeout in seconds.
         max_retries: Retries on connection errors and HTTP 429/502/503.
         retry_backoff: First retry delay in seconds (doubles each retry).
@@ -119,6 +124,7 @@ class OpenAICompatibleBackend(Backend):
         model: str | None = None,
         api_key: str | SecretStr | None = None,
         timeout: float = DEFAULT_READ_TIMEOUT_S,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT_S,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
         max_retries: int = 2,
         retry_backoff: float = 0.5,
@@ -139,6 +145,7 @@ class OpenAICompatibleBackend(Backend):
             base_url,
             api_key=api_key,
             timeout=timeout,
+            stream_timeout=stream_timeout,
             connect_timeout=connect_timeout,
             max_retries=max_retries,
             retry_backoff=retry_backoff,
@@ -419,11 +426,13 @@ class OpenAICompatibleBackend(Backend):
         pieces: Iterable[bytes],
         *,
         clock: Callable[[], float] = time.perf_counter,
+        limits: StreamLimits | None = None,
     ) -> Iterator[Chunk]:
         """Decode a recorded streamed body exactly as ``stream`` would, without a server.
 
         Useful to analyse captured responses and to test parsers. Auxiliary GETs are not
-        made, so server facts (``/props``, ``/metrics``...) are unknown.
+        made, so server facts (``/props``, ``/metrics``...) are unknown. ``limits`` (none
+        by default: a recording is read whole) applies ``stream``'s limits, on ``clock``.
 
         Raises:
             StreamInterruptedError: The body stops before the stream's end marker.
@@ -431,7 +440,8 @@ class OpenAICompatibleBackend(Backend):
         """
         context = self._context(request, streamed=True)
         context.started = clock()
-        session = StreamSession(self.make_decoder(context), url=context.url, clock=clock)
+        decoder = self.make_decoder(context)
+        session = StreamSession(decoder, url=context.url, clock=clock, limits=limits)
         with session.keeping_partial_text():
             yield from session.decode(pieces)
             yield from session.end()
@@ -579,4 +589,11 @@ class _Exchange:
     def session(self) -> StreamSession:
         """The decoding session of a streamed answer."""
         decoder = self.backend.make_decoder(self.context)
-        return StreamSession(decoder, url=self.context.url, clock=time.perf_counter)
+        http = self.backend.transport
+        limits = StreamLimits(
+            http.stream_timeout, http.read_timeout, self.context.request.max_tokens
+        )
+        url, engine = self.context.url, http.hints.engine
+        return StreamSession(
+            decoder, url=url, clock=time.perf_counter, limits=limits, engine=engine
+        )
