@@ -111,8 +111,11 @@ def test_chunks_and_facts_arrive_as_the_backend_gives_them(
     assert worker.model_name == "recorded" and worker.capabilities == here.capabilities
     assert worker.runner_description == "recording backend of recorded"
     assert worker.model_info().name == "recorded"
-    # A tally is read from the worker when asked: it grew by the five steps.
-    assert worker.kernel_seconds == 2.5
+    # A margin is scored in the worker, by the engine that took the five steps.
+    assert worker.logit_margin(ask("copy"), [1, 2, 3]) == pytest.approx(5.3)
+    with pytest.raises(ConfigError, match="refused") as caught:
+        worker.logit_margin(ask("refuse"), [])
+    assert caught.value.field == "prompt"
     with pytest.raises(AttributeError):
         _ = worker.default_spec  # the recording backend has none, so neither has its proxy
 

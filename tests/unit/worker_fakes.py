@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 from speculative_llm.backends.base import Backend, Capabilities, iterate_in_thread
@@ -75,10 +75,11 @@ class RecordingBackend(Backend):
     def runner_description(self) -> str:
         return f"recording backend of {self._model}"
 
-    @property
-    def kernel_seconds(self) -> float:
-        """Half a second per step taken, all streams (a tally that grows)."""
-        return 0.5 * self._steps
+    def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
+        """A margin that says what it was given: steps so far plus the prefix's length."""
+        if request.prompt == "refuse":
+            raise ConfigError("The prompt 'refuse' is refused: ask something else.", field="prompt")
+        return self._steps + len(generated) / 10
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         prompt = request.prompt or "chat"

@@ -15,19 +15,19 @@ import logging
 import pickle
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
 from speculative_llm.backends.registry import registered_paths
 from speculative_llm.backends.worker.process import EngineGone, EngineProcess
 from speculative_llm.backends.worker.protocol import (
-    Attribute,
     Build,
     Close,
     EngineFacts,
     Failed,
     Generate,
+    Margin,
     Pull,
     Ready,
     Reply,
@@ -150,19 +150,6 @@ class WorkerBackend(Backend):
         return spec
 
     @property
-    def kernel_seconds(self) -> float | None:
-        """The engine's ``kernel_seconds``, counted since its worker started.
-
-        None while no worker runs (after a crash, or ``close()``).
-        """
-        return self._tally("kernel_seconds")
-
-    @property
-    def grammar_seconds(self) -> float | None:
-        """The engine's ``grammar_seconds``, counted since its worker started."""
-        return self._tally("grammar_seconds")
-
-    @property
     def engine_pid(self) -> int | None:
         """Process id of the running worker (None: none runs now)."""
         engine = self._engine
@@ -173,23 +160,24 @@ class WorkerBackend(Backend):
             raise AttributeError(f"backend {self._facts.name!r} has no attribute {name!r}")
         return self._facts.attributes[name]
 
-    def _tally(self, name: str) -> float | None:
-        if name not in self._facts.tallies:
-            raise AttributeError(f"backend {self._facts.name!r} has no attribute {name!r}")
-        with self._channel:
-            engine = self._engine
-            if engine is None:
-                return None
-            try:
-                reply = engine.ask(Attribute(name))
-            except EngineGone:
-                # Reported by the request that runs next, which starts a fresh worker.
-                logger.warning("the engine worker died (read while asking for %s)", name)
-                self._engine = None
-                engine.reap(self._stop_timeout_s)
-                return None
-        value = reply.value if isinstance(reply, Value) else None
-        return None if value is None else float(value)
+    def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
+        """The engine's ``logit_margin`` (see ``LocalBackend.logit_margin``), in the worker.
+
+        Raises:
+            AttributeError: The engine scores no margins.
+            EngineCrashedError: The worker died while scoring.
+        """
+        if not self._facts.scores_margins:
+            raise AttributeError(f"backend {self._facts.name!r} has no attribute 'logit_margin'")
+        self._hold()
+        try:
+            engine = self._running_engine()
+            reply = self._ask(engine, Margin(request, tuple(generated)), activity="scoring")
+        finally:
+            self._release()
+        if isinstance(reply, Value):
+            return float(reply.value)
+        raise self._unexpected(reply)
 
     # ---- requests --------------------------------------------------------------------------
 

@@ -26,8 +26,6 @@ from speculative_llm.backends.builder import build_backend
 from speculative_llm.backends.registry import register_backend
 from speculative_llm.backends.worker.protocol import (
     STATIC_ATTRIBUTES,
-    TALLY_ATTRIBUTES,
-    Attribute,
     Build,
     Close,
     Closed,
@@ -35,6 +33,7 @@ from speculative_llm.backends.worker.protocol import (
     EngineFacts,
     Failed,
     Generate,
+    Margin,
     Pull,
     Ready,
     RemoteError,
@@ -67,7 +66,7 @@ def _facts(backend: Backend) -> EngineFacts:
         capabilities=backend.capabilities,
         model_info=backend.model_info(),
         attributes=attributes,
-        tallies=frozenset(n for n in TALLY_ATTRIBUTES if hasattr(backend, n)),
+        scores_margins=callable(getattr(backend, "logit_margin", None)),
     )
 
 
@@ -95,9 +94,10 @@ class _Server:
             self.close_stream()
             crash_point("engine-worker:generate")
             self._reply(self._call(lambda: self._backend.generate(request.request)))
-        elif isinstance(request, Attribute):
-            name = request.name if request.name in TALLY_ATTRIBUTES else ""
-            self._reply(Value(getattr(self._backend, name, None) if name else None))
+        elif isinstance(request, Margin):
+            self.close_stream()  # scoring takes the engine, as a generation does
+            score = getattr(self._backend, "logit_margin")  # noqa: B009 - checked in EngineFacts
+            self._reply(self._call(lambda: Value(score(request.request, request.generated))))
         elif isinstance(request, Shutdown):
             return False
         else:

@@ -26,8 +26,6 @@ from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 __all__ = [
     "STATIC_ATTRIBUTES",
-    "TALLY_ATTRIBUTES",
-    "Attribute",
     "Build",
     "Close",
     "Closed",
@@ -35,6 +33,7 @@ __all__ = [
     "EngineFacts",
     "Failed",
     "Generate",
+    "Margin",
     "Pull",
     "Ready",
     "RemoteError",
@@ -49,9 +48,6 @@ __all__ = [
 STATIC_ATTRIBUTES = ("runner_description", "runner_name", "default_spec")
 """Optional attributes an engine has from its load on (read once, in ``EngineFacts``)."""
 
-TALLY_ATTRIBUTES = ("kernel_seconds", "grammar_seconds")
-"""Optional attributes that grow with each request (read from the worker when asked)."""
-
 
 @dataclass(frozen=True, slots=True)
 class EngineFacts:
@@ -63,7 +59,7 @@ class EngineFacts:
         capabilities: Its ``capabilities``.
         model_info: Its ``model_info()``.
         attributes: The ``STATIC_ATTRIBUTES`` it has, by name.
-        tallies: The ``TALLY_ATTRIBUTES`` it has.
+        scores_margins: Whether it has ``logit_margin`` (``divergence.MarginScorer``).
     """
 
     name: str
@@ -71,7 +67,7 @@ class EngineFacts:
     capabilities: Capabilities
     model_info: ModelInfo
     attributes: dict[str, Any] = field(default_factory=dict)
-    tallies: frozenset[str] = frozenset()
+    scores_margins: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +189,11 @@ class Generate:
 
 
 @dataclass(frozen=True, slots=True)
-class Attribute:
-    """Read one of ``TALLY_ATTRIBUTES``; answered by ``Value``."""
+class Margin:
+    """Score ``logit_margin(request, generated)``; answered by ``Value`` or ``Failed``."""
 
-    name: str
+    request: GenerationRequest
+    generated: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +201,7 @@ class Shutdown:
     """Close the engine and exit; not answered."""
 
 
-Request = Build | Stream | Pull | Close | Generate | Attribute | Shutdown
+Request = Build | Stream | Pull | Close | Generate | Margin | Shutdown
 
 # ---- worker -> parent ----------------------------------------------------------------------
 
@@ -233,7 +230,7 @@ class Closed:
 
 @dataclass(frozen=True, slots=True)
 class Value:
-    """An attribute's value (None when the engine lacks it)."""
+    """A value the engine computed (a margin)."""
 
     value: Any
 
