@@ -500,6 +500,8 @@ class LocalBackend(Backend):
                 draft_s=counters.draft_s,
                 verify_s=counters.verify_s,
                 grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
+                draft_policy_reason=draft_length.explain(),
+                draft_policy_steps=draft_length.limit_counts(),
             )
 
         try:
