@@ -31,6 +31,7 @@ from speculative_playground.handlers import (
     ResultViews,
     RunInputs,
     idle_pane,
+    named_compare,
 )
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.host_guard import guarded_app_kwargs
@@ -106,6 +107,7 @@ class _Sidebar:
     timing: Any
     runs: Any
     json_schema: Any
+    seed: Any
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,10 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 interactive=policy.custom_urls_allowed,
                 info=None
                 if policy.custom_urls_allowed
-                else "Disabled: this deployment allows no typed URLs.",
+                else "Disabled: this deployment allows no typed URLs. To compare a running "
+                "server, restart the playground with --allow-url http://host:port (or "
+                "--url http://host:port to open on it).",
+                elem_id="server-url",
             )
             baseline_url = gr.Textbox(
                 value=start.baseline_url,
@@ -211,6 +216,15 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
             )
             for name, (low, high, step, label, info) in _SLIDERS.items()
         }
+        seed = gr.Number(
+            value=start.seed,
+            precision=0,
+            minimum=0,
+            label="Seed",
+            info="Both sides sample with this seed, so at any temperature one seed gives "
+            "the same texts every run; change it to see other samples.",
+            elem_id="seed",
+        )
         timing = gr.Radio(
             choices=_TIMING_CHOICES,
             value=start.timing,
@@ -259,6 +273,7 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         timing=timing,
         runs=runs,
         json_schema=json_schema,
+        seed=seed,
         **sliders,
     )
 
@@ -444,13 +459,16 @@ def _comparison_events(
     """Run (button, or Shift+Enter in the prompt) and Stop, by the names of ``RunInputs``."""
     named = {f.name: getattr(sidebar, f.name) for f in dataclasses.fields(sidebar)}
     named.update(prompt=area.prompt, history=views.history)
+    # Not limited by Gradio: comparisons wait in the handlers' own queue, where the
+    # page shows their place and Stop cancels them (``run_queue``).
+    handlers.config.queue.limit = concurrency_limit
     gr.on(
         triggers=[area.run_button.click, area.prompt.submit],
-        fn=handlers.compare,
+        fn=named_compare(handlers),
         inputs=[named[name] for name in RunInputs.names()],
         outputs=views.components(),
         api_name="compare",
-        concurrency_limit=concurrency_limit,
+        concurrency_limit=None,
         concurrency_id="compare",
         show_progress="hidden",
     )
