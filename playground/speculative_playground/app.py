@@ -364,8 +364,13 @@ def _results() -> ResultViews:
     )
 
 
-def _preset_payload(preset: Preset) -> dict[str, str]:
-    return {"prompt": preset.prompt, "tip": _tip(preset.why), "schema": preset.schema}
+def _preset_payload(preset: Preset) -> dict[str, Any]:
+    return {
+        "prompt": preset.prompt,
+        "tip": _tip(preset.why),
+        "schema": preset.schema,
+        "max_tokens": preset.max_tokens,
+    }
 
 
 def _preset_script(mode: str) -> str:
@@ -374,8 +379,9 @@ def _preset_script(mode: str) -> str:
     Picking a preset and pressing Run straight away then runs the prompt the box shows:
     no server round trip in between. ``mode`` is ``preset`` (the input is a preset name),
     ``category`` (the first preset of the category) or ``edited`` (the prompt changed:
-    the picker names the preset it matches, else ``CUSTOM``; this sees typing, pasting
-    and the presets' own changes alike).
+    the picker names the preset it matches, else ``CUSTOM``, and the tip goes with a
+    preset that no longer applies; this sees typing, pasting and the presets' own
+    changes alike). A preset with a token budget sets Max tokens too.
     """
     presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
     if mode == "edited":
@@ -383,15 +389,16 @@ def _preset_script(mode: str) -> str:
             f"(prompt, schema) => {{ const presets = {presets};"
             "const match = Object.entries(presets).find("
             "([name, p]) => p.prompt === prompt && p.schema === (schema || ''));"
-            f"return match ? match[0] : {json.dumps(CUSTOM)}; }}"
+            f"return match ? [match[0], match[1].tip] : [{json.dumps(CUSTOM)}, '']; }}"
         )
     firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
     pick = "firsts[value]" if mode == "category" else "value"
     return (
-        "(value, prompt, tip, schema) => {"
+        "(value, prompt, tip, schema, maxTokens) => {"
         f"const presets = {presets}; const firsts = {firsts};"
         f"const p = presets[{pick}];"
-        "return p ? [p.prompt, p.tip, p.schema] : [prompt, tip, schema]; }"
+        "return p ? [p.prompt, p.tip, p.schema, p.max_tokens ?? maxTokens]"
+        " : [prompt, tip, schema, maxTokens]; }"
     )
 
 
@@ -427,7 +434,7 @@ def _settings_events(
         outputs=[sidebar.local_group, sidebar.url_group, sidebar.method],
         api_visibility="private",
     )
-    preset_fields = [area.prompt, area.tip, sidebar.json_schema]
+    preset_fields = [area.prompt, area.tip, sidebar.json_schema, sidebar.max_tokens]
     for picker, mode in ((area.preset, "preset"), (area.category, "category")):
         picker.input(
             None,
@@ -443,7 +450,7 @@ def _settings_events(
         edited.change(
             None,
             inputs=[area.prompt, sidebar.json_schema],
-            outputs=[area.preset],
+            outputs=[area.preset, area.tip],
             js=_preset_script("edited"),
             api_visibility="private",
         )
