@@ -48,6 +48,7 @@ from speculative_llm.backends.local.sampling import (
     verify_sampled,
 )
 from speculative_llm.errors import ConfigError
+from speculative_llm.faults import verify_delay_s
 
 __all__ = [
     "DraftLengthPolicy",
@@ -460,6 +461,8 @@ def speculative_step(
     # A shortened draft is still exact: its q rows are the first ones of the proposal.
     draft_probs = None if draft.probs is None else draft.probs[:kept]
     logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
+    if draft_tokens and (delay := verify_delay_s()):
+        time.sleep(delay)  # a test's busy machine (``faults.verify_delay_s``)
     if constraint is not None:
         masking = time.perf_counter()
         constraint.mask(logits)
