@@ -196,7 +196,7 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-pane-note { font-size: 0.8rem; color: #b45309; margin: 4px 0 0; }
 /* A visible focus ring on the prompt (the theme's own is too faint to see). */
 #prompt-box textarea:focus-visible, #prompt-box textarea:focus {
-  outline: 2px solid var(--color-accent); outline-offset: 1px; }
+  outline: 2px solid var(--color-accent) !important; outline-offset: 1px !important; }
 .sp-stats-wrap { max-width: 100%; overflow-x: auto; }
 .sp-status-error { border-color: #b91c1c; border-width: 2px; }
 #history-table th, #history-table td { font-size: 0.8rem; }

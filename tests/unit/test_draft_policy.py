@@ -116,8 +116,9 @@ def test_after_a_slow_period_drafting_comes_back_on_the_quiet_machine() -> None:
 
     slow = script.run(40, busy)
     assert slow[-20:].count(0) >= 15, f"drafting did not back off while slow: {slow}"
-    probes = [length for length in slow[-20:] if length]
-    assert all(length <= 2 for length in probes)  # only short probes
+    # Short probes, and at most one longer re-try once the slow times have aged out.
+    tries = [length for length in slow[-20:] if length > 2]
+    assert len(tries) <= 1, slow
     recovered = script.run(60, TWO_THREADS)
     assert min(recovered[-20:]) >= 6, f"drafting never came back: {recovered}"
     # It came back within the window in which old times expire, plus a probe or two.
@@ -232,3 +233,20 @@ def test_explain_limits_words() -> None:
     assert sentence == (
         f"Of 5 decoding steps, 4 {DRAFT_LIMITS['no_draft']}; 1 verified a full draft of 5 tokens."
     )
+
+
+def test_probing_stays_within_its_budget_where_verify_passes_are_ruinous() -> None:
+    """A busy machine can make a 2-thread verify pass 40 one-token passes (measured)."""
+
+    def ruinous(step: int, tokens: int) -> float:
+        return TWO_THREADS(step, tokens) * (40.0 if tokens > 1 else 1.0)
+
+    script = Script(new_policy(VerifyCost()), accepted_run=1)
+    steps = 2400
+    lengths = script.run(steps, ruinous)
+    late = lengths[40:]  # after the first drafts priced the passes
+    probes = [length for length in late if length]
+    lost = sum(ruinous(0, length + 1) / ONE_TOKEN_S - 1 - min(length, 1) for length in probes)
+    assert lost <= VerifyCost().probe_credit + script.policy.probe_budget * steps
+    # A probe costs 78 passes here: about one in 1,500 steps, but never none.
+    assert 1 <= len(probes) <= 3, probes

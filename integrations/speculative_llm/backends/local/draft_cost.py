@@ -23,11 +23,11 @@ exact, so this changes speed, never the output.
 
 The estimates must survive a noisy machine: a pass slowed by another process must not
 switch drafting off for good. So every figure is a median over a short window, a pass
-size not measured for a while is no longer trusted (its cost comes from a per-row
-model fitted on the sizes measured recently), a request's own acceptance outweighs
-what earlier requests taught (``LayeredAcceptance``), and the policy keeps probing
-with short drafts at a low rate (see ``engine.DraftLengthPolicy``), so it re-measures
-and recovers when the machine gets quiet.
+size measured recently reprices the others through a per-row model (old times of
+other sizes are set aside), a request's own acceptance outweighs what earlier
+requests taught (``LayeredAcceptance``), and the policy keeps probing with short
+drafts at a budgeted rate (see ``engine.DraftLengthPolicy``), so it re-measures and
+recovers when the machine gets quiet.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ __all__ = [
     "expected_tokens",
     "explain_limits",
     "match_quality_bucket",
+    "probe_loss",
 ]
 
 DraftLimit = Literal["full", "no_draft", "short_draft", "cost", "probe", "budget", "grammar"]
@@ -82,24 +83,30 @@ class VerifyCost:
     a backend. Each size keeps its last ``window`` times and is estimated by their
     median (one slow pass moves nothing; with fewer than three, by the least); the
     first pass of each size is left out, since a new input shape pays one-time kernel
-    setup (measured: 1.5-2.7 s instead of 0.2 s for SmolLM2 on CPU). Only times from
-    the last ``stale_after`` passes (of any size) count, so what a slow period measured
-    expires instead of pricing drafts out for good; a size with no recent time (and a
-    size never measured) is priced by a per-row model ``r(n) = r(m) + b (n - m)``: m the
-    largest recently measured size below n (1 when none), b the median per-row cost of
-    the recently measured sizes, ``prior_row_cost`` before any is measured. The
-    one-token pass, the unit of every ratio, keeps its last times even when old.
+    setup (measured: 1.5-2.7 s instead of 0.2 s for SmolLM2 on CPU). A time is recent
+    for ``stale_after`` passes (of any size). Once any multi-row size has a recent
+    time, only recent times count: a size without one (and a size never measured) is
+    priced by a per-row model ``r(n) = r(m) + b (n - m)``, m the largest recently
+    measured size below n (1 when none), b the median per-row cost of the recently
+    measured sizes. So one quiet probe after a slow period reprices every size, while
+    with no recent multi-row time at all the old times stand (forgetting them would
+    re-try a pass a busy machine makes 40 times dearer every few dozen steps);
+    ``prior_row_cost`` prices rows before any is measured.
 
     Args:
         window: Recent observations kept per size.
-        stale_after: Passes (of any size) after which an observation no longer counts.
+        stale_after: Passes (of any size) for which an observation is recent.
         prior_row_cost: Cost of an extra verify row, in one-token passes, before any
             multi-row pass is measured (measured: 0.4-0.6 on 2 threads, 0.9 on one).
+        probe_credit: The probe budget's starting balance, in one-token passes.
     """
 
     window: int = 9
     stale_after: int = 32
     prior_row_cost: float = 0.5
+    probe_credit: float = 4.0
+    """One-token passes the draft-length policies may still lose on probes (shared by
+    the backend's requests: a property of the machine's state, like the times)."""
     samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     draft_samples: deque[float] = field(init=False)
     passes: int = 0
@@ -109,6 +116,7 @@ class VerifyCost:
     _draft_median: float | None = field(default=None, repr=False)
     _ratios: list[float] = field(default_factory=list, repr=False)
     _row_cost: float | None = field(default=None, repr=False)
+    _stale: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.draft_samples = deque(maxlen=self.window)
@@ -119,6 +127,7 @@ class VerifyCost:
             return
         self.passes += 1
         self._medians, self._ratios, self._row_cost = None, [], None
+        self._stale = set()
         recent = self.samples.get(tokens)
         if recent is None:
             # The first pass of a shape is warm-up: remember only that it happened.
@@ -133,36 +142,40 @@ class VerifyCost:
             self._draft_median = _robust_centre(self.draft_samples)
 
     def _estimates(self) -> dict[int, float]:
-        """Size -> robust centre of its recent times (the one-token pass: of any)."""
+        """Size -> robust centre of its times: the recent ones, else all it has."""
         if self._medians is None:
             oldest = self.passes - self.stale_after
             medians: dict[int, float] = {}
             for size, recent in self.samples.items():
                 times = [seconds for seen, seconds in recent if seen > oldest]
-                if not times and size == 1:
-                    times = [seconds for _, seconds in recent]
                 if times:
                     medians[size] = _robust_centre(times)
+                elif recent:
+                    self._stale.add(size)
+                    medians[size] = _robust_centre([seconds for _, seconds in recent])
             self._medians = medians
         return self._medians
 
     def seconds(self, tokens: int) -> float | None:
-        """The estimated time of a ``tokens``-token pass (None: no recent measurement)."""
+        """The estimated time of a ``tokens``-token pass (None: never measured)."""
         return self._estimates().get(tokens)
 
     def fresh(self, tokens: int) -> bool:
         """Whether ``tokens``-token passes have a time within the last ``stale_after``."""
         recent = self.samples.get(tokens)
-        return (
-            recent is not None and bool(recent) and recent[-1][0] > self.passes - self.stale_after
-        )
+        if not recent:
+            return False
+        return recent[-1][0] > self.passes - self.stale_after
 
     def _measured_ratios(self) -> dict[int, float]:
+        """Ratios of the recently measured multi-row sizes; of all when none is recent."""
         estimates = self._estimates()
         one = estimates.get(1)
         if one is None:
             return {}
-        return {size: max(median / one, 1.0) for size, median in estimates.items() if size > 1}
+        measured = {size: max(t / one, 1.0) for size, t in estimates.items() if size > 1}
+        recent = {size: ratio for size, ratio in measured.items() if size not in self._stale}
+        return recent or measured
 
     def row_cost(self) -> float:
         """b: the cost of one more verify row in one-token passes (median of fresh sizes)."""
@@ -323,6 +336,20 @@ class LayeredAcceptance:
 def expected_tokens(survival: Sequence[float], draft_length: int) -> float:
     """Tokens a step emits with d drafts: ``1 + S(1) + ... + S(d)`` (the bonus included)."""
     return 1.0 + sum(survival[:draft_length])
+
+
+def probe_loss(survival: Sequence[float], cost: VerifyCost, length: int) -> float:
+    """Expected one-token passes a draft of ``length`` loses against plain decoding.
+
+    Its pass and drafting cost ``r(length + 1) + length * c`` one-token passes and yield
+    ``1 + S(1) + ... + S(length)`` tokens, which plain decoding would have produced in
+    as many passes (never below 0). A pass size without a recent time is priced at
+    ``prior_row_cost`` per row: what an old time says is what the probe is to check.
+    """
+    rows = length + 1
+    ratio = cost.ratio(rows) if cost.fresh(rows) else 1.0 + cost.prior_row_cost * length
+    spent = ratio + length * cost.draft_ratio()
+    return max(spent - expected_tokens(survival, length), 0.0)
 
 
 def best_draft_length(survival: Sequence[float], cost: VerifyCost) -> int:
