@@ -27,6 +27,7 @@ COMPARE_DEFAULTS: dict[str, Any] = {
     "served_model": "",
     "api_key": "",
     "json_schema": "",
+    "seed": 0,
 }
 
 

@@ -11,6 +11,12 @@ Definitions (the same for every backend):
 * ``mean_accepted_length = generated_tokens / verify_steps`` (Spec-Bench's and
   SGLang's definition: includes the bonus or correction token of every step).
 * ``tokens_per_second = generated_tokens / decode_s``.
+* ``tokens_per_step``: the run's own tokens per verify step (``mean_accepted_length``,
+  or ``generated / (generated - accepted)`` where the backend does not count steps:
+  every step emits exactly one token of the target's own).
+* ``expected_speedup()``: Leviathan's wall-time factor for the measured acceptance,
+  averaged over the draft lengths proposed, and never above what the run's own steps
+  yield: ``min(E[tokens/step], tokens_per_step) / (mean draft length * c + 1)``.
 
 A missing figure is ``None``: numbers are never invented.
 """
@@ -97,6 +103,20 @@ def _sum_positions(rows: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | 
     return tuple(totals)
 
 
+def _sum_limits(
+    rows: Iterable[tuple[tuple[str, int], ...] | None],
+) -> tuple[tuple[str, int], ...] | None:
+    items = list(rows)
+    if not items or any(r is None for r in items):
+        return None
+    totals: dict[str, int] = {}
+    for row in items:
+        assert row is not None
+        for code, steps in row:
+            totals[code] = totals.get(code, 0) + steps
+    return tuple(sorted(totals.items()))
+
+
 @dataclass(frozen=True, slots=True)
 class SpecStats:
     """Normalised statistics of one generation (or an aggregate of several).
@@ -144,6 +164,12 @@ class SpecStats:
             without a grammar, and on servers.
         requests: Number of generations aggregated in this record.
         note: Caveat about the figures (for example how derived figures were obtained).
+        draft_policy_reason: Why drafts were short or absent, in one sentence (the local
+            engine's draft-length policy; None on servers, and for the baseline).
+        draft_policy_steps: Decoding steps by what set their draft's length, as
+            ``(code, steps)`` pairs sorted by code: ``full``, ``no_draft``,
+            ``short_draft``, ``cost``, ``probe``, ``budget``, ``grammar`` (see
+            docs/statistics.md). None where the backend does not say.
     """
 
     backend: str
@@ -174,6 +200,8 @@ class SpecStats:
     grammar_s: float | None = None
     requests: int = 1
     note: str | None = None
+    draft_policy_reason: str | None = None
+    draft_policy_steps: tuple[tuple[str, int], ...] | None = None
 
     # ---- derived figures -------------------------------------------------------------
 
@@ -191,6 +219,20 @@ class SpecStats:
     def tokens_per_second(self) -> float | None:
         """generated_tokens / decode_s."""
         return _ratio(self.generated_tokens, self.decode_s)
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """The run's own tokens per verify step, bonus included.
+
+        ``mean_accepted_length`` where the backend counts verify steps; else
+        ``generated / (generated - accepted)``, since every verify step emits exactly one
+        token of the target's own (a correction or the bonus). None when neither is known.
+        """
+        if self.verify_steps:
+            return self.mean_accepted_length
+        if self.generated_tokens is None or self.accepted_tokens is None:
+            return None
+        return _ratio(self.generated_tokens, self.generated_tokens - self.accepted_tokens)
 
     @property
     def acceptance_by_position(self) -> tuple[float, ...] | None:
@@ -291,17 +333,21 @@ class SpecStats:
     def expected_speedup(
         self, cost_ratio: float | None = None, k: int | None = None
     ) -> float | None:
-        """Leviathan's wall-time factor (1 - a^(k+1)) / ((1 - a)(k c + 1)) for the measured a.
+        """The expected wall-time factor of this run: one definition for every backend.
 
-        Without ``k``, averaged over the draft lengths actually proposed when they are
-        known, as in ``expected_tokens_per_step``: E[tokens/step] / (mean draft length
-        * c + 1), which is the paper's formula when every step proposes k tokens.
+        ``min(E[tokens/step], tokens_per_step) / (mean draft length * c + 1)``:
+        Leviathan et al.'s theorem 3.8 for the measured a, averaged over the draft
+        lengths actually proposed when they are known (as in
+        ``expected_tokens_per_step``), and never above the run's own tokens per verify
+        step: a pass that verifies a draft yields only what it accepted, so the formula's
+        figure for drafts the run did not make (steps without a prompt-lookup match, a
+        server that drafted less than its k) is not promised.
 
         Args:
             cost_ratio: c; defaults to the measured ``cost_ratio``, or 0 when the drafter's
                 cost was not measured (prompt lookup costs next to nothing).
-            k: Draft length of every step; defaults to the lengths actually proposed
-                (when known), else the run's k.
+            k: A what-if: every step proposes k tokens (the paper's model, not bounded by
+                this run's steps).
         """
         alpha, lengths = self.alpha, self._draft_lengths(k)
         if alpha is None or lengths is None:
@@ -310,8 +356,12 @@ class SpecStats:
         if c < 0:
             raise ValueError(f"cost_ratio must be >= 0, got {c}")
         mean_length = sum(d * n for d, n in lengths.items()) / sum(lengths.values())
+        tokens = _mean_expected_tokens(alpha, lengths)
+        measured = self.tokens_per_step
+        if k is None and measured is not None:
+            tokens = min(tokens, measured)
         # Leviathan et al., theorem 3.8, with the mean draft length in place of a fixed k.
-        return _mean_expected_tokens(alpha, lengths) / (mean_length * c + 1.0)
+        return tokens / (mean_length * c + 1.0)
 
     def speedup_over(self, baseline: SpecStats) -> float | None:
         """Measured speedup: this run's tokens/s divided by the baseline's."""
@@ -346,6 +396,7 @@ class SpecStats:
         backends = sorted({r.backend for r in items})
         methods = sorted({r.method for r in items})
         notes = sorted({r.note for r in items if r.note})
+        reasons = {r.draft_policy_reason for r in items}
         summed = {
             name: _sum_optional(getattr(r, name) for r in items)
             for name in (
@@ -379,6 +430,8 @@ class SpecStats:
             drafted_per_position=_sum_positions(r.drafted_per_position for r in items),
             requests=sum(r.requests for r in items),
             note="; ".join(notes) or None,
+            draft_policy_reason=reasons.pop() if len(reasons) == 1 else None,
+            draft_policy_steps=_sum_limits(r.draft_policy_steps for r in items),
             **same,
             **summed,
         )
@@ -393,12 +446,15 @@ class SpecStats:
             f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
             for f in dataclasses.fields(self)
         }
+        if self.draft_policy_steps is not None:
+            record["draft_policy_steps"] = dict(self.draft_policy_steps)
         if derived:
             record.update(
                 acceptance_rate=self.acceptance_rate,
                 mean_accepted_length=self.mean_accepted_length,
                 tokens_per_second=self.tokens_per_second,
                 alpha=self.alpha,
+                tokens_per_step=self.tokens_per_step,
                 expected_tokens_per_step=self.expected_tokens_per_step(),
                 expected_speedup=self.expected_speedup(),
             )
@@ -412,4 +468,8 @@ class SpecStats:
         for key in ("accepted_per_position", "drafted_per_position"):
             if kwargs.get(key) is not None:
                 kwargs[key] = tuple(kwargs[key])
+        limits = kwargs.get("draft_policy_steps")
+        if limits is not None:
+            pairs = limits.items() if isinstance(limits, dict) else limits
+            kwargs["draft_policy_steps"] = tuple(sorted((str(c), int(n)) for c, n in pairs))
         return cls(**kwargs)

@@ -31,6 +31,7 @@ from speculative_playground.handlers import (
     ResultViews,
     RunInputs,
     idle_pane,
+    named_compare,
 )
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.host_guard import guarded_app_kwargs
@@ -108,6 +109,7 @@ class _Sidebar:
     timing: Any
     runs: Any
     json_schema: Any
+    seed: Any
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,10 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 interactive=policy.custom_urls_allowed,
                 info=None
                 if policy.custom_urls_allowed
-                else "Disabled: this deployment allows no typed URLs.",
+                else "Disabled: this deployment allows no typed URLs. To compare a running "
+                "server, restart the playground with --allow-url http://host:port (or "
+                "--url http://host:port to open on it).",
+                elem_id="server-url",
             )
             baseline_url = gr.Textbox(
                 value=start.baseline_url,
@@ -213,6 +218,15 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
             )
             for name, (low, high, step, label, info) in _SLIDERS.items()
         }
+        seed = gr.Number(
+            value=start.seed,
+            precision=0,
+            minimum=0,
+            label="Seed",
+            info="Both sides sample with this seed, so at any temperature one seed gives "
+            "the same texts every run; change it to see other samples.",
+            elem_id="seed",
+        )
         timing = gr.Radio(
             choices=_TIMING_CHOICES,
             value=start.timing,
@@ -261,6 +275,7 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         timing=timing,
         runs=runs,
         json_schema=json_schema,
+        seed=seed,
         **sliders,
     )
 
@@ -351,8 +366,13 @@ def _results() -> ResultViews:
     )
 
 
-def _preset_payload(preset: Preset) -> dict[str, str]:
-    return {"prompt": preset.prompt, "tip": _tip(preset.why), "schema": preset.schema}
+def _preset_payload(preset: Preset) -> dict[str, Any]:
+    return {
+        "prompt": preset.prompt,
+        "tip": _tip(preset.why),
+        "schema": preset.schema,
+        "max_tokens": preset.max_tokens,
+    }
 
 
 def _preset_script(mode: str) -> str:
@@ -361,8 +381,9 @@ def _preset_script(mode: str) -> str:
     Picking a preset and pressing Run straight away then runs the prompt the box shows:
     no server round trip in between. ``mode`` is ``preset`` (the input is a preset name),
     ``category`` (the first preset of the category) or ``edited`` (the prompt changed:
-    the picker names the preset it matches, else ``CUSTOM``; this sees typing, pasting
-    and the presets' own changes alike).
+    the picker names the preset it matches, else ``CUSTOM``, and the tip goes with a
+    preset that no longer applies; this sees typing, pasting and the presets' own
+    changes alike). A preset with a token budget sets Max tokens too.
     """
     presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
     if mode == "edited":
@@ -370,15 +391,16 @@ def _preset_script(mode: str) -> str:
             f"(prompt, schema) => {{ const presets = {presets};"
             "const match = Object.entries(presets).find("
             "([name, p]) => p.prompt === prompt && p.schema === (schema || ''));"
-            f"return match ? match[0] : {json.dumps(CUSTOM)}; }}"
+            f"return match ? [match[0], match[1].tip] : [{json.dumps(CUSTOM)}, '']; }}"
         )
     firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
     pick = "firsts[value]" if mode == "category" else "value"
     return (
-        "(value, prompt, tip, schema) => {"
+        "(value, prompt, tip, schema, maxTokens) => {"
         f"const presets = {presets}; const firsts = {firsts};"
         f"const p = presets[{pick}];"
-        "return p ? [p.prompt, p.tip, p.schema] : [prompt, tip, schema]; }"
+        "return p ? [p.prompt, p.tip, p.schema, p.max_tokens ?? maxTokens]"
+        " : [prompt, tip, schema, maxTokens]; }"
     )
 
 
@@ -414,7 +436,7 @@ def _settings_events(
         outputs=[sidebar.local_group, sidebar.url_group, sidebar.method],
         api_visibility="private",
     )
-    preset_fields = [area.prompt, area.tip, sidebar.json_schema]
+    preset_fields = [area.prompt, area.tip, sidebar.json_schema, sidebar.max_tokens]
     for picker, mode in ((area.preset, "preset"), (area.category, "category")):
         picker.input(
             None,
@@ -430,7 +452,7 @@ def _settings_events(
         edited.change(
             None,
             inputs=[area.prompt, sidebar.json_schema],
-            outputs=[area.preset],
+            outputs=[area.preset, area.tip],
             js=_preset_script("edited"),
             api_visibility="private",
         )
@@ -446,13 +468,16 @@ def _comparison_events(
     """Run (button, or Shift+Enter in the prompt) and Stop, by the names of ``RunInputs``."""
     named = {f.name: getattr(sidebar, f.name) for f in dataclasses.fields(sidebar)}
     named.update(prompt=area.prompt, history=views.history)
+    # Not limited by Gradio: comparisons wait in the handlers' own queue, where the
+    # page shows their place and Stop cancels them (``run_queue``).
+    handlers.config.queue.limit = concurrency_limit
     gr.on(
         triggers=[area.run_button.click, area.prompt.submit],
-        fn=handlers.compare,
+        fn=named_compare(handlers),
         inputs=[named[name] for name in RunInputs.names()],
         outputs=views.components(),
         api_name="compare",
-        concurrency_limit=concurrency_limit,
+        concurrency_limit=None,
         concurrency_id="compare",
         show_progress="hidden",
     )

@@ -122,10 +122,14 @@ def _side_summary(run: SideRun, clock: str) -> str:
     label = _SIDE_LABELS[run.name]
     if not run.timeline:
         return f"{label}: {run.status}, no tokens yet."
-    seconds = run.timeline[-1][0]
+    # The table's figures: the backend's final token count, the time to the last token.
+    elapsed = run.elapsed_s
+    seconds = elapsed if elapsed is not None else run.timeline[-1][0]
     rate = run.tokens_per_second
     speed = f", {rate:.1f} tokens/s" if rate is not None else ""
-    return f"{label}: {len(run.timeline)} tokens in {seconds:.2f} s{clock}{speed} ({run.status})."
+    count = run.token_count
+    tokens = "1 token" if count == 1 else f"{count} tokens"
+    return f"{label}: {tokens} in {seconds:.2f} s{clock}{speed} ({run.status})."
 
 
 def timeline_chart(comparison: Comparison | None) -> str:
@@ -197,12 +201,14 @@ def acceptance_chart(stats: SpecStats | None, *, finished: bool = False) -> str:
         )
         if proposed > 0
     ]
+    reason = stats.draft_policy_reason
     if not bars:
-        summary = (
-            "No draft tokens were proposed: prompt lookup found nothing to copy."
-            if finished
-            else "No draft tokens proposed yet."
-        )
+        if not finished:
+            summary = "No draft tokens proposed yet."
+        elif reason:
+            summary = f"No draft tokens were verified. {reason}"
+        else:
+            summary = f"The {stats.backend} backend verified no draft tokens in this run."
         return _figure("acceptance", title, "", _svg(frame, "No drafts proposed"), summary)
     y_ticks = [0.0, 0.25, 0.5, 0.75, 1.0]
     slot = _PLOT_W / len(bars)
@@ -223,5 +229,6 @@ def acceptance_chart(stats: SpecStats | None, *, finished: bool = False) -> str:
         "Accepted at draft position "
         + "; ".join(f"{position}: {rate:.0%} of {proposed}" for position, rate, _, proposed in bars)
         + "."
+        + (f" {reason}" if reason and finished else "")
     )
     return _figure("acceptance", title, "", _svg(axes + "".join(shapes)), summary)

@@ -115,4 +115,17 @@ def browser_message(error: BaseException, secrets: Iterable[str | None] = ()) ->
     if not summary:
         summary, cut = f"The run failed ({type(error).__name__}).", True
     message = f"{summary} {DETAILS_IN_LOG}" if cut else summary
-    return redact(message, secrets)
+    return redact(_plain_words(message), secrets)
+
+
+# Source locations of native code (``json_schema_converter.cc:5082``) say nothing to a
+# user; the core's parameter names become the page's words.
+_SOURCE_LOCATION = re.compile(r"\s*\(?[\w./-]+\.(?:cc|cpp|c|h|hpp):\d+\)?:?")
+_PAGE_WORDS = (("check base_url", "check the server URL"),)
+
+
+def _plain_words(message: str) -> str:
+    message = _SOURCE_LOCATION.sub("", message)
+    for internal, shown in _PAGE_WORDS:
+        message = message.replace(internal, shown)
+    return message

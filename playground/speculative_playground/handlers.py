@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import inspect
+import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from speculative_playground.render import (
     stats_table_html,
     status_html,
 )
+from speculative_playground.run_queue import RunQueue
 from speculative_playground.runner import CancelRegistry, run_comparison
 from speculative_playground.security import SecurityPolicy, redact
 from speculative_playground.settings import RunSettings
@@ -65,6 +68,8 @@ class PlaygroundConfig:
     update_interval_s: float
     export_dir: Path
     registry: CancelRegistry = field(default_factory=CancelRegistry)
+    queue: RunQueue = field(default_factory=RunQueue)
+    """Comparisons take turns here (one at a time by default), visibly."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ class RunInputs:
     served_model: str
     api_key: str
     json_schema: str
+    seed: float
     history: list[dict[str, Any]] | None
 
     @classmethod
@@ -114,7 +120,7 @@ class RunInputs:
             server_url=self.server_url or "",
             baseline_url=self.baseline_url or "",
             api_key=self.api_key or None,
-            seed=0,
+            seed=int(self.seed or 0),
             runs=int(self.runs),
             json_schema=self.json_schema or "",
         )
@@ -150,8 +156,18 @@ def idle_pane(side: str) -> str:
 
 def _pane(state: Comparison, side: str) -> str:
     if side == "baseline":
-        return pane_html(state.baseline, colour_tokens=False, placeholder=_BASELINE_PLACEHOLDER)
-    return pane_html(state.speculative, colour_tokens=True, placeholder=_SPECULATIVE_PLACEHOLDER)
+        return pane_html(
+            state.baseline,
+            colour_tokens=False,
+            placeholder=_BASELINE_PLACEHOLDER,
+            comparison=state,
+        )
+    return pane_html(
+        state.speculative,
+        colour_tokens=True,
+        placeholder=_SPECULATIVE_PLACEHOLDER,
+        comparison=state,
+    )
 
 
 def _session_dir(config: PlaygroundConfig, session: str) -> Path:
@@ -169,6 +185,47 @@ def _describe(error: Exception) -> str:
 def _expected_words(stats: SpecStats | None) -> str:
     expected = stats.expected_speedup() if stats is not None else None
     return "" if expected is None else f", expected ×{expected:.2f}"
+
+
+def _ending_words(state: Comparison, settings: RunSettings) -> str:
+    """What the status adds about how the sides ended: max tokens, incomplete JSON."""
+    words = []
+    for run in (state.baseline, state.speculative):
+        if not run.complete:
+            continue
+        if run.finish_reason == "length":
+            words.append(f"The {run.name} stopped at max tokens ({settings.max_tokens}).")
+        if settings.json_schema.strip():
+            try:
+                json.loads(run.text)
+            except ValueError:
+                cut = " (cut off at max tokens)" if run.finish_reason == "length" else ""
+                words.append(f"The {run.name}'s JSON is incomplete{cut}.")
+    return (" " + " ".join(words)) if words else ""
+
+
+def named_compare(handlers: Handlers) -> Callable[..., Iterator[Updates]]:
+    """``handlers.compare`` with one named parameter per ``RunInputs`` field.
+
+    Gradio names an endpoint's parameters after the function's: ``compare(request,
+    *values)`` showed ``param_0`` ... ``param_16`` to ``gradio_client`` users. This
+    function reads the same values but declares their names, so ``/compare`` takes
+    ``prompt``, ``backend``, ``model``, ...
+    """
+
+    def compare(request: gr.Request, *values: Any) -> Iterator[Updates]:
+        yield from handlers.compare(request, *values)
+
+    parameters = [
+        inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=gr.Request)
+    ]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for name in RunInputs.names()
+    ]
+    compare.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    compare.__annotations__ = {"request": gr.Request}
+    return compare
 
 
 class Handlers:
@@ -200,14 +257,27 @@ class Handlers:
             settings = inputs.settings()
             base_request = settings.request(inputs.prompt or "")
         except ConfigError as error:
-            yield self._error(redact(str(error), secrets))
+            message = str(error)
+            if error.field == "server_url" and not config.policy.custom_urls_allowed:
+                message = _NO_TYPED_URLS
+            yield self._error(redact(message, secrets))
             return
 
         cancel = config.registry.start(session)
         outputs = _ComparisonViews(config, self.views, list(inputs.history or []), settings)
         runs: list[Comparison] = []
+        ticket = config.queue.join()
         try:
-            yield outputs.loading()
+            # Wait for the machine in the open: the place in line, and Stop works here.
+            while not config.queue.wait_turn(ticket, timeout=0.25):
+                if cancel.is_set():
+                    yield {self.views.status: _QUEUED_STOPPED}
+                    return
+                yield {self.views.status: _queued_html(config.queue.position(ticket))}
+            if cancel.is_set():
+                yield {self.views.status: _QUEUED_STOPPED}
+                return
+            yield outputs.loading(config.pool.loaded(settings))
             with config.pool.lease(settings) as pair:
                 outputs.engine = pair.engine
                 baseline_request, speculative_request = pair.requests(base_request)
@@ -221,6 +291,7 @@ class Handlers:
                         cancel=cancel,
                         min_interval_s=config.update_interval_s,
                         draft_length=pair.draft_length,
+                        measure_cpu=settings.backend == "local",
                     )
                     # closing(): when Gradio closes this generator (Stop, a client's
                     # cancel), the runner is closed at once and frees the engines.
@@ -240,11 +311,33 @@ class Handlers:
             logger.warning("playground run failed", exc_info=True)
             yield self._error(redact(_describe(error), secrets))
         finally:
+            config.queue.finish(ticket)
             config.registry.finish(session, cancel)
 
     def _error(self, message: str) -> Updates:
         # The status line is a live region: no toast repeating it over the controls.
         return {self.views.status: status_html(None, message=message)}
+
+
+_NO_TYPED_URLS = (
+    "This playground allows no typed server URLs. To compare a running server, restart "
+    "it with --allow-url http://host:port (or --url http://host:port to open on that "
+    "server)."
+)
+
+_QUEUED_STOPPED = (
+    '<div class="sp-status sp-status-warn">Stopped before it started: the run was '
+    "waiting for its turn and has left the queue.</div>"
+)
+
+
+def _queued_html(position: int) -> str:
+    ahead = "another comparison is running" if position <= 1 else f"{position - 1} wait ahead"
+    return (
+        '<div class="sp-status sp-status-queued" data-queued="true">Queued: '
+        f"{html.escape(ahead)} (one comparison at a time keeps the timing honest). This "
+        "run starts when its turn comes; Stop cancels it.</div>"
+    )
 
 
 class _ComparisonViews:
@@ -274,6 +367,8 @@ class _ComparisonViews:
         index = len(runs) + (0 if any(run is state for run in runs) else 1)
         if state.phase == "done" and measurement is not None:
             extra = f" Measured ×{measurement.median:.2f}{_expected_words(stats)}.{extra}"
+        if state.phase == "done":
+            extra += _ending_words(state, settings)
         return {
             views.status: status_html(
                 state, run_index=max(index, 1), runs=settings.runs, extra=extra
@@ -282,21 +377,27 @@ class _ComparisonViews:
             views.speculative_pane: _pane(state, "speculative"),
             views.cards: speedup_cards_html(state, measurement=measurement, stats=stats),
             views.basis: basis_html(state, measurement.runs if measurement else 1),
-            views.stats_table: stats_table_html(state, engine=self.engine),
+            views.stats_table: stats_table_html(
+                state, engine=self.engine, run_index=max(index, 1), runs=settings.runs
+            ),
             views.timeline_chart: timeline_chart(state),
             views.acceptance_chart: acceptance_chart(
                 state.speculative.stats, finished=state.finished
             ),
         }
 
-    def loading(self) -> Updates:
-        """Empty results and what is being loaded."""
+    def loading(self, loaded: bool = False) -> Updates:
+        """Empty results and what is being loaded (``loaded``: it is up already)."""
         settings = self.settings
-        what = {
-            "local": f"Loading {settings.model} (cached after the first run)…",
-            "managed": f"Starting llama-server with {settings.model} (cached after the first run)…",
-            "url": f"Connecting to {settings.describe_backend()}…",
-        }[settings.backend]
+        if loaded and settings.backend != "url":
+            what = f"Starting the comparison on {settings.model}…"
+        else:
+            what = {
+                "local": f"Loading {settings.model} (kept loaded for the next runs)…",
+                "managed": f"Starting llama-server with {settings.model} (kept running for "
+                "the next runs)…",
+                "url": f"Connecting to {settings.describe_backend()}…",
+            }[settings.backend]
         views = self.views
         empty = Comparison(mode=settings.timing_mode())
         return {

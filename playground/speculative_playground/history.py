@@ -53,6 +53,12 @@ HISTORY_COLUMNS: tuple[str, ...] = (
     "baseline tok/s",
     "speculative tok/s",
     "status",
+    "temperature",
+    "seed",
+    "max tokens",
+    "json schema",
+    "speculative finish",
+    "draft policy",
 )
 """Columns of the CSV export, in order (unknown values are empty cells)."""
 
@@ -71,6 +77,14 @@ TABLE_HEADERS: tuple[str, ...] = (
 """Columns of the page's table: fewer, wider-reaching cells, a dash for unknown values."""
 
 _PROMPT_PREVIEW = 60
+
+_METHOD_WORDS = {
+    "ngram": "prompt lookup",
+    "draft_model": "draft model",
+    "server": "server's own",
+    "none": "none",
+}
+"""The method names the page shows (the API keeps the short ones)."""
 
 
 def _round(value: float | None, digits: int) -> float | None:
@@ -116,6 +130,7 @@ def make_record(
         "method": settings.method,
         "k": latest.longest_draft or settings.k,
         "temperature": settings.temperature,
+        "seed": settings.seed,
         "max_tokens": settings.max_tokens,
         "json_schema": settings.schema(),
         "timing": latest.mode,
@@ -138,6 +153,11 @@ def make_record(
         "baseline_tokens_per_second": _round(latest.baseline.tokens_per_second, 2),
         "speculative_tokens_per_second": _round(latest.speculative.tokens_per_second, 2),
         "texts_match": latest.greedy_texts_match,
+        "baseline_finish": latest.baseline.finish_reason,
+        "speculative_finish": latest.speculative.finish_reason,
+        "draft_policy_reason": spec_stats.draft_policy_reason if spec_stats else None,
+        "baseline_cpu_s": _round(latest.baseline.cpu_s, 3),
+        "speculative_cpu_s": _round(latest.speculative.cpu_s, 3),
         "baseline_text": latest.baseline.text,
         "speculative_text": latest.speculative.text,
         "baseline_stats": latest.baseline.stats.to_dict() if latest.baseline.stats else None,
@@ -190,7 +210,7 @@ def _table_row(record: dict[str, Any]) -> list[str]:
         _display_time(record["time"]),
         _preview(record["prompt"]),
         f"{record['backend']}, {record['model']}",
-        f"{record['method']} k={record['k']}",
+        f"{_METHOD_WORDS.get(record['method'], record['method'])}, k={record['k']}",
         record["timing"],
         _speedup_cell(record),
         _times(record.get("expected_speedup")),
@@ -220,6 +240,12 @@ def _export_row(record: dict[str, Any]) -> list[Any]:
         record["baseline_tokens_per_second"],
         record["speculative_tokens_per_second"],
         record["status"],
+        record.get("temperature"),
+        record.get("seed"),
+        record.get("max_tokens"),
+        json.dumps(record["json_schema"]) if record.get("json_schema") else None,
+        record.get("speculative_finish"),
+        record.get("draft_policy_reason"),
     ]
 
 

@@ -116,9 +116,21 @@ def check(
                 "the run.",
             )
         )
+    spread = measurement.spread
+    effect = abs(median - 1.0)
+    if spread is not None and spread > effect:
+        findings.append(
+            Finding(
+                "warn",
+                f"The runs spread over {spread:.2f} (×{measurement.low:.2f} to "
+                f"×{measurement.high:.2f}), more than the effect measured (×{median:.2f} is "
+                f"{effect:.2f} from ×1): the machine's load moved the figure more than "
+                "speculation did. Compare the CPU times in the table, or run again on a "
+                "quieter machine.",
+            )
+        )
     if expected is None:
         return findings
-    spread = measurement.spread
     if spread is None:
         findings.append(
             Finding(

@@ -30,6 +30,8 @@ class Preset:
         prompt: The user message sent to the model.
         why: One sentence on what to expect from speculation on this prompt.
         schema: A JSON schema both sides' answers must follow (empty: free text).
+        max_tokens: The token budget the preset sets (None: keep the page's), enough
+            for the packaged model to finish the answer.
     """
 
     name: str
@@ -37,6 +39,7 @@ class Preset:
     prompt: str
     why: str
     schema: str = ""
+    max_tokens: int | None = None
 
 
 _RETRY_CODE = """def fetch_with_retry(client, url, attempts=3, delay=0.5):
@@ -96,31 +99,67 @@ for an independent review of the cost estimate, which the council rejected."""
 
 
 # Every key is required, so the grammar forces the whole object; the values are the
-# report's own words, which is what prompt lookup drafts.
+# report's own words, which is what prompt lookup drafts. Short strings and at most two
+# follow-ups keep the answer within the preset's token budget: without them the
+# packaged SmolLM2 repeated array items until cut off, mid-string (issue 23).
 _INCIDENT_SCHEMA = """{
   "type": "object",
   "properties": {
-    "incident_id": {"type": "string"},
-    "filed_by": {"type": "string"},
-    "region": {"type": "string"},
-    "cause": {"type": "string"},
-    "fixed_at": {"type": "string"},
-    "failed_payments": {"type": "integer"},
+    "incident_id": {
+      "type": "string",
+      "maxLength": 16
+    },
+    "filed_by": {
+      "type": "string",
+      "maxLength": 24
+    },
+    "region": {
+      "type": "string",
+      "maxLength": 16
+    },
+    "cause": {
+      "type": "string",
+      "maxLength": 80
+    },
+    "fixed_at": {
+      "type": "string",
+      "maxLength": 16
+    },
+    "failed_payments": {
+      "type": "integer"
+    },
     "follow_up_actions": {
       "type": "array",
+      "maxItems": 2,
       "items": {
         "type": "object",
         "properties": {
-          "action": {"type": "string"},
-          "owner": {"type": "string"},
-          "due": {"type": "string"}
+          "action": {
+            "type": "string",
+            "maxLength": 60
+          },
+          "owner": {
+            "type": "string",
+            "maxLength": 24
+          }
         },
-        "required": ["action", "owner", "due"]
-      }
+        "required": [
+          "action",
+          "owner"
+        ]
+      },
+      "minItems": 1
     }
   },
-  "required": ["incident_id", "filed_by", "region", "cause", "fixed_at",
-               "failed_payments", "follow_up_actions"]
+  "required": [
+    "incident_id",
+    "filed_by",
+    "region",
+    "cause",
+    "fixed_at",
+    "failed_payments",
+    "follow_up_actions"
+  ]
 }"""
 
 
@@ -218,6 +257,7 @@ PRESETS: tuple[Preset, ...] = (
             "report, so prompt lookup drafts them."
         ),
         schema=_INCIDENT_SCHEMA,
+        max_tokens=256,  # the packaged SmolLM2 completes the object in about 200
     ),
     Preset(
         name="General knowledge question",

@@ -122,11 +122,47 @@ def pane_heading(side: str) -> str:
     return f'<div class="sp-section-title"><h2>Speculative</h2>{legend_html()}</div>'
 
 
-def pane_html(run: SideRun, *, colour_tokens: bool, placeholder: str) -> str:
+LONG_PROMPT_CHARS = 8000
+"""Prompts longer than this get a note: a CPU takes a while to process them."""
+
+
+def _waiting_words(run: SideRun, comparison: Comparison | None) -> str | None:
+    """What a side that has no text yet is waiting for, with the time spent so far."""
+    if comparison is None:
+        return None
+    now = comparison.now
+    if run.running and run.started_at is not None:
+        waited = f" {now - run.started_at:.0f} s" if now is not None else ""
+        chars = comparison.prompt_chars
+        if not chars:
+            return f"Waiting for the first token…{waited}"
+        long = (
+            " A long prompt takes a while on a CPU before the first token."
+            if chars > LONG_PROMPT_CHARS
+            else ""
+        )
+        return f"Processing the prompt ({chars:,} characters)…{waited}.{long}"
+    other = comparison.baseline if run.name == "speculative" else comparison.speculative
+    if not run.done and run.started_at is None and other.running and comparison.mode == "fair":
+        so_far = f"{other.token_count} tokens so far" if other.token_count else "starting"
+        return (
+            f"Waiting for its turn: fair timing runs the {other.name} first, alone on the "
+            f"machine ({so_far})."
+        )
+    return None
+
+
+def pane_html(
+    run: SideRun,
+    *,
+    colour_tokens: bool,
+    placeholder: str,
+    comparison: Comparison | None = None,
+) -> str:
     """One output pane under its heading.
 
-    The pane shows the text so far (marked by provenance when ``colour_tokens``), or a
-    placeholder.
+    The pane shows the text so far (marked by provenance when ``colour_tokens``), or
+    what it is waiting for (the prompt's processing, its turn), or a placeholder.
     """
     state = run.status.replace(" ", "-") if run.done else ("running" if run.running else "idle")
     if run.tokens and colour_tokens:
@@ -134,17 +170,24 @@ def pane_html(run: SideRun, *, colour_tokens: bool, placeholder: str) -> str:
     else:
         body = html.escape(run.text)
     if not body:
-        message = "Waiting for the first token…" if run.running else placeholder
+        waiting = _waiting_words(run, comparison)
+        message = waiting or ("Waiting for the first token…" if run.running else placeholder)
         if run.skipped:
             message = "Not started: the run ended before this side's turn."
         body = f'<span class="sp-placeholder">{html.escape(message)}</span>'
+    finish = ""
+    if run.complete and run.finish_reason == "length":
+        finish = (
+            '<p class="sp-pane-note">Stopped at max tokens: the answer may be cut off '
+            "(raise Max tokens in the settings).</p>"
+        )
     caret = '<span class="sp-caret" aria-hidden="true"></span>' if run.running else ""
     label = "Baseline answer" if run.name == "baseline" else "Speculative answer"
     return (
         f"{pane_heading(run.name)}"
         f'<div class="sp-pane sp-pane-{run.name}" data-side="{run.name}" data-state="{state}" '
         f'role="region" aria-label="{label}" aria-busy="{str(run.running).lower()}">'
-        f'<div class="sp-pane-text">{body}{caret}</div></div>'
+        f'<div class="sp-pane-text">{body}{caret}</div></div>{finish}'
     )
 
 
@@ -175,6 +218,7 @@ def _stats_rows(run: SideRun) -> list[str]:
         format_number(run.tokens_per_second, ".1f") + rate_note,
         _seconds(run.ttft_s),
         _seconds(run.elapsed_s),
+        _seconds(run.cpu_s),
         figure(format_number(stats.draft_tokens if stats else None, "d")),
         figure(format_number(stats.accepted_tokens if stats else None, "d")),
         figure(format_number(stats.grammar_cut_tokens if stats else None, "d")),
@@ -191,6 +235,11 @@ _STAT_LABELS = (
     ("Decode speed (tokens/s)", "generated tokens / decode time (the prompt's pass left out)"),
     ("Time to first token", "from the request to the first generated token"),
     ("Time to last token", "from the request to the last token (own steps when interleaved)"),
+    (
+        "CPU time",
+        "CPU seconds this process spent on the side (local engine); well below the wall "
+        "time when the side waited for cores another process held",
+    ),
     ("Draft tokens", "tokens proposed by the drafter"),
     ("Accepted draft tokens", "proposed tokens the target accepted"),
     (
@@ -204,15 +253,28 @@ _STAT_LABELS = (
 )
 
 
-def stats_table_html(comparison: Comparison | None, *, engine: str | None = None) -> str:
+def stats_table_html(
+    comparison: Comparison | None,
+    *,
+    engine: str | None = None,
+    run_index: int = 1,
+    runs: int = 1,
+) -> str:
     """The side-by-side statistics table (live while streaming), and the engine in use.
 
     Args:
         comparison: The comparison (None: nothing run yet).
         engine: One line on how the backend runs the model (runner, weights, threads).
+        run_index: Which of the ``runs`` repeats the table shows (the cards pool them).
+        runs: How many repeats were asked for.
     """
     labels = _STAT_LABELS
     notes: list[str] = []
+    if comparison is not None and runs > 1:
+        notes.append(
+            f"Run {run_index} of {runs}: the table shows this run; the cards above pool "
+            "the complete runs."
+        )
     if comparison is None:
         base_rows = spec_rows = [DASH] * len(labels)
     else:
@@ -228,6 +290,9 @@ def stats_table_html(comparison: Comparison | None, *, engine: str | None = None
             )
         if comparison.mode == "interleaved":
             notes.append("Interleaved timing: speeds and times count each side's own steps only.")
+        spec_stats = comparison.speculative.stats
+        if spec_stats is not None and spec_stats.draft_policy_reason:
+            notes.append(f"Draft lengths: {spec_stats.draft_policy_reason}")
     if engine:
         notes.append(f"Engine: {engine}")
     body = "".join(
@@ -321,13 +386,19 @@ def speedup_cards_html(
     )
     if stats is not None and expected is not None:
         cost = stats.cost_ratio or 0.0
+        per_step = stats.tokens_per_step
         expected_details = [
             f"Leviathan et al.: α={format_number(stats.alpha, '.2f')}, "
             f"k={stats.num_speculative_tokens}, c={cost:.2f}",
+            f"at most the run's {format_number(per_step, '.2f')} tokens per verify step",
             "α: accepted / checked draft tokens (a draft is checked up to its first rejection)",
         ]
+    elif stats is not None and stats.draft_tokens == 0:
+        expected_details = [stats.draft_policy_reason or "no draft tokens in this run"]
+    elif stats is not None:
+        expected_details = [f"the {stats.backend} backend reports no acceptance figures"]
     else:
-        expected_details = ["needs acceptance figures and k from the backend"]
+        expected_details = ["appears when the speculative side has run"]
     acceptance_detail = (
         f"{stats.accepted_tokens} of {stats.draft_tokens} proposed draft tokens accepted"
         if stats is not None and stats.draft_tokens
@@ -379,7 +450,9 @@ def basis_html(comparison: Comparison | None, runs: int = 1) -> str:
 def _stopped_detail(comparison: Comparison) -> str:
     parts = []
     for run in (comparison.baseline, comparison.speculative):
-        after = f" after {run.token_count} tokens" if run.status == "stopped" else ""
+        count = run.token_count
+        tokens = "1 token" if count == 1 else f"{count} tokens"
+        after = f" after {tokens}" if run.status == "stopped" else ""
         parts.append(f"{run.name} {run.status}{after}")
     return ", ".join(parts)
 

@@ -108,6 +108,7 @@ class _Received:
     chunk: Chunk
     at: float
     own_s: float | None = None  # the side's own time so far (interleaved timing)
+    cpu_s: float | None = None  # this process's CPU time on the side so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +146,11 @@ def _pump(
     events.put(_Started(side, clock()))
     error: BaseException | None = None
     iterator: Iterator[Chunk] | None = None
+    cpu_start = time.process_time()
     try:
         iterator = backend.stream(request)
         for chunk in iterator:
-            events.put(_Received(side, chunk, clock()))
+            events.put(_Received(side, chunk, clock(), cpu_s=time.process_time() - cpu_start))
             if cancel.is_set():
                 break
     except BaseException as caught:  # reported to the consumer, which owns the state
@@ -170,17 +172,18 @@ def _interleave(
     """
     streams: dict[SideName, Iterator[Chunk]] = {}
     own: dict[SideName, float] = {}
+    cpu: dict[SideName, float] = {}
     try:
         for side, backend, request in sides:
             events.put(_Started(side, clock()))
             try:
                 streams[side] = backend.stream(request)
-                own[side] = 0.0
+                own[side] = cpu[side] = 0.0
             except BaseException as caught:
                 events.put(_Ended(side, clock(), caught))
         while streams and not cancel.is_set():
             side = min(streams, key=own.__getitem__)
-            before = clock()
+            before, cpu_before = clock(), time.process_time()
             try:
                 chunk = next(streams[side])
             except StopIteration:
@@ -192,7 +195,8 @@ def _interleave(
                 break  # the other side stops with it (closed below)
             after = clock()
             own[side] += after - before
-            events.put(_Received(side, chunk, after, own[side]))
+            cpu[side] += time.process_time() - cpu_before
+            events.put(_Received(side, chunk, after, own[side], cpu[side]))
     finally:
         for side, stream in streams.items():
             events.put(_Ended(side, clock(), _close(stream)))
@@ -216,6 +220,12 @@ def _plan(mode: TimingMode, sides: list[_Side]) -> list[_Wave]:
     return [workers] if mode == "concurrent" else [[worker] for worker in workers]
 
 
+def _prompt_chars(request: GenerationRequest) -> int:
+    if request.prompt is not None:
+        return len(request.prompt)
+    return sum(len(message.content or "") for message in request.messages or ())
+
+
 def run_comparison(
     baseline_backend: Backend,
     speculative_backend: Backend,
@@ -229,6 +239,8 @@ def run_comparison(
     join_timeout_s: float = 10.0,
     clock: Clock = time.perf_counter,
     draft_length: int | None = None,
+    measure_cpu: bool = False,
+    heartbeat_s: float = 1.0,
 ) -> Generator[Comparison, None, None]:
     """Run both sides and yield the merged state whenever it changed.
 
@@ -252,6 +264,11 @@ def run_comparison(
         clock: Monotonic clock (seconds).
         draft_length: k as the app configured it, for backends whose statistics do not
             say (``Comparison.draft_length``).
+        measure_cpu: Record this process's CPU time per side (``SideRun.cpu_s``): only
+            meaningful when the backends compute in this process; never in
+            ``concurrent`` mode, where the sides' CPU times mix.
+        heartbeat_s: While no chunk arrives (a long prompt), yield at least this often,
+            so the page can show the time spent waiting.
 
     Yields:
         The comparison state. A failing side ends the run with ``phase="failed"`` and
@@ -264,7 +281,10 @@ def run_comparison(
     if mode not in TIMING_MODES:
         raise ValueError(f"mode must be one of {', '.join(TIMING_MODES)}, got {mode!r}")
     stop = cancel if cancel is not None else threading.Event()
-    state = Comparison(mode=mode, draft_length=draft_length)
+    state = Comparison(
+        mode=mode, draft_length=draft_length, prompt_chars=_prompt_chars(baseline_request)
+    )
+    measure_cpu = measure_cpu and mode != "concurrent"
     events: queue.Queue[_Event] = queue.Queue()
     waves = _plan(
         mode,
@@ -296,6 +316,10 @@ def run_comparison(
                 except queue.Empty:
                     if stop.is_set():
                         break  # the workers stop on their own after their next chunk
+                    now = clock()
+                    if now - last_yield >= heartbeat_s:
+                        last_yield = state.now = now
+                        yield state
                     continue
                 run = state.side(event.side)
                 boundary = False
@@ -303,7 +327,8 @@ def run_comparison(
                     run.started_at = event.at
                     boundary = True
                 elif isinstance(event, _Received):
-                    state.take(event.side, event.chunk, event.at, event.own_s)
+                    cpu_s = event.cpu_s if measure_cpu else None
+                    state.take(event.side, event.chunk, event.at, event.own_s, cpu_s)
                 else:
                     pending.discard(event.side)
                     run.done = True
@@ -318,7 +343,7 @@ def run_comparison(
                         run.stopped = True
                 now = clock()
                 if boundary or now - last_yield >= min_interval_s:
-                    last_yield = now
+                    last_yield = state.now = now
                     yield state
             if stop.is_set():
                 break
@@ -331,6 +356,7 @@ def run_comparison(
                 run.stopped = run.finish_reason is None and run.error is None
             elif run.started_at is None and state.phase != "done":
                 run.done = run.skipped = True
+        state.now = clock()
         yield state
     finally:
         # The consumer may stop iterating (Gradio closes the generator on Stop):

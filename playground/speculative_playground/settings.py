@@ -119,9 +119,9 @@ class RunSettings:
             )
         if self.method == "draft_model" and not (self.draft_model or "").strip():
             raise ConfigError(
-                "Method 'draft_model' needs a draft model with the target's vocabulary "
-                "(for example SmolLM2-135M for a SmolLM2-360M target). Choose one, or use the "
-                "'ngram' method, which needs no draft model.",
+                "The draft-model method needs a draft model with the target's vocabulary: "
+                "pick one under Draft model in the settings (it lists the models that pair "
+                "with the target), or choose Prompt lookup (n-gram), which needs none.",
                 field="draft_model",
             )
         if self.backend != "url" and not self.model.strip():

@@ -52,6 +52,10 @@ class SideRun:
         done: Whether the stream has ended (finished, failed or stopped).
         stopped: The user stopped this side before it finished.
         skipped: The comparison ended (stopped or failed) before this side started.
+        cpu_s: CPU seconds this process spent on this side's steps, where that is
+            measurable (the local engine in this process, the sides one at a time);
+            None elsewhere. Next to the wall time it shows stalls: a side that waited
+            for the cores used less CPU than its wall time suggests.
     """
 
     name: SideName
@@ -73,6 +77,7 @@ class SideRun:
     done: bool = False
     stopped: bool = False
     skipped: bool = False
+    cpu_s: float | None = None
     _token_count: int = 0
 
     @property
@@ -168,8 +173,19 @@ class SideRun:
         end = self.finished_at if self.finished_at is not None else self.last_token_at
         return None if end is None else end - self.started_at
 
-    def apply(self, chunk: Chunk, at: float, own_s: float | None = None) -> None:
+    @property
+    def cpu_tokens_per_second(self) -> float | None:
+        """Generated tokens per CPU second (None: CPU time not measured)."""
+        if not self.cpu_s or not self.token_count:
+            return None
+        return self.token_count / self.cpu_s
+
+    def apply(
+        self, chunk: Chunk, at: float, own_s: float | None = None, cpu_s: float | None = None
+    ) -> None:
         """Take in one chunk that arrived at wall-clock ``at`` (own time ``own_s``)."""
+        if cpu_s is not None:
+            self.cpu_s = cpu_s
         if chunk.stats is not None:
             self.stats = chunk.stats
         if chunk.finish_reason is not None:
@@ -221,6 +237,8 @@ class Comparison:
         draft_length: k as configured by the app (for example the draft length a managed
             llama-server was started with), filled into the speculative side's
             statistics when the backend does not report it.
+        now: The runner's clock at the latest snapshot (for elapsed times while waiting).
+        prompt_chars: Characters in the prompt (long prompts take long to process).
     """
 
     mode: TimingMode
@@ -229,6 +247,8 @@ class Comparison:
     phase: Phase = "running"
     error: str | None = None
     draft_length: int | None = None
+    now: float | None = None
+    prompt_chars: int = 0
 
     def __post_init__(self) -> None:
         own = self.mode == "interleaved"
@@ -238,10 +258,17 @@ class Comparison:
         """The side called ``name``."""
         return self.baseline if name == "baseline" else self.speculative
 
-    def take(self, name: SideName, chunk: Chunk, at: float, own_s: float | None = None) -> None:
+    def take(
+        self,
+        name: SideName,
+        chunk: Chunk,
+        at: float,
+        own_s: float | None = None,
+        cpu_s: float | None = None,
+    ) -> None:
         """Apply a chunk of side ``name`` (see ``SideRun.apply``)."""
         run = self.side(name)
-        run.apply(chunk, at, own_s)
+        run.apply(chunk, at, own_s, cpu_s)
         stats = run.stats
         if (
             name == "speculative"
@@ -303,7 +330,22 @@ class Comparison:
             return Speedup(spec_rate / base_rate, basis, partial)
         return None
 
+    def cpu_speedup(self) -> float | None:
+        """Tokens per CPU second, speculative over baseline (None: not measured).
+
+        Unlike the wall-clock figure, other processes' load barely moves it.
+        """
+        base, spec = self.baseline, self.speculative
+        if not self.complete:
+            return None
+        base_rate, spec_rate = base.cpu_tokens_per_second, spec.cpu_tokens_per_second
+        return spec_rate / base_rate if base_rate and spec_rate else None
+
     def expected_speedup(self) -> float | None:
-        """Leviathan et al.'s expected wall-time factor for the measured acceptance."""
+        """The expected wall-time factor: ``SpecStats.expected_speedup``, one definition.
+
+        Leviathan et al.'s factor for the measured acceptance, never above the run's own
+        tokens per verify step (docs/statistics.md), whatever the backend.
+        """
         stats = self.speculative.stats
         return None if stats is None else stats.expected_speedup()

@@ -192,12 +192,29 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-status-ok { border-color: #047857; }
 .sp-status-running { border-color: var(--color-accent); }
 .sp-status-warn { border-color: #b45309; }
+.sp-status-queued { border-color: #b45309; border-style: dashed; }
+.sp-pane-note { font-size: 0.8rem; color: #b45309; margin: 4px 0 0; }
+/* A visible focus ring on the prompt (the theme's own is too faint to see). */
+#prompt-box textarea:focus-visible, #prompt-box textarea:focus {
+  outline: 2px solid var(--color-accent) !important; outline-offset: 1px !important; }
+.sp-stats-wrap { max-width: 100%; overflow-x: auto; }
 .sp-status-error { border-color: #b91c1c; border-width: 2px; }
 #history-table th, #history-table td { font-size: 0.8rem; }
 .sp-sidebar-note { font-size: 0.8rem; color: var(--body-text-color-subdued); }
 /* Phones: the open sidebar covers the screen; keep its close control inside it. */
 @media (max-width: 768px) {
   #settings-sidebar.open .toggle-button { right: 12px !important; left: auto !important; }
+  /* The panes stack: side by side they were 130 px each and code wrapped mid-word. */
+  #panes { flex-direction: column !important; flex-wrap: wrap !important; }
+  #panes > * { min-width: 100% !important; width: 100% !important; flex: 1 1 100% !important; }
+  /* History headers wrap between words, never one letter per line. */
+  #history-table th, #history-table th * { word-break: normal !important;
+    overflow-wrap: normal !important; white-space: nowrap; }
+  #history-table { overflow-x: auto; }
+  .sp-stats { font-size: 0.8rem; }
+  .sp-stats th, .sp-stats td { padding: 4px 6px; }
+  /* A toggle a thumb can hit: 44 x 44 px at least. */
+  #settings-sidebar .toggle-button { min-width: 44px !important; min-height: 44px !important; }
 }
 """
 )

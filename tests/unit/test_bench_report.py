@@ -55,6 +55,7 @@ def _stats(variant: Variant, tokens: int, decode_s: float) -> SpecStats | None:
         decode_s=decode_s,
         accepted_per_position=(3, 2, 1) if drafted else (),
         drafted_per_position=(3, 3, 3) if drafted else (),
+        draft_policy_steps=(("cost", 2), ("full", 3), ("no_draft", 1)) if drafted else None,
     )
 
 
@@ -118,6 +119,10 @@ def test_write_reports_produces_consistent_json_csv_and_pngs(tmp_path: Path) -> 
     # medians of (2.0, 2.1) s for the baseline and (1.0, 1.1) s for ngram, on both prompts
     assert ngram_all["speedup"] == pytest.approx((2.05 + 2.05) / (1.05 + 1.05))
     assert ngram_all["acceptance_by_position"] == pytest.approx([1.0, 2 / 3, 1 / 3])
+    # Why drafts were short, counted over every sample pooled (2 prompts x 2 repeats).
+    assert ngram_all["draft_limits"] == ["cost=8", "full=12", "no_draft=4"]
+    ngram_row = next(r for r in rows if r["variant"] == "ngram k=3" and r["category"] == "all")
+    assert ngram_row["draft_limits"] == "cost=8;full=12;no_draft=4"
     for key in ("speedup_plot", "acceptance_plot"):
         data = paths[key].read_bytes()
         assert data.startswith(PNG_SIGNATURE) and len(data) > 5000

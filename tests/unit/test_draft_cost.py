@@ -55,16 +55,18 @@ def cpu_like_cost() -> FrozenCost:
 def test_first_pass_of_a_size_is_left_out_and_the_median_resists_spikes() -> None:
     cost = VerifyCost()
     cost.observe(1, 2.5)  # one-time kernel setup of a new shape
-    assert cost.seconds(1) is None and cost.ratio(6) == 1.0
+    # Nothing measured: every extra row is priced at the prior row cost.
+    assert cost.seconds(1) is None and cost.ratio(6) == pytest.approx(1 + 5 * 0.5)
     for seconds in (0.10, 0.11, 0.09, 0.60, 0.10):
         cost.observe(1, seconds)
     assert cost.seconds(1) == pytest.approx(0.10)
     cost.observe(6, 9.0)
     cost.observe(6, 0.20)
     assert cost.ratio(6) == pytest.approx(2.0)
-    # Unmeasured sizes cost at least as much as the nearest measured smaller one.
-    assert cost.ratio(8) == pytest.approx(2.0)
-    assert cost.ratio(3) == 1.0
+    # Unmeasured sizes: the measured per-row cost (0.2 here) from the nearest size below.
+    assert cost.row_cost() == pytest.approx(0.2)
+    assert cost.ratio(8) == pytest.approx(2.4)
+    assert cost.ratio(3) == pytest.approx(1.4)
 
 
 def geometric(alpha: float, length: int) -> list[float]:
@@ -100,8 +102,9 @@ def test_a_survival_that_falls_off_a_cliff_is_cut_there() -> None:
 
 
 def test_with_a_flat_cost_every_draft_pays() -> None:
+    flat = VerifyCost(prior_row_cost=0.0)
+    assert best_draft_length(geometric(0.05, 5), flat) == 5  # free rows: the classic case
     flat = VerifyCost()
-    assert best_draft_length(geometric(0.05, 5), flat) == 5  # nothing measured: classic
     for tokens in (1, 6):
         for _ in range(2):
             flat.observe(tokens, 0.1)
@@ -281,7 +284,9 @@ def test_cost_aware_loop_stops_verifying_short_matches_only(target: Any) -> None
     long = [s for s in aware if s.match_length == 3]
     assert short and long
     # Short matches stop being verified after a few rejections (their later positions,
-    # never reached, keep the optimistic prior); long ones keep drafting.
-    assert sum(s.num_drafted for s in short[5:]) == 0
+    # never reached, keep the optimistic prior), but for a rare short probe; long ones
+    # keep drafting.
+    probes = [s.num_drafted for s in short[5:] if s.num_drafted]
+    assert all(drafted <= 2 for drafted in probes) and len(probes) <= len(short[5:]) / 8
     assert all(s.num_drafted > 0 for s in long)
     assert sum(s.num_drafted for s in fixed if s.match_length == 1) > 0

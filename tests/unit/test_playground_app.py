@@ -93,12 +93,40 @@ def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
         "Served model name (optional)",
         "API key (optional)",
         "JSON schema (optional)",
+        "Seed",
         None,  # the history, a gr.State (not part of the public API)
     ]
     assert len(compare.inputs) == len(RunInputs.names())
     assert isinstance(compare.inputs[-1], gr.State)
     ids = [block._id for block in compare.outputs]
     assert len(ids) == len(set(ids)) == len(dataclasses.fields(ResultViews))
+
+
+def test_the_compare_api_names_its_parameters() -> None:
+    """gradio_client users see the inputs by name, not param_0 ... param_16."""
+    app = build_app(pool=BackendPool(warm_up=False))
+    info = app.get_api_info()
+    parameters = info["named_endpoints"]["/compare"]["parameters"]
+    names = [parameter["parameter_name"] for parameter in parameters]
+    assert names == [
+        "prompt",
+        "backend",
+        "model",
+        "draft_model",
+        "method",
+        "k",
+        "temperature",
+        "max_tokens",
+        "timing",
+        "runs",
+        "server_kind",
+        "server_url",
+        "baseline_url",
+        "served_model",
+        "api_key",
+        "json_schema",
+        "seed",
+    ]
 
 
 def test_run_follows_the_prompt_before_the_settings() -> None:

@@ -67,7 +67,11 @@ def test_acceptance_chart_explains_why_it_cannot_fill() -> None:
     nothing = stats("ngram", generated=8, decode_s=0.2).replace(
         accepted_per_position=(0, 0), drafted_per_position=(0, 0)
     )
-    assert "prompt lookup found nothing to copy" in acceptance_chart(nothing, finished=True)
+    # An empty chart says why, in the engine's words, never a guess.
+    assert "verified no draft tokens" in acceptance_chart(nothing, finished=True)
+    reason = "Of 7 decoding steps, 7 drafted less or not at all because of the cost."
+    explained = acceptance_chart(nothing.replace(draft_policy_reason=reason), finished=True)
+    assert reason in explained and "nothing to copy" not in explained
     assert "No run yet" in acceptance_chart(None)
 
 

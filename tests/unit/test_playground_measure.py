@@ -44,10 +44,19 @@ def test_far_from_the_expected_figure_beyond_the_spread() -> None:
     # x2.32 with 8% acceptance where x1.35 is expected, and the runs agree closely.
     above = check(Measurement((2.30, 2.32, 2.35), "steps"), expected=1.35, longest_draft=5)
     assert levels(above) == ["warn"] and "above the expected ×1.35" in above[0].text
-    below = check(Measurement((1.0, 1.05, 1.1), "steps"), expected=2.2, longest_draft=5)
+    below = check(Measurement((1.3, 1.35, 1.4), "steps"), expected=2.2, longest_draft=5)
     assert levels(below) == ["note"] and "below the expected ×2.20" in below[0].text
     # Within the spread: nothing to say.
-    assert check(Measurement((1.2, 1.5, 1.8), "steps"), expected=1.35, longest_draft=5) == []
+    assert check(Measurement((1.4, 1.5, 1.6), "steps"), expected=1.35, longest_draft=5) == []
+
+
+def test_a_spread_larger_than_the_effect_is_a_warning() -> None:
+    # x0.16 to x1.57 on identical greedy runs (issue 23): the noise is the measurement.
+    noisy = check(Measurement((0.16, 1.05, 1.57), "steps"), expected=None, longest_draft=12)
+    assert levels(noisy) == ["warn"] and "more than the effect measured" in noisy[0].text
+    steady = check(Measurement((1.45, 1.5, 1.55), "steps"), expected=None, longest_draft=12)
+    assert steady == []
+    assert check(Measurement((1.05,), "steps"), expected=None, longest_draft=12) == []
 
 
 def test_one_run_asks_for_more_before_reading_a_gap() -> None:

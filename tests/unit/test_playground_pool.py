@@ -11,7 +11,7 @@ from playground_fakes import Script, ScriptedBackend
 
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.types import GenerationRequest
-from speculative_playground.backend_pool import BackendPool, LeaseCache
+from speculative_playground.backend_pool import BackendPool, LeaseCache, managed_server_options
 from speculative_playground.security import SecurityPolicy, UrlAllowlist
 from speculative_playground.settings import RunSettings
 
@@ -241,7 +241,13 @@ def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
     assert pair.draft_length == 4  # llama-server does not report k: the app chose it
     assert pair.engine is not None and "draft length up to 4" in pair.engine
     # The lookup length is LlamaServer's default (the engine's), not set here.
-    assert server.started and server.options == {"spec_type": "ngram-simple", "draft_max": 4}
+    assert server.started and server.options == {
+        "spec_type": "ngram-simple",
+        "draft_max": 4,
+        **managed_server_options(),
+    }
+    # The machine's threads, and no busy-waiting while the other server runs.
+    assert server.options["extra_args"] == ("--poll", "0") and server.options["threads"] >= 1
     pool.close()
     assert server.stopped
 
@@ -255,5 +261,10 @@ def test_managed_draft_model_sets_the_draft_length() -> None:
     with pool.lease(settings):
         pass
     (server,) = FakeServer.instances
-    assert server.options == {"draft_model": "tiny", "spec_type": "draft-simple", "draft_max": 3}
+    assert server.options == {
+        "draft_model": "tiny",
+        "spec_type": "draft-simple",
+        "draft_max": 3,
+        **managed_server_options(),
+    }
     pool.close()

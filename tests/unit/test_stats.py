@@ -192,3 +192,60 @@ def test_ignored_draft_tokens_add_up_and_survive_a_round_trip() -> None:
     assert SpecStats.from_dict(lm_studio.to_dict()).ignored_draft_tokens == 1
     unknown = SpecStats.aggregate([lm_studio, make(draft_tokens=3)])
     assert unknown is not None and unknown.ignored_draft_tokens is None
+
+
+def test_expected_speedup_never_exceeds_the_runs_own_tokens_per_step() -> None:
+    # A llama-server-like record: no verify steps, alpha 0.8 at k 5, yet most steps had
+    # no draft: 1.82 tokens per step (the case of x3.69 expected against 1.82).
+    server = SpecStats(
+        backend="llamacpp",
+        method="server",
+        source="exact",
+        num_speculative_tokens=5,
+        generated_tokens=182,
+        draft_tokens=100,
+        accepted_tokens=82,
+    )
+    assert server.tokens_per_step == pytest.approx(182 / 100)
+    assert server.expected_tokens_per_step() == pytest.approx(expected_tokens_per_step(0.82, 5))
+    assert server.expected_speedup() == pytest.approx(1.82)
+    # The what-if at a given k stays the paper's formula.
+    assert server.expected_speedup(k=5) == pytest.approx(expected_tokens_per_step(0.82, 5))
+    # Where the formula is below the run's tokens per step, it is the formula.
+    local = SpecStats(
+        backend="local",
+        method="ngram",
+        source="exact",
+        num_speculative_tokens=2,
+        generated_tokens=30,
+        verify_steps=10,
+        draft_tokens=20,
+        accepted_tokens=20,
+        rejected_steps=10,
+    )
+    assert local.tokens_per_step == pytest.approx(3.0)
+    assert local.expected_speedup() == pytest.approx(expected_tokens_per_step(2 / 3, 2))
+
+
+def test_draft_policy_fields_round_trip_and_add_up() -> None:
+    first = SpecStats(
+        backend="local",
+        method="ngram",
+        source="exact",
+        draft_policy_reason="Of 3 decoding steps, 3 had no draft.",
+        draft_policy_steps=(("no_draft", 3),),
+    )
+    second = first.replace(
+        draft_policy_reason="Every decoding step verified a full draft of k = 4 tokens.",
+        draft_policy_steps=(("full", 2),),
+    )
+    record = first.to_dict()
+    assert record["draft_policy_steps"] == {"no_draft": 3}
+    assert SpecStats.from_dict(record) == first
+    total = SpecStats.aggregate([first, second])
+    assert total is not None
+    assert total.draft_policy_steps == (("full", 2), ("no_draft", 3))
+    assert total.draft_policy_reason is None  # the runs gave different reasons
+    same = SpecStats.aggregate([first, first])
+    assert same is not None and same.draft_policy_reason == first.draft_policy_reason
+    assert SpecStats(backend="vllm", method="server", source="exact").draft_policy_reason is None

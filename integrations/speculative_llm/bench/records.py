@@ -269,6 +269,17 @@ class CellSummary:
         return None if total is None or kernel is None else total - kernel
 
     @property
+    def draft_limits(self) -> list[str] | None:
+        """Decoding steps by what set their draft's length, as ``code=steps`` (our engine).
+
+        The counts of ``SpecStats.draft_policy_steps`` over every sample pooled: how
+        often the cost-aware policy cut drafts, prompt lookup found no match, a probe
+        ran... (None for servers and the baseline).
+        """
+        steps = None if self.stats is None else self.stats.draft_policy_steps
+        return None if steps is None else [f"{code}={count}" for code, count in steps]
+
+    @property
     def measured_over_expected(self) -> float | None:
         """decode_speedup / expected_speedup: how much of the theory the run achieved."""
         return ratio(self.decode_speedup, self.expected_speedup)
@@ -304,6 +315,7 @@ class CellSummary:
             "verify_steps": None if self.stats is None else self.stats.verify_steps,
             "stats_source": None if self.stats is None else self.stats.source,
             "acceptance_by_position": None if by_position is None else list(by_position),
+            "draft_limits": self.draft_limits,
             "equal_outputs": self.equal_outputs,
             "compared_outputs": self.compared_outputs,
         }

@@ -85,10 +85,12 @@ CSV_FIELDS: tuple[str, ...] = (
     "verify_steps",
     "stats_source",
     "acceptance_by_position",
+    "draft_limits",
     "equal_outputs",
     "compared_outputs",
 )
-"""Columns of ``summary.csv`` (``acceptance_by_position`` is ``;``-separated)."""
+"""Columns of ``summary.csv`` (``acceptance_by_position`` and ``draft_limits``, counts of
+``code=steps``, are ``;``-separated)."""
 
 
 # ---- formatting -------------------------------------------------------------------------

@@ -579,6 +579,8 @@ class LocalBackend(Backend):
                 request_tree_accepted_tokens=by_tree(counters.accepted_by_source, "request"),
                 global_tree_draft_tokens=by_tree(counters.drafted_by_source, "global"),
                 global_tree_accepted_tokens=by_tree(counters.accepted_by_source, "global"),
+                draft_policy_reason=draft_length.explain(),
+                draft_policy_steps=draft_length.limit_counts(),
             )
 
         def by_tree(counts: dict[str, int], tree: str) -> int | None:

@@ -20,23 +20,59 @@ n-gram plus the earlier tokens that agree with the source (``Draft.match_length`
 A longer match predicts a longer accepted run by far (docs/backends/local.md has
 the figures measured on the benchmark's outputs). Any draft length keeps decoding
 exact, so this changes speed, never the output.
+
+The estimates must survive a noisy machine: a pass slowed by another process must not
+switch drafting off for good. So every figure is a median over a short window, a pass
+size measured recently reprices the others through a per-row model (old times of
+other sizes are set aside), a request's own acceptance outweighs what earlier
+requests taught (``LayeredAcceptance``), and the policy keeps probing with short
+drafts at a budgeted rate (see ``engine.DraftLengthPolicy``), so it re-measures and
+recovers when the machine gets quiet.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 __all__ = [
+    "DRAFT_LIMITS",
     "MATCH_QUALITY_EDGES",
+    "DraftLimit",
+    "LayeredAcceptance",
     "PositionAcceptance",
     "VerifyCost",
     "best_draft_length",
     "expected_tokens",
+    "explain_limits",
     "match_quality_bucket",
+    "probe_loss",
 ]
+
+DraftLimit = Literal["full", "no_draft", "short_draft", "cost", "probe", "budget", "grammar"]
+"""What set the length of one decoding step's draft (see ``DRAFT_LIMITS``)."""
+
+DRAFT_LIMITS: dict[str, str] = {
+    "full": "verified a full draft of k tokens",
+    "no_draft": "had no draft: the drafter found nothing to propose (no prompt-lookup match)",
+    "short_draft": "had a draft shorter than k: the drafter's match ran out",
+    "cost": "drafted less or not at all because the measured verify cost says longer "
+    "drafts do not pay for themselves",
+    "probe": "verified a short probe draft where drafting did not seem to pay, to "
+    "re-measure its cost and acceptance",
+    "budget": "were cut by the token budget (max tokens, the context window or the "
+    "runner's exact row limit)",
+    "grammar": "were cut where the grammar forbade a drafted token",
+}
+"""Every ``DraftLimit`` code and what it means, in the words the statistics use."""
+
+
+def _robust_centre(times: Sequence[float]) -> float:
+    """The median of three or more times, else the least: noise only ever slows a pass."""
+    return statistics.median(times) if len(times) >= 3 else min(times)
 
 
 @dataclass(slots=True)
@@ -45,20 +81,42 @@ class VerifyCost:
 
     A property of the model and the machine, so one instance serves every request of
     a backend. Each size keeps its last ``window`` times and is estimated by their
-    median; the first pass of each size is left out, since a new input shape pays
-    one-time kernel setup (measured: 1.5-2.7 s instead of 0.2 s for SmolLM2 on CPU).
+    median (one slow pass moves nothing; with fewer than three, by the least); the
+    first pass of each size is left out, since a new input shape pays one-time kernel
+    setup (measured: 1.5-2.7 s instead of 0.2 s for SmolLM2 on CPU). A time is recent
+    for ``stale_after`` passes (of any size). Once any multi-row size has a recent
+    time, only recent times count: a size without one (and a size never measured) is
+    priced by a per-row model ``r(n) = r(m) + b (n - m)``, m the largest recently
+    measured size below n (1 when none), b the median per-row cost of the recently
+    measured sizes. So one quiet probe after a slow period reprices every size, while
+    with no recent multi-row time at all the old times stand (forgetting them would
+    re-try a pass a busy machine makes 40 times dearer every few dozen steps);
+    ``prior_row_cost`` prices rows before any is measured.
 
     Args:
         window: Recent observations kept per size.
+        stale_after: Passes (of any size) for which an observation is recent.
+        prior_row_cost: Cost of an extra verify row, in one-token passes, before any
+            multi-row pass is measured (measured: 0.4-0.6 on 2 threads, 0.9 on one).
+        probe_credit: The probe budget's starting balance, in one-token passes.
     """
 
     window: int = 9
-    samples: dict[int, deque[float]] = field(default_factory=dict)
+    stale_after: int = 32
+    prior_row_cost: float = 0.5
+    probe_credit: float = 4.0
+    """One-token passes the draft-length policies may still lose on probes (shared by
+    the backend's requests: a property of the machine's state, like the times)."""
+    samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     draft_samples: deque[float] = field(init=False)
-    # The medians, kept up to date by the observations: the policy reads them several
-    # times per step, a median of a deque per read cost a tenth of a one-token pass.
-    _medians: dict[int, float] = field(default_factory=dict, repr=False)
+    passes: int = 0
+    # The estimates, rebuilt after each observation: the policy reads them several
+    # times per step, and a median per read cost a tenth of a one-token pass.
+    _medians: dict[int, float] | None = field(default=None, repr=False)
     _draft_median: float | None = field(default=None, repr=False)
+    _ratios: list[float] = field(default_factory=list, repr=False)
+    _row_cost: float | None = field(default=None, repr=False)
+    _stale: set[int] = field(default_factory=set, repr=False)
 
     def __post_init__(self) -> None:
         self.draft_samples = deque(maxlen=self.window)
@@ -67,41 +125,87 @@ class VerifyCost:
         """Record one pass of ``tokens`` tokens that took ``seconds``."""
         if tokens < 1 or seconds <= 0:
             return
+        self.passes += 1
+        self._medians, self._ratios, self._row_cost = None, [], None
+        self._stale = set()
         recent = self.samples.get(tokens)
         if recent is None:
             # The first pass of a shape is warm-up: remember only that it happened.
             self.samples[tokens] = deque(maxlen=self.window)
             return
-        recent.append(seconds)
-        self._medians[tokens] = statistics.median(recent)
+        recent.append((self.passes, seconds))
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         """Record the drafter's time for ``tokens`` proposed tokens."""
         if tokens >= 1 and seconds >= 0:
             self.draft_samples.append(seconds / tokens)
-            self._draft_median = statistics.median(self.draft_samples)
+            self._draft_median = _robust_centre(self.draft_samples)
+
+    def _estimates(self) -> dict[int, float]:
+        """Size -> robust centre of its times: the recent ones, else all it has."""
+        if self._medians is None:
+            oldest = self.passes - self.stale_after
+            medians: dict[int, float] = {}
+            for size, recent in self.samples.items():
+                times = [seconds for seen, seconds in recent if seen > oldest]
+                if times:
+                    medians[size] = _robust_centre(times)
+                elif recent:
+                    self._stale.add(size)
+                    medians[size] = _robust_centre([seconds for _, seconds in recent])
+            self._medians = medians
+        return self._medians
 
     def seconds(self, tokens: int) -> float | None:
-        """The median measured time of a ``tokens``-token pass (None: not measured yet)."""
-        return self._medians.get(tokens)
+        """The estimated time of a ``tokens``-token pass (None: never measured)."""
+        return self._estimates().get(tokens)
+
+    def fresh(self, tokens: int) -> bool:
+        """Whether ``tokens``-token passes have a time within the last ``stale_after``."""
+        recent = self.samples.get(tokens)
+        if not recent:
+            return False
+        return recent[-1][0] > self.passes - self.stale_after
+
+    def _measured_ratios(self) -> dict[int, float]:
+        """Ratios of the recently measured multi-row sizes; of all when none is recent."""
+        estimates = self._estimates()
+        one = estimates.get(1)
+        if one is None:
+            return {}
+        measured = {size: max(t / one, 1.0) for size, t in estimates.items() if size > 1}
+        recent = {size: ratio for size, ratio in measured.items() if size not in self._stale}
+        return recent or measured
+
+    def row_cost(self) -> float:
+        """b: the cost of one more verify row in one-token passes (median of fresh sizes)."""
+        if self._row_cost is None:
+            slopes = [(ratio - 1.0) / (size - 1) for size, ratio in self._measured_ratios().items()]
+            self._row_cost = statistics.median(slopes) if slopes else self.prior_row_cost
+        return self._row_cost
+
+    def ratios(self, longest: int) -> list[float]:
+        """``[r(0), r(1), ..., r(longest)]``: pass times over a one-token pass (r(0) = r(1) = 1).
+
+        Recently measured sizes give their own ratio; the others the per-row model (see
+        the class). A pass never gets cheaper with more tokens.
+        """
+        if len(self._ratios) <= longest:
+            measured = self._measured_ratios()
+            slope = self.row_cost()
+            table, base_size, base_ratio = [1.0, 1.0], 1, 1.0
+            for size in range(2, longest + 1):
+                if size in measured:
+                    base_size, base_ratio = size, max(measured[size], table[-1])
+                    table.append(base_ratio)
+                else:
+                    table.append(max(base_ratio + slope * (size - base_size), table[-1]))
+            self._ratios = table
+        return self._ratios
 
     def ratio(self, tokens: int) -> float:
-        """Time of a ``tokens``-token pass over a one-token pass.
-
-        Unmeasured sizes take the nearest measured smaller size's ratio (a pass never
-        gets cheaper with more tokens); with nothing measured the ratio is 1, the
-        assumption of the classic analysis, so every size gets tried and measured.
-        """
-        one = self.seconds(1)
-        if one is None or tokens <= 1:
-            return 1.0
-        measured = self.seconds(tokens)
-        if measured is None:
-            smaller = [size for size in self._medians if 1 < size < tokens]
-            if not smaller:
-                return 1.0
-            measured = self._medians[max(smaller)]
-        return max(measured / one, 1.0)
+        """Time of a ``tokens``-token pass over a one-token pass (see ``ratios``)."""
+        return 1.0 if tokens <= 1 else self.ratios(tokens)[tokens]
 
     def draft_ratio(self) -> float:
         """Drafting time per token over a one-token target pass (0 when unmeasured)."""
@@ -180,18 +284,115 @@ class PositionAcceptance:
         return list(self.counts)
 
 
+@dataclass(slots=True)
+class LayeredAcceptance:
+    """A request's own acceptance on top of what earlier requests taught.
+
+    What earlier requests learned (``shared``) is the right start for a new one, but
+    wrong for a prompt unlike them (chat after code edits). So the shared counts of
+    each position weigh as at most ``shared_cap`` observations, and the request's own
+    (``local``) count in full: after a handful of its own drafts a request decides by
+    its own evidence. Both learn from every draft.
+
+    Args:
+        shared: The backend's acceptance, shared by its requests.
+        shared_cap: Most observations the shared counts weigh as, per position.
+    """
+
+    shared: PositionAcceptance
+    shared_cap: float = 8.0
+    local: PositionAcceptance = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.local = PositionAcceptance(self.shared.prior, self.shared.weight, self.shared.decay)
+
+    def survival(self, bucket: int | None, length: int) -> list[float]:
+        """``[S(1), ..., S(length)]`` from the request's counts plus the capped shared ones."""
+        shared = self.shared.counts.get(bucket, [])
+        local = self.local.counts.get(bucket, [])
+        prior, weight = self.shared.prior, self.shared.weight
+        chance, survival = 1.0, []
+        for position in range(length):
+            accepted, tried = local[position] if position < len(local) else (0.0, 0.0)
+            if position < len(shared):
+                shared_accepted, shared_tried = shared[position]
+                scale = min(1.0, self.shared_cap / shared_tried) if shared_tried else 0.0
+                accepted += shared_accepted * scale
+                tried += shared_tried * scale
+            chance *= (accepted + prior * weight) / (tried + weight)
+            survival.append(chance)
+        return survival
+
+    def record(self, bucket: int | None, num_drafted: int, num_accepted: int) -> None:
+        """Account for one verified draft, in the request's counts and the shared ones."""
+        self.shared.record(bucket, num_drafted, num_accepted)
+        self.local.record(bucket, num_drafted, num_accepted)
+
+    def buckets(self) -> list[int | None]:
+        """The buckets seen so far, by any request."""
+        return self.shared.buckets()
+
+
 def expected_tokens(survival: Sequence[float], draft_length: int) -> float:
     """Tokens a step emits with d drafts: ``1 + S(1) + ... + S(d)`` (the bonus included)."""
     return 1.0 + sum(survival[:draft_length])
 
 
+def probe_loss(survival: Sequence[float], cost: VerifyCost, length: int) -> float:
+    """Expected one-token passes a draft of ``length`` loses against plain decoding.
+
+    Its pass and drafting cost ``r(length + 1) + length * c`` one-token passes and yield
+    ``1 + S(1) + ... + S(length)`` tokens, which plain decoding would have produced in
+    as many passes (never below 0). A pass size without a recent time is priced at
+    ``prior_row_cost`` per row: what an old time says is what the probe is to check.
+    """
+    rows = length + 1
+    ratio = cost.ratio(rows) if cost.fresh(rows) else 1.0 + cost.prior_row_cost * length
+    spent = ratio + length * cost.draft_ratio()
+    return max(spent - expected_tokens(survival, length), 0.0)
+
+
 def best_draft_length(survival: Sequence[float], cost: VerifyCost) -> int:
     """The draft length in ``[0, len(survival)]`` with the most expected tokens per second."""
     draft_ratio = cost.draft_ratio()
+    ratios = cost.ratios(len(survival) + 1)
     best, best_rate, tokens = 0, 1.0, 1.0  # d = 0: one token for one one-token pass
     for length, chance in enumerate(survival, start=1):
         tokens += chance
-        rate = tokens / (cost.ratio(length + 1) + length * draft_ratio)
+        rate = tokens / (ratios[length + 1] + length * draft_ratio)
         if rate > best_rate:
             best, best_rate = length, rate
     return best
+
+
+def explain_limits(
+    limits: Mapping[str, int], *, k: int, row_cost: float | None = None
+) -> str | None:
+    """One sentence saying why a request's drafts were short or absent.
+
+    Args:
+        limits: Decoding steps by ``DraftLimit`` code.
+        k: The longest draft.
+        row_cost: The measured cost of one more verify row, in one-token passes, quoted
+            when the cost limited drafts.
+
+    Returns:
+        The sentence, or None when no decoding step was counted.
+    """
+    total = sum(limits.values())
+    if not total:
+        return None
+    if limits.get("full", 0) == total:
+        return f"Every decoding step verified a full draft of k = {k} tokens."
+    parts = []
+    for code, steps in sorted(limits.items(), key=lambda item: (-item[1], item[0])):
+        if code == "full" or not steps:
+            continue
+        words = DRAFT_LIMITS.get(code, code)
+        if code == "cost" and row_cost is not None:
+            words += f" (a verify row costs {row_cost:.2f} of a one-token pass here)"
+        parts.append(f"{steps} {words}")
+    full = limits.get("full", 0)
+    if full:
+        parts.append(f"{full} {DRAFT_LIMITS['full'].replace('k tokens', f'{k} tokens')}")
+    return f"Of {total} decoding steps, " + "; ".join(parts) + "."
