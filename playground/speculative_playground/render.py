@@ -495,11 +495,19 @@ def status_html(
         )
     if comparison.phase == "done":
         match = comparison.greedy_texts_match
-        same = (
-            " Both sides produced the same text."
-            if match
-            else " The texts differ (expected when sampling, or with server-side batching)."
-        )
+        divergence = comparison.divergence
+        if match:
+            same = " Both sides produced the same text."
+        elif divergence is not None:
+            same = f" The texts part: {divergence.describe()}" + (
+                ", where the kernels of a verify pass and of a one-token pass may rank "
+                "the top two tokens the other way (start with --exact bitwise for "
+                "token-identical text)."
+                if divergence.near_tie
+                else "."
+            )
+        else:
+            same = " The texts differ (expected when sampling, or with server-side batching)."
         count = f", {runs} runs" if runs > 1 else ""
         return (
             f'<div class="sp-status sp-status-ok">Done ({html.escape(mode + count)}).'

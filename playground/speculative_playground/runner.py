@@ -30,7 +30,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from speculative_llm.backends.base import Backend
-from speculative_llm.types import Chunk, GenerationRequest
+from speculative_llm.divergence import Divergence, MarginScorer, explain_divergence
+from speculative_llm.errors import SpeculativeError
+from speculative_llm.stats import SpecStats
+from speculative_llm.types import Chunk, Completion, GenerationRequest
 from speculative_playground.error_summary import browser_message
 from speculative_playground.settings import TIMING_MODES, TimingMode
 from speculative_playground.sides import Comparison, SideName
@@ -226,6 +229,24 @@ def _prompt_chars(request: GenerationRequest) -> int:
     return sum(len(message.content or "") for message in request.messages or ())
 
 
+def _divergence(
+    state: Comparison, backend: Backend, request: GenerationRequest
+) -> Divergence | None:
+    """Where the two greedy texts part, scored by the speculative side's engine if it can."""
+    scorer = backend if isinstance(backend, MarginScorer) else None
+    sides = [
+        Completion(
+            text=run.text, stats=SpecStats.unavailable(backend.name), tokens=tuple(run.tokens)
+        )
+        for run in (state.baseline, state.speculative)
+    ]
+    try:
+        return explain_divergence(scorer, request, sides[0], sides[1])
+    except SpeculativeError as error:  # the engine is gone: the position alone
+        logger.info("could not score where the texts part: %s", error)
+        return explain_divergence(None, request, sides[0], sides[1])
+
+
 def run_comparison(
     baseline_backend: Backend,
     speculative_backend: Backend,
@@ -349,6 +370,8 @@ def run_comparison(
                 break
         if state.phase == "running":
             state.phase = "stopped" if stop.is_set() else "done"
+        if state.phase == "done" and baseline_request.greedy and not state.greedy_texts_match:
+            state.divergence = _divergence(state, speculative_backend, speculative_request)
         for run in (state.baseline, state.speculative):
             if run.running:
                 run.done = True

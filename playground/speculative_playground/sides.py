@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from speculative_llm.divergence import Divergence
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, FinishReason, Token
 from speculative_playground.settings import TimingMode
@@ -239,6 +240,9 @@ class Comparison:
             statistics when the backend does not report it.
         now: The runner's clock at the latest snapshot (for elapsed times while waiting).
         prompt_chars: Characters in the prompt (long prompts take long to process).
+        divergence: Where two greedy texts parted, and the target's top-2 logit margin
+            there when the speculative side's engine scores it (None: same text, or
+            sampled).
     """
 
     mode: TimingMode
@@ -249,6 +253,7 @@ class Comparison:
     draft_length: int | None = None
     now: float | None = None
     prompt_chars: int = 0
+    divergence: Divergence | None = None
 
     def __post_init__(self) -> None:
         own = self.mode == "interleaved"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
+from collections.abc import Iterator, Sequence
 
 import pytest
 from playground_fakes import FakeMachine, Script, ScriptedBackend, stats
 
 from speculative_llm.config import SpecConfig
-from speculative_llm.types import GenerationRequest
+from speculative_llm.types import Chunk, GenerationRequest, Token
 from speculative_playground.runner import CancelRegistry, run_comparison
 
 REQUEST = GenerationRequest(prompt="copy this", max_tokens=16)
@@ -353,3 +355,41 @@ def test_cancel_registry_is_per_session() -> None:
     assert registry.running("session-a") == 0
     assert registry.cancel("session-a") == 0
     assert registry.running("session-b") == 1
+
+
+class MarginScoringBackend(ScriptedBackend):
+    """A scripted engine whose tokens carry ids and which scores top-2 margins."""
+
+    def __init__(self, *scripts: Script, margin: float) -> None:
+        super().__init__(*scripts)
+        self.margin = margin
+        self.scored: list[list[int]] = []
+
+    def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
+        for chunk in super().stream(request):
+            tokens = tuple(Token(t.text, t.provenance, ord(t.text)) for t in chunk.tokens)
+            yield dataclasses.replace(chunk, tokens=tokens)
+
+    def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
+        self.scored.append(list(generated))
+        return self.margin
+
+
+@pytest.mark.parametrize(("margin", "near_tie"), [(0.02, True), (3.5, False)])
+def test_greedy_texts_that_part_are_shown_with_the_margin_there(
+    margin: float, near_tie: bool
+) -> None:
+    from speculative_playground.render import status_html
+
+    backend = MarginScoringBackend(
+        Script(plain(list("abcdef")), stats("none", generated=6, decode_s=0.6)),
+        Script(plain(list("abcxyz")), stats("ngram", generated=6, decode_s=0.2)),
+        margin=margin,
+    )
+    final = list(run_comparison(backend, backend, BASE, SPEC, mode="fair", min_interval_s=0))[-1]
+    assert final.phase == "done" and final.greedy_texts_match is False
+    assert final.divergence is not None and final.divergence.position == 3
+    assert backend.scored == [[ord("a"), ord("b"), ord("c")]]  # the baseline's prefix
+    assert final.divergence.near_tie is near_tie
+    status = status_html(final, run_index=1, runs=1)
+    assert "at token 3" in status and ("--exact bitwise" in status) is near_tie
