@@ -31,7 +31,7 @@ pytest.importorskip(
 
 from gradio_client import Client
 
-from playground_api import compare_arguments
+from playground_api import COMPARE_DEFAULTS, compare_arguments
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.history import HISTORY_COLUMNS
@@ -115,6 +115,15 @@ def distinct(updates: list[tuple[Any, ...]], index: int) -> list[Any]:
         if isinstance(value, str) and (not values or values[-1] != value):
             values.append(value)
     return values
+
+
+def test_compare_takes_its_parameters_by_name(app_url: str, tiny_model: str) -> None:
+    """The two-line client example of docs/playground.md: keyword arguments."""
+    named = {**COMPARE_DEFAULTS, "prompt": PROMPT, "model": tiny_model}
+    outputs = Client(app_url, verbose=False).predict(**named, api_name="/compare")
+    record = outputs[RECORD]
+    assert record["status"] == "done" and record["model"] == tiny_model
+    assert record["seed"] == 0
 
 
 def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str) -> None:
