@@ -171,7 +171,7 @@ def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str)
         "speculative": spec_stats["generated_tokens"],
     }
     history = final[HISTORY]["data"]
-    assert len(history) == 1 and history[0][3].startswith("ngram")
+    assert len(history) == 1 and history[0][3].startswith("prompt lookup")  # the page's words
     csv_path = Path(final[CSV]["value"])
     header = csv_path.read_text(encoding="utf-8").splitlines()[0]
     assert header.split(",") == list(HISTORY_COLUMNS)
