@@ -184,10 +184,10 @@ def pane_html(
     caret = '<span class="sp-caret" aria-hidden="true"></span>' if run.running else ""
     label = "Baseline answer" if run.name == "baseline" else "Speculative answer"
     return (
-        f"{pane_heading(run.name)}"
+        f"{pane_heading(run.name)}{finish}"
         f'<div class="sp-pane sp-pane-{run.name}" data-side="{run.name}" data-state="{state}" '
         f'role="region" aria-label="{label}" aria-busy="{str(run.running).lower()}">'
-        f'<div class="sp-pane-text">{body}{caret}</div></div>{finish}'
+        f'<div class="sp-pane-text">{body}{caret}</div></div>'
     )
 
 

@@ -193,7 +193,7 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-status-running { border-color: var(--color-accent); }
 .sp-status-warn { border-color: #b45309; }
 .sp-status-queued { border-color: #b45309; border-style: dashed; }
-.sp-pane-note { font-size: 0.8rem; color: #b45309; margin: 4px 0 0; }
+.sp-pane-note { font-size: 0.8rem; color: #92400e; margin: 0 0 4px; }
 /* A visible focus ring on the prompt (the theme's own is too faint to see). */
 #prompt-box textarea:focus-visible, #prompt-box textarea:focus {
   outline: 2px solid var(--color-accent) !important; outline-offset: 1px !important; }

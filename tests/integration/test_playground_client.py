@@ -31,7 +31,7 @@ pytest.importorskip(
 
 from gradio_client import Client
 
-from playground_api import compare_arguments
+from playground_api import COMPARE_DEFAULTS, compare_arguments
 from speculative_playground import build_app, launch
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.history import HISTORY_COLUMNS
@@ -117,6 +117,15 @@ def distinct(updates: list[tuple[Any, ...]], index: int) -> list[Any]:
     return values
 
 
+def test_compare_takes_its_parameters_by_name(app_url: str, tiny_model: str) -> None:
+    """The two-line client example of docs/playground.md: keyword arguments."""
+    named = {**COMPARE_DEFAULTS, "prompt": PROMPT, "model": tiny_model}
+    outputs = Client(app_url, verbose=False).predict(**named, api_name="/compare")
+    record = outputs[RECORD]
+    assert record["status"] == "done" and record["model"] == tiny_model
+    assert record["seed"] == 0
+
+
 def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str) -> None:
     client = Client(app_url, verbose=False)
     updates = run(client, *compare_args(tiny_model))
@@ -162,7 +171,7 @@ def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str)
         "speculative": spec_stats["generated_tokens"],
     }
     history = final[HISTORY]["data"]
-    assert len(history) == 1 and history[0][3].startswith("ngram")
+    assert len(history) == 1 and history[0][3].startswith("prompt lookup")  # the page's words
     csv_path = Path(final[CSV]["value"])
     header = csv_path.read_text(encoding="utf-8").splitlines()[0]
     assert header.split(",") == list(HISTORY_COLUMNS)
