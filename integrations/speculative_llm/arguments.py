@@ -26,6 +26,12 @@ __all__ = [
 ]
 
 
+def _nearest_hint(name: str, known: Collection[str]) -> str:
+    """`` Did you mean 'x'?`` for the known name closest to ``name``, or nothing."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> None:
     """Raise ``ConfigError`` for an argument that is not a field (or alias) of ``model``.
 
@@ -42,8 +48,7 @@ def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> No
     if not unknown:
         return
     first = unknown[0]
-    close = difflib.get_close_matches(first, sorted(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = _nearest_hint(first, known)
     raise ConfigError(
         f"Unknown parameter(s) {', '.join(repr(u) for u in unknown)} for {model.__name__}.{hint} "
         "Backend-specific options go in backend_options={...}.",
@@ -69,8 +74,7 @@ def reject_unknown_call_arguments(
     if not unknown:
         return
     first = unknown[0]
-    close = difflib.get_close_matches(first, sorted(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    hint = _nearest_hint(first, known)
     raise ConfigError(
         f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {where}.{hint} "
         f"It takes {', '.join(sorted(known))}; fields the server should receive as they "
