@@ -367,11 +367,6 @@ class LlamaCppModel:
         """``repacked`` or ``plain``: the weight layout in use."""
         return "repacked" if self.repacked else "plain"
 
-    @property
-    def one_token_threads(self) -> int:
-        """Threads of one-token passes past the probed split-KV length (all, or 1)."""
-        return self.thread_plan.one_token_threads(1 << 30)
-
     def describe(self) -> str:
         """One line for logs and the playground: file, layout and why, threads, exactness."""
         limit = (
