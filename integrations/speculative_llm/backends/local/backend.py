@@ -16,7 +16,8 @@ from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iter
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.engine import DraftLengthPolicy, StepCounters, generate_steps
+from speculative_llm.backends.local.draft_length import DraftLengthPolicy
+from speculative_llm.backends.local.engine import StepCounters, generate_steps
 from speculative_llm.backends.local.grammar import (
     Constraint,
     GrammarVocabulary,

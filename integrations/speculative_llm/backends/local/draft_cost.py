@@ -26,7 +26,7 @@ switch drafting off for good. So every figure is a median over a short window, a
 size measured recently reprices the others through a per-row model (old times of
 other sizes are set aside), a request's own acceptance outweighs what earlier
 requests taught (``LayeredAcceptance``), and the policy keeps probing with short
-drafts at a budgeted rate (see ``engine.DraftLengthPolicy``), so it re-measures and
+drafts at a budgeted rate (see ``draft_length.DraftLengthPolicy``), so it re-measures and
 recovers when the machine gets quiet.
 """
 
