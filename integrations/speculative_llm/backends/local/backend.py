@@ -14,9 +14,9 @@ import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
+from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.engine import StepCounters, generate_steps
 from speculative_llm.backends.local.grammar import (
     Constraint,

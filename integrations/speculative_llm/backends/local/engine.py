@@ -40,6 +40,7 @@ from speculative_llm.backends.local.sampling import (
     verify_sampled,
 )
 from speculative_llm.backends.local.steps import EngineFinish, StepResult
+from speculative_llm.errors import ConfigError
 from speculative_llm.faults import verify_delay_s
 
 __all__ = [

@@ -1,5 +1,7 @@
-"""What one pass of the decoding loop produced: the record the loop, the draft-length
-policy and the statistics share."""
+"""What one pass of the decoding loop produced.
+
+``StepResult`` is the record the loop, the draft-length policy and the statistics share.
+"""
 
 from __future__ import annotations
 
