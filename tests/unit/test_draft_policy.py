@@ -138,6 +138,44 @@ def test_the_next_request_drafts_again_after_a_slowed_one() -> None:
     assert min(lengths[-20:]) >= 6, lengths
 
 
+def slowed_by(delay_s: float, timing: Timing) -> Timing:
+    """``timing`` plus ``delay_s`` on every pass that checks a draft (the browser test's hook)."""
+    return lambda step, tokens: timing(step, tokens) + (delay_s if tokens > 1 else 0.0)
+
+
+@pytest.mark.parametrize("timing", [TWO_THREADS, ONE_THREAD], ids=["two-threads", "one-thread"])
+def test_a_quiet_request_after_a_slowed_first_one_drafts_again(timing: Timing) -> None:
+    """The playground's case: a fresh app, one run slowed by 80 ms per verify pass, then
+    the same prompt on the quiet machine. The slowed run's probes cost about 8 one-token
+    passes each; their debt once kept the next run from probing at all."""
+    cost, shared = VerifyCost(), PositionAcceptance()
+    Script(new_policy(cost, shared), no_match_every=3).run(96, slowed_by(0.08, timing))
+    assert cost.probe_credit < 0  # the slowed run's probes lost more than it earned
+    quiet_choices = Script(new_policy(VerifyCost()), no_match_every=3).run(96, timing)
+    following = Script(new_policy(cost, shared), no_match_every=3).run(96, timing)
+    first = next((index for index, length in enumerate(following) if length), None)
+    assert first is not None and first <= 16, following
+    # And it settles where a backend that never saw the slow run does.
+    assert following[-10:] == quiet_choices[-10:], (following, quiet_choices)
+
+
+def test_on_a_machine_that_stays_slow_each_request_probes_once() -> None:
+    """Forgiving earlier requests' debt costs at most one short probe per request."""
+    cost, shared = VerifyCost(), PositionAcceptance()
+    Script(new_policy(cost, shared)).run(40, TWO_THREADS)
+
+    def busy(step: int, tokens: int) -> float:
+        return TWO_THREADS(step, tokens) * (8.0 if tokens > 1 else 1.0)
+
+    for _ in range(8):
+        request = Script(new_policy(cost, shared))
+        before = cost.probe_credit
+        lengths = request.run(96, busy)
+        assert request.policy.limits.get("probe", 0) <= 1, lengths
+        if before >= 0:  # a probe's loss is at most r(3) + its earnings: 8 * 2 + 96 * 0.05
+            assert cost.probe_credit >= before - 8.0 * 2.0 - 96 * 0.05
+
+
 def test_where_drafting_never_pays_it_still_probes_rarely() -> None:
     script = Script(new_policy(VerifyCost()), accepted_run=0)  # every draft rejected
     lengths = script.run(256, TWO_THREADS)

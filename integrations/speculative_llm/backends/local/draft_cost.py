@@ -106,7 +106,8 @@ class VerifyCost:
     prior_row_cost: float = 0.5
     probe_credit: float = 4.0
     """One-token passes the draft-length policies may still lose on probes (shared by
-    the backend's requests: a property of the machine's state, like the times)."""
+    the backend's requests: a property of the machine's state, like the times). A
+    negative balance is a debt that ``start_request`` forgives."""
     samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     draft_samples: deque[float] = field(init=False)
     passes: int = 0
@@ -134,6 +135,17 @@ class VerifyCost:
             self.samples[tokens] = deque(maxlen=self.window)
             return
         recent.append((self.passes, seconds))
+
+    def start_request(self) -> None:
+        """Forgive the probe debt of earlier requests (savings are kept).
+
+        Probes that a slow period made expensive leave a debt, and paying it back at the
+        budget's rate would keep a quiet machine from re-measuring for hundreds of steps:
+        the next request would never draft. So each request may re-measure at least once
+        (at most one probe per request beyond the budget), and within a request probes
+        are paid from what it earns.
+        """
+        self.probe_credit = max(self.probe_credit, 0.0)
 
     def observe_draft(self, tokens: int, seconds: float) -> None:
         """Record the drafter's time for ``tokens`` proposed tokens."""

@@ -54,10 +54,11 @@ class DraftLengthPolicy:
     requests): every decoding step earns ``probe_budget`` one-token passes (up to
     ``probe_max_credit``), a probe runs only when the credit covers its expected loss
     (``draft_cost.probe_loss``, which prices a size not measured recently as new), and
-    it is charged what it actually lost. So probing costs at most about 5 % of the
-    decode time, even where a busy machine makes a verify pass 40 one-token passes
-    (probes then come once in some 1,500 steps), and after a slow period the next
-    request re-measures within ``probe_every`` steps.
+    it is charged what it actually lost. A request starts with any debt of earlier
+    requests forgiven (``VerifyCost.start_request``). So probing costs at most about 5 %
+    of the decode time plus one short probe per request, even where a busy machine makes
+    a verify pass 40 one-token passes, and after a slow period the next request
+    re-measures within ``probe_every`` steps of the slow times aging out.
 
     Every decoding step is counted by what set its draft's length (``limits``, codes of
     ``draft_cost.DraftLimit``), and ``explain`` says it in one sentence.
@@ -94,6 +95,9 @@ class DraftLengthPolicy:
             )
         self._layered = LayeredAcceptance(self.acceptance)
         self._interval = self.probe_every
+        if self._choosing:
+            assert self.cost is not None
+            self.cost.start_request()
 
     @property
     def _choosing(self) -> bool:
