@@ -12,6 +12,8 @@
 #   SPECULATIVE_LLM_VLLM_MODEL_DIR  HF checkpoint (default $SPECULATIVE_LLM_CACHE/hf/smollm2-135m)
 #   PYTHON                          Python with speculative-llm[local] installed (default python3)
 #   VLLM_VERSION / TORCH_VERSION    pinned versions (0.32.0 / 2.13.0)
+#   ARCTIC_VERSION                  arctic-inference, whose suffix tree vLLM's `suffix` method
+#                                   needs (0.3.0; PyPI has only its source, built here on the CPU)
 set -euo pipefail
 
 CACHE="${SPECULATIVE_LLM_CACHE:-$HOME/.cache/speculative-llm}"
@@ -20,6 +22,8 @@ MODEL_DIR="${SPECULATIVE_LLM_VLLM_MODEL_DIR:-$CACHE/hf/smollm2-135m}"
 PYTHON="${PYTHON:-python3}"
 VLLM_VERSION="${VLLM_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+ARCTIC_VERSION="${ARCTIC_VERSION:-0.3.0}"
+WHEELS="$CACHE/wheels"
 
 log() { echo "[setup-vllm] $*" >&2; }
 
@@ -51,6 +55,47 @@ else
         exit 1
     fi
     log "vLLM ${VLLM_VERSION} ready in $VENV"
+fi
+
+suffix_works() {
+    "$VENV/bin/python" -c "from arctic_inference.suffix_decoding import SuffixDecodingCache" \
+        >/dev/null 2>&1
+}
+
+# vLLM's `suffix` method imports Arctic Inference's SuffixDecodingCache. PyPI has only the
+# source of arctic-inference; its build wants torch, grpcio-tools and protobuf 5 (vLLM's
+# environment needs protobuf >= 6), so it is built in a throwaway environment and only the
+# wheel, kept in $WHEELS, goes into vLLM's environment. Without the CUDA variable
+# ARCTIC_INFERENCE_PRECOMPILED_OPS only the C++ suffix tree is compiled.
+if suffix_works; then
+    log "arctic-inference already works in $VENV"
+else
+    wheel=$(ls "$WHEELS"/arctic_inference-"${ARCTIC_VERSION}"-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$wheel" ]; then
+        log "building arctic-inference ${ARCTIC_VERSION} (its suffix tree only; a few minutes)"
+        build=$(mktemp -d)
+        "$PYTHON" -m venv "$build/venv"
+        "$build/venv/bin/python" -m pip install --quiet --upgrade pip
+        "$build/venv/bin/python" -m pip install --quiet "torch==${TORCH_VERSION}"
+        "$build/venv/bin/python" -m pip install --quiet setuptools wheel ninja cmake \
+            "nanobind==2.9.2" "protobuf==5.29.6" grpcio-tools
+        "$build/venv/bin/python" -m pip download --quiet --no-deps --no-binary :all: \
+            --no-build-isolation "arctic-inference==${ARCTIC_VERSION}" -d "$build/src"
+        mkdir -p "$WHEELS"
+        # Its CMake file finds Python by the active virtual environment, then PATH: make
+        # both the build environment's (the caller's may be active, without nanobind).
+        VIRTUAL_ENV="$build/venv" PATH="$build/venv/bin:$PATH" \
+            "$build/venv/bin/python" -m pip wheel --quiet \
+            --no-build-isolation --no-deps "$build"/src/arctic_inference-*.tar.gz -w "$WHEELS"
+        rm -rf "$build"
+        wheel=$(ls "$WHEELS"/arctic_inference-"${ARCTIC_VERSION}"-*.whl | head -1)
+    fi
+    "$VENV/bin/python" -m pip install --quiet --no-deps "$wheel"
+    if ! suffix_works; then
+        log "ERROR: arctic-inference's SuffixDecodingCache does not import in $VENV"
+        exit 1
+    fi
+    log "arctic-inference ${ARCTIC_VERSION} ready in $VENV"
 fi
 
 if [ -f "$MODEL_DIR/config.json" ] && ls "$MODEL_DIR"/*.safetensors >/dev/null 2>&1; then

@@ -9,12 +9,14 @@ session's temporary directory; a failing test prints where.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fakeserver import FakeServer
+from speculative_llm.config import SpecConfig
 from speculative_llm.errors import MissingDependencyError
 from speculative_llm.servers import (
     LlamaServer,
@@ -132,6 +134,35 @@ def vllm_server(vllm_python: Path, server_logs: Path) -> Iterator[VLLMServer]:
         python=vllm_python,
         served_model_name="smollm2-135m",
         log_path=server_logs / "vllm-ngram.log",
+        quick_start=True,  # no torch.compile warm-up: minutes on a busy 2-core machine
+        startup_timeout=420,
+    )
+    with server:
+        yield server
+
+
+def _has_suffix_cache(python: Path) -> bool:
+    probe = "from arctic_inference.suffix_decoding import SuffixDecodingCache"
+    return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def suffix_server(vllm_python: Path, server_logs: Path) -> Iterator[VLLMServer]:
+    """vLLM (CPU) serving SmolLM2-135M with suffix decoding (k = 8, a global tree).
+
+    Its ``suffix`` method needs arctic-inference, which .ci/setup-vllm.sh builds.
+    """
+    model = vllm_model_dir()
+    if not (model / "config.json").is_file():
+        pytest.skip(f"SmolLM2 in safetensors format is missing at {model}: {VLLM_SETUP_HINT}")
+    if not _has_suffix_cache(vllm_python):
+        pytest.skip(f"arctic-inference is not installed in vLLM's environment: {VLLM_SETUP_HINT}")
+    server = VLLMServer(
+        model,
+        speculative=SpecConfig(method="suffix", num_speculative_tokens=8),
+        python=vllm_python,
+        served_model_name="smollm2-135m",
+        log_path=server_logs / "vllm-suffix.log",
         quick_start=True,  # no torch.compile warm-up: minutes on a busy 2-core machine
         startup_timeout=420,
     )
