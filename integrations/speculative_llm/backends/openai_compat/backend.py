@@ -46,10 +46,26 @@ __all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
 
 
 class HTTPOptions(TypedDict, total=False):
-    """Keyword options every HTTP backend passes on to ``OpenAICompatibleBackend``.
+    """Keyword options every HTTP backend takes and passes on to ``OpenAICompatibleBackend``.
 
-    Engine backends take ``**options: Unpack[HTTPOptions]``; the options are documented
-    on ``OpenAICompatibleBackend``.
+    Engine backends take ``**options: Unpack[HTTPOptions]``.
+
+    Attributes:
+        model: Model name sent with each request (a request's ``model`` wins).
+        api_key: Bearer token; kept as a secret, never shown in reprs or logs.
+        timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
+            request, its retries and the answer all draw on it; a started stream may run
+            longer while no wait for its next data event (pings aside) lasts this long.
+        stream_timeout: The longest a whole streamed call may last (default 600 s); a
+            server that streams more than ``max_tokens`` tokens is cut off there too.
+        connect_timeout: TCP connect timeout in seconds.
+        max_retries: Retries on connection errors and HTTP 429/502/503 (default 2).
+        retry_backoff: First retry delay in seconds (default 0.5; doubles each retry).
+        endpoint: ``auto`` (chat for messages, completions for a prompt), ``chat`` or
+            ``completion`` (and ``native`` for engines with an endpoint of their own).
+        headers: Extra HTTP headers.
+        extra_body: Fields added to every request body (a request's ``extra`` wins).
+        verify: TLS verification (``False`` or a CA bundle path).
     """
 
     model: str | None
@@ -81,21 +97,9 @@ class OpenAICompatibleBackend(Backend):
             with its default options). It must be of the class's dialect type.
         require_speculation: Refuse to run when the server does not speculate; only
             engines that can tell take True (give it to ``dialect`` when you give one).
-        model: Model name sent with each request (a request's ``model`` wins).
-        api_key: Bearer token; kept as a secret, never shown in reprs or logs.
-        timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
-            request, its retries and the answer all draw on it; a started stream may run
-            longer while no wait for its next data event (pings aside) lasts this long.
-        stream_timeout: The longest a whole streamed call may last (default 600 s); a
-            server that streams more than ``max_tokens`` tokens is cut off there too.
-        connect_timeout: TCP connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds (doubles each retry).
-        endpoint: ``auto`` (chat for messages, completions for a prompt), ``chat`` or
-            ``completion`` (and ``native`` for engines with an endpoint of their own).
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body (a request's ``extra`` wins).
-        verify: TLS verification (``False`` or a CA bundle path).
+        **options: ``HTTPOptions``: ``model``, ``api_key``, ``timeout``,
+            ``stream_timeout``, ``connect_timeout``, ``max_retries``, ``retry_backoff``,
+            ``endpoint``, ``headers``, ``extra_body``, ``verify``.
 
     Raises:
         ConfigError: An option is invalid (bad URL, unknown endpoint...).
