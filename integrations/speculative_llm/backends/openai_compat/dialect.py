@@ -121,7 +121,8 @@ class Dialect:
         """The path of a route."""
         if route == "chat":
             return self.chat_path
-        if route == "native" and self.native_path is not None:
+        if route == "native":
+            assert self.native_path is not None, f"{type(self).__name__} has no native_path"
             return self.native_path
         return self.completion_path
 
