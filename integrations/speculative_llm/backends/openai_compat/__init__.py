@@ -5,6 +5,7 @@
   statistics hooks read.
 * ``stream``: streamed answers decoded, event by event, into chunks.
 * ``dialect``: ``Dialect``, what one engine does differently (plain OpenAI by default).
+* ``options``: ``HTTPOptions`` and the construction checks every engine shares.
 * ``backend``: ``OpenAICompatibleBackend``, the one client, composed with a dialect.
 
 Speaks ``POST /v1/chat/completions`` and ``POST /v1/completions`` (OpenAI API reference,

@@ -3,24 +3,20 @@
 Any OpenAI-compatible server works with it as is. An engine that reports
 speculative-decoding figures, or has endpoints of its own, is a ``Dialect``
 (``dialect.py``): the request body, the answer's decoding and the statistics, pure hooks
-with no I/O. The client checks its options (the same checks for every engine), and its
-sync and async shells (``generate``/``stream`` and ``agenerate``/``astream``) do the I/O
-through one ``HTTPTransport``, asking the dialect at each step.
+with no I/O. The client checks its options (``options.py``: the same checks for every
+engine), and its sync and async shells (``generate``/``stream`` and
+``agenerate``/``astream``) do the I/O through one ``HTTPTransport``, asking the dialect
+at each step.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar, TypedDict, Unpack
-
-from pydantic import SecretStr
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
-    DEFAULT_STREAM_TIMEOUT_S,
     Deadline,
     EngineHints,
     FetchResult,
@@ -32,6 +28,14 @@ from speculative_llm.backends.http import (
     decode_json_object,
 )
 from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
+from speculative_llm.backends.openai_compat.options import (
+    HTTPOptions,
+    checked_dialect,
+    checked_endpoint,
+    checked_model,
+    http_transport,
+    reject_unknown_options,
+)
 from speculative_llm.backends.openai_compat.requests import Route
 from speculative_llm.backends.openai_compat.responses import (
     RequestContext,
@@ -39,46 +43,10 @@ from speculative_llm.backends.openai_compat.responses import (
     parse_model_info,
 )
 from speculative_llm.backends.openai_compat.stream import DecoderOptions
-from speculative_llm.errors import ConfigError, UnsupportedFeatureError
+from speculative_llm.errors import UnsupportedFeatureError
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
 
 __all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
-
-
-class HTTPOptions(TypedDict, total=False):
-    """Keyword options every HTTP backend takes and passes on to ``OpenAICompatibleBackend``.
-
-    Engine backends take ``**options: Unpack[HTTPOptions]``.
-
-    Attributes:
-        model: Model name sent with each request (a request's ``model`` wins).
-        api_key: Bearer token; kept as a secret, never shown in reprs or logs.
-        timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
-            request, its retries and the answer all draw on it; a started stream may run
-            longer while no wait for its next data event (pings aside) lasts this long.
-        stream_timeout: The longest a whole streamed call may last (default 600 s); a
-            server that streams more than ``max_tokens`` tokens is cut off there too.
-        connect_timeout: TCP connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503 (default 2).
-        retry_backoff: First retry delay in seconds (default 0.5; doubles each retry).
-        endpoint: ``auto`` (chat for messages, completions for a prompt), ``chat`` or
-            ``completion`` (and ``native`` for engines with an endpoint of their own).
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body (a request's ``extra`` wins).
-        verify: TLS verification (``False`` or a CA bundle path).
-    """
-
-    model: str | None
-    api_key: str | SecretStr | None
-    timeout: float
-    stream_timeout: float
-    connect_timeout: float
-    max_retries: int
-    retry_backoff: float
-    endpoint: str
-    headers: Mapping[str, str] | None
-    extra_body: Mapping[str, Any] | None
-    verify: bool | str
 
 
 class OpenAICompatibleBackend(Backend):
@@ -127,82 +95,20 @@ class OpenAICompatibleBackend(Backend):
         require_speculation: bool = False,
         **options: Unpack[HTTPOptions],
     ) -> None:
-        # Every engine is built here, so each check below holds for all of them alike.
-        self._reject_unknown_options(options)
-        self.dialect = self._checked_dialect(dialect, require_speculation)
-        endpoint = options.get("endpoint", "auto")
-        if endpoint not in self.dialect.endpoints:
-            raise ConfigError(
-                f"Unknown endpoint {endpoint!r} for backend {self.name!r}; use one of "
-                f"{', '.join(self.dialect.endpoints)}.",
-                field="endpoint",
-            )
-        model = options.get("model")
-        if model is not None and (not isinstance(model, str) or not model.strip()):
-            raise ConfigError(f"model must be a non-empty string, got {model!r}.", field="model")
-        self._transport = HTTPTransport(
-            base_url,
-            api_key=options.get("api_key"),
-            timeout=options.get("timeout", DEFAULT_READ_TIMEOUT_S),
-            stream_timeout=options.get("stream_timeout", DEFAULT_STREAM_TIMEOUT_S),
-            connect_timeout=options.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S),
-            max_retries=options.get("max_retries", 2),
-            retry_backoff=options.get("retry_backoff", 0.5),
-            headers=options.get("headers"),
-            hints=self.hints,
-            verify=options.get("verify", True),
+        # Every engine is built here, so each check (options.py) holds for all of them.
+        cls = type(self)
+        reject_unknown_options(cls.__qualname__, options)
+        self.dialect = checked_dialect(
+            dialect,
+            owner=cls.__name__,
+            dialect_type=cls.dialect_type,
+            require_speculation=require_speculation,
         )
-        self._model = model
+        self.endpoint = checked_endpoint(options.get("endpoint", "auto"), self.dialect)
+        self._model = checked_model(options.get("model"))
+        self._transport = http_transport(base_url, options, hints=self.hints)
         self._seen_model = ""
-        self.endpoint = endpoint
         self._extra_body = dict(options.get("extra_body") or {})
-
-    def _reject_unknown_options(self, options: Mapping[str, object]) -> None:
-        """Raise ``TypeError`` naming this class for a keyword outside ``HTTPOptions``.
-
-        An engine's class forwards ``**options`` here, so a misspelt option names the
-        backend the caller created, not ``OpenAICompatibleBackend``.
-        """
-        for key in options:
-            if key not in HTTPOptions.__optional_keys__:
-                raise TypeError(
-                    f"{type(self).__qualname__}.__init__() got an unexpected keyword "
-                    f"argument {key!r}"
-                )
-
-    def _checked_dialect(self, dialect: Dialect | None, require_speculation: bool) -> Dialect:
-        """The dialect to speak, its shared options checked, then its engine's own."""
-        if dialect is None:
-            dialect = self.dialect_type(require_speculation=require_speculation)
-        elif not isinstance(dialect, self.dialect_type) or dialect.name != self.name:
-            # The backend's name is its dialect's (statistics carry the dialect's name).
-            raise ConfigError(
-                f"{type(self).__name__} (backend {self.name!r}) speaks "
-                f"{self.dialect_type.__name__}, not {type(dialect).__name__} (backend "
-                f"{dialect.name!r}); give that dialect a class of its own: "
-                f"class MyBackend(OpenAICompatibleBackend, dialect={type(dialect).__name__}).",
-                field="dialect",
-            )
-        elif require_speculation is not False:
-            raise ConfigError(
-                "require_speculation was given besides a dialect; give it to the dialect.",
-                field="require_speculation",
-            )
-        value = dialect.require_speculation
-        if not isinstance(value, bool):
-            raise ConfigError(
-                f"require_speculation must be True or False, got {value!r}.",
-                field="require_speculation",
-            )
-        if value and not dialect.confirms_speculation:
-            raise ConfigError(
-                f"Backend {dialect.name!r} cannot tell whether {dialect.hints.engine} "
-                "speculates (it reports no speculative-decoding figures), so it cannot "
-                "require speculation: leave require_speculation off.",
-                field="require_speculation",
-            )
-        dialect.check_options()
-        return dialect
 
     def __repr__(self) -> str:
         return (
