@@ -1,4 +1,4 @@
-"""docs/contributing.md stays true: its runner and backend walk-throughs run as written.
+"""docs/contributing.md stays true: its runner, engine and backend walk-throughs run as written.
 
 Each ``python title="file.py"`` block of the page is written to that file, the modules
 are importable from there, and the ``use_*.py`` blocks run (their asserts are the test).
@@ -42,9 +42,9 @@ def walkthrough_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         sys.modules.pop(module, None)
 
 
-def test_the_page_has_both_walkthroughs() -> None:
+def test_the_page_has_every_walkthrough() -> None:
     assert {"next_letter.py", "use_next_letter.py", "reverse_backend.py"} <= set(doc_files())
-    assert "use_reverse_backend.py" in doc_files()
+    assert {"use_reverse_backend.py", "tally_dialect.py", "use_tally.py"} <= set(doc_files())
 
 
 def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
@@ -70,3 +70,31 @@ def test_a_new_backend_is_one_module_and_one_registry_entry(walkthrough_dir: Pat
     with pytest.raises(ConfigError, match="rejected its options") as caught:
         build_backend("reverse", model="m", options={"colour": "red"})
     assert caught.value.field == "colour"
+
+
+def test_a_new_server_engine_is_one_dialect_module_and_one_registry_entry(
+    walkthrough_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from speculative_llm import ConfigError, SpecConfig, build_backend
+    from speculative_llm.backends import registry
+    from speculative_llm.backends.catalog import BackendEntry
+    from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
+
+    runpy.run_path(str(walkthrough_dir / "use_tally.py"))
+    # As a built-in: one BackendEntry, and the builder treats it as the server it is.
+    entry = BackendEntry("tally", "tally_dialect:TallyBackend", label="Tally", server=True)
+    monkeypatch.setattr(registry, "_REGISTERED", {})
+    monkeypatch.setattr(registry, "_BUILTIN", {**registry._BUILTIN, "tally": entry})
+    with pytest.raises(ConfigError, match="give base_url") as caught:
+        build_backend("tally")
+    assert caught.value.field == "base_url"
+    with build_backend("tally", base_url="http://127.0.0.1:9").backend as backend:
+        assert isinstance(backend, OpenAICompatibleBackend) and backend.name == "tally"
+        assert backend.hints.engine == "Tally"  # the dialect's, given to its class
+    # What every engine shares: a speculation it cannot confirm is refused by name...
+    with pytest.raises(ConfigError, match="cannot tell whether Tally speculates") as caught:
+        build_backend("tally", base_url="http://127.0.0.1:9", options={"require_speculation": True})
+    assert caught.value.field == "require_speculation"
+    # ...and so is a method the server cannot switch per request.
+    with pytest.raises(ConfigError, match="does not support speculative method"):
+        build_backend("tally", base_url="http://127.0.0.1:9", speculative=SpecConfig.baseline())

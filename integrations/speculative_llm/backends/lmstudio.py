@@ -18,12 +18,15 @@ draft must share the target's vocabulary (LM Studio lists compatible drafts).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, non_negative
 from speculative_llm.backends.http import EngineHints
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.dialect import Dialect
+from speculative_llm.backends.openai_compat.requests import Route
 from speculative_llm.backends.openai_compat.responses import (
     AnswerFigures,
     RequestContext,
@@ -34,7 +37,7 @@ from speculative_llm.errors import ConfigError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import GenerationRequest
 
-__all__ = ["LMStudioBackend", "lmstudio_stats"]
+__all__ = ["LMStudioBackend", "LMStudioDialect", "lmstudio_stats"]
 
 HINTS = EngineHints(
     engine="LM Studio",
@@ -115,41 +118,30 @@ def lmstudio_stats(
     )
 
 
-class LMStudioBackend(OpenAICompatibleBackend):
-    """LM Studio's REST API v0 with per-request speculative decoding.
+@dataclass(kw_only=True, eq=False)
+class LMStudioDialect(Dialect):
+    """LM Studio's REST API v0: a draft model chosen per request, exact draft counts.
 
-    Args:
-        base_url: The server URL (LM Studio listens on ``http://127.0.0.1:1234``).
-        draft_model: Default draft model key; a request's ``spec`` overrides it
-            (``SpecConfig.baseline()`` sends none, ``method="draft_model"`` sends its own).
+    Attributes:
+        draft_model: Default draft model key (a request's ``spec`` overrides it).
         require_speculation: Refuse requests that would run without a draft model.
-        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
-
-    Raises:
-        ConfigError: An option is invalid.
     """
 
     name: ClassVar[str] = "lmstudio"
     hints: ClassVar[EngineHints] = HINTS
     chat_path: ClassVar[str] = "/api/v0/chat/completions"
     completion_path: ClassVar[str] = "/api/v0/completions"
+    confirms_speculation: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:1234",
-        *,
-        draft_model: str | None = None,
-        require_speculation: bool = False,
-        **options: Unpack[HTTPOptions],
-    ) -> None:
-        self._reject_unknown_options(options)
-        super().__init__(base_url, **options)
-        if draft_model is not None and (not isinstance(draft_model, str) or not draft_model):
+    draft_model: str | None = None
+
+    def check_options(self) -> None:
+        """``draft_model`` is None or a model key."""
+        draft = self.draft_model
+        if draft is not None and (not isinstance(draft, str) or not draft):
             raise ConfigError(
-                f"draft_model must be a model key string, got {draft_model!r}.", field="draft_model"
+                f"draft_model must be a model key string, got {draft!r}.", field="draft_model"
             )
-        self.draft_model = draft_model
-        self.require_speculation = require_speculation
 
     @property
     def capabilities(self) -> Capabilities:
@@ -169,17 +161,23 @@ class LMStudioBackend(OpenAICompatibleBackend):
             return None
         return spec.draft_model or self.draft_model
 
-    def check_request(self, request: GenerationRequest) -> None:
-        """The base checks; with ``require_speculation``, a draft model must be known."""
-        super().check_request(request)
+    def check_request(self, request: GenerationRequest, route: Route) -> None:
+        """With ``require_speculation``, a draft model must be known."""
         if self.require_speculation and self.draft_model_for(request) is None:
             raise SpeculationNotEnabledError(
                 f"This request would run without speculative decoding. {HINTS.speculation_hint}"
             )
 
-    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
-        """``draft_model`` when the request speculates."""
-        body = dict(self._extra_body)
+    def request_fields(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """``draft_model`` when the request speculates (it wins over ``extra_body``'s)."""
+        body = dict(extra_body)
         draft = self.draft_model_for(request)
         if draft is not None:
             body["draft_model"] = draft
@@ -193,3 +191,40 @@ class LMStudioBackend(OpenAICompatibleBackend):
             draft_model=self.draft_model_for(context.request),
             **summary.figures(),
         )
+
+
+class LMStudioBackend(OpenAICompatibleBackend, dialect=LMStudioDialect):
+    """LM Studio's REST API v0 with per-request speculative decoding.
+
+    Args:
+        base_url: The server URL (LM Studio listens on ``http://127.0.0.1:1234``).
+        draft_model: Default draft model key; a request's ``spec`` overrides it
+            (``SpecConfig.baseline()`` sends none, ``method="draft_model"`` sends its own).
+        require_speculation: Refuse requests that would run without a draft model.
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    dialect: LMStudioDialect
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:1234",
+        *,
+        draft_model: str | None = None,
+        require_speculation: bool = False,
+        **options: Unpack[HTTPOptions],
+    ) -> None:
+        dialect = LMStudioDialect(draft_model=draft_model, require_speculation=require_speculation)
+        super().__init__(base_url, dialect=dialect, **options)
+
+    @property
+    def draft_model(self) -> str | None:
+        """The default draft model key (None: speculate only when a request names one)."""
+        return self.dialect.draft_model
+
+    def draft_model_for(self, request: GenerationRequest) -> str | None:
+        """The draft model a request runs with (None: no speculation)."""
+        return self.dialect.draft_model_for(request)

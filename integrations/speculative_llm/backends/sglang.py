@@ -29,25 +29,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, Unpack
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, counts, first_present, usage_of
 from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder, error_for_status
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
-from speculative_llm.backends.openai_compat.requests import response_schema, sampling_fields
+from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
+from speculative_llm.backends.openai_compat.requests import (
+    Route,
+    response_schema,
+    sampling_fields,
+)
 from speculative_llm.backends.openai_compat.responses import (
     AnswerFigures,
+    ParsedResponse,
     RequestContext,
     ResponseSummary,
     map_finish_reason,
 )
-from speculative_llm.backends.openai_compat.stream import StreamDecoderBase
+from speculative_llm.backends.openai_compat.stream import DecoderOptions, StreamDecoderBase
 from speculative_llm.errors import ConfigError, MalformedResponseError, SpeculationNotEnabledError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
+from speculative_llm.types import Chunk, GenerationRequest, Usage
 
-__all__ = ["SGLangBackend", "parse_server_info", "sglang_stats"]
+__all__ = ["SGLangBackend", "SGLangDialect", "parse_server_info", "sglang_stats"]
 
 HINTS = EngineHints(
     engine="SGLang",
@@ -189,7 +196,161 @@ def _usage_of(meta: Mapping[str, Any]) -> Usage | None:
     return usage_of(meta.get("prompt_tokens"), meta.get("completion_tokens"))
 
 
-class SGLangBackend(OpenAICompatibleBackend):
+_SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
+@dataclass(kw_only=True, eq=False)
+class SGLangDialect(Dialect):
+    """SGLang: OpenAI routes with ``sglext`` details, and its native ``/generate``.
+
+    Attributes:
+        native_stream_text: ``cumulative`` or ``incremental`` ``/generate`` stream text.
+        require_speculation: Refuse a server whose ``/server_info`` shows no speculative
+            algorithm.
+    """
+
+    name: ClassVar[str] = "sglang"
+    hints: ClassVar[EngineHints] = HINTS
+    native_path: ClassVar[str | None] = "/generate"
+    routes: ClassVar[Mapping[str, Route]] = {
+        "chat": "chat",
+        "completion": "completion",
+        "native": "native",
+    }
+    prompt_route: ClassVar[Route] = "native"
+    confirms_speculation: ClassVar[bool] = True
+
+    native_stream_text: str = "cumulative"
+    _server: tuple[bool | None, str, int | None] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    def check_options(self) -> None:
+        """``native_stream_text`` is ``cumulative`` or ``incremental``."""
+        if self.native_stream_text not in ("cumulative", "incremental"):
+            raise ConfigError(
+                f"native_stream_text must be 'cumulative' or 'incremental', got "
+                f"{self.native_stream_text!r}.",
+                field="native_stream_text",
+            )
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
+        return Capabilities.of_server(per_request_stats=True)
+
+    def request_fields(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Ask for ``sglext.spec_tokens_details`` on OpenAI endpoints."""
+        return {"return_spec_tokens_details": True, **extra_body}
+
+    def build_body(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        model: str | None,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """OpenAI bodies, or the native ``/generate`` body."""
+        if route != "native":
+            return super().build_body(
+                request, route, stream=stream, model=model, extra_body=extra_body
+            )
+        assert request.prompt is not None
+        sampling = sampling_fields(request, max_tokens="max_new_tokens", seed="sampling_seed")
+        schema = response_schema(request.response_format)
+        if schema is not None:
+            sampling["json_schema"] = json.dumps(schema)
+        body: dict[str, Any] = {
+            "text": request.prompt,
+            "sampling_params": sampling,
+            "stream": stream,
+        }
+        body.update(extra_body)
+        body.update(request.extra)
+        return body
+
+    # ---- server facts ----
+
+    def scrapes(self, phase: Phase, context: RequestContext) -> tuple[str, ...]:
+        """Read the server arguments once (``/server_info``, older ``/get_server_info``)."""
+        return _SERVER_INFO_PATHS if phase == "before" and self._server is None else ()
+
+    def absorb(self, phase: Phase, context: RequestContext) -> None:
+        """Remember the speculative algorithm; enforce ``require_speculation``."""
+        if phase != "before" or self._server is not None:
+            return
+        payload = None
+        for path in _SERVER_INFO_PATHS:
+            result = context.before.get(path)
+            payload = result.json_object() if result is not None else None
+            if payload is not None:
+                break
+        self._server = parse_server_info(payload)
+        if self.require_speculation and self._server[0] is False:
+            raise SpeculationNotEnabledError(
+                f"SGLang at {context.base_url} runs without speculative decoding "
+                f"(speculative_algorithm is null in /server_info). {HINTS.speculation_hint}"
+            )
+
+    # ---- answers ----
+
+    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
+        """Exact figures from a native answer's ``meta_info``, else ``sglext``'s details."""
+        details = summary.extras.get("meta_info")
+        if details is None:
+            sglext = summary.extras.get("sglext")
+            details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
+        if isinstance(details, list):  # n > 1: one entry per choice
+            details = details[0] if details else None
+        method, k = ("server", None) if self._server is None else self._server[1:]
+        return sglang_stats(
+            details if isinstance(details, Mapping) else None,
+            method=method,
+            num_speculative_tokens=k,
+            **summary.figures(),
+        )
+
+    def decoder(self, context: RequestContext, options: DecoderOptions) -> StreamDecoder:
+        """The native decoder for ``/generate``, else the OpenAI one."""
+        if context.route != "native":
+            return super().decoder(context, options)
+        return _NativeDecoder(incremental=self.native_stream_text == "incremental", **options)
+
+    def parse_answer(self, context: RequestContext, response: JSONResponse) -> ParsedResponse:
+        """Native answers (``text`` + ``meta_info``), else OpenAI parsing."""
+        if context.route != "native":
+            return super().parse_answer(context, response)
+        data = response.data
+        if "error" in data:
+            raise error_for_status(500, json.dumps(data), url=context.url, hints=self.hints)
+        text = data.get("text")
+        meta = data.get("meta_info")
+        if not isinstance(text, str) or not isinstance(meta, dict):
+            raise MalformedResponseError(
+                f"The /generate answer from {context.url} lacks 'text' or 'meta_info'; is this "
+                "an SGLang server?",
+                url=context.url,
+            )
+        return ParsedResponse(
+            text=text,
+            finish_reason=map_finish_reason(meta.get("finish_reason")),
+            tool_calls=(),
+            usage=_usage_of(meta),
+            model="",
+            extras={"meta_info": meta},
+        )
+
+
+class SGLangBackend(OpenAICompatibleBackend, dialect=SGLangDialect):
     """An SGLang server with exact per-request speculative statistics.
 
     ``endpoint="auto"`` (default) sends chat requests to ``/v1/chat/completions`` with
@@ -209,10 +370,7 @@ class SGLangBackend(OpenAICompatibleBackend):
         ConfigError: An option is invalid.
     """
 
-    name: ClassVar[str] = "sglang"
-    hints: ClassVar[EngineHints] = HINTS
-    native_path: ClassVar[str] = "/generate"
-    endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "completion", "native")
+    dialect: SGLangDialect
 
     def __init__(
         self,
@@ -222,130 +380,12 @@ class SGLangBackend(OpenAICompatibleBackend):
         require_speculation: bool = False,
         **options: Unpack[HTTPOptions],
     ) -> None:
-        self._reject_unknown_options(options)
-        super().__init__(base_url, **options)
-        if native_stream_text not in ("cumulative", "incremental"):
-            raise ConfigError(
-                f"native_stream_text must be 'cumulative' or 'incremental', got "
-                f"{native_stream_text!r}.",
-                field="native_stream_text",
-            )
-        self.native_stream_text = native_stream_text
-        self.require_speculation = require_speculation
-        self._server: tuple[bool | None, str, int | None] | None = None
+        dialect = SGLangDialect(
+            native_stream_text=native_stream_text, require_speculation=require_speculation
+        )
+        super().__init__(base_url, dialect=dialect, **options)
 
     @property
-    def capabilities(self) -> Capabilities:
-        """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
-        return Capabilities.of_server(per_request_stats=True)
-
-    def _is_chat(self, request: GenerationRequest) -> bool:
-        if self.endpoint == "native":
-            return False
-        return super()._is_chat(request)
-
-    def request_path(self, request: GenerationRequest, *, stream: bool = False) -> str:
-        """``/generate`` for native requests, else the OpenAI paths."""
-        if self._is_native(request):
-            return self.native_path
-        return super().request_path(request, stream=stream)
-
-    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
-        """Ask for ``sglext.spec_tokens_details`` on OpenAI endpoints."""
-        return {"return_spec_tokens_details": True, **self._extra_body}
-
-    def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
-        """OpenAI bodies, or the native ``/generate`` body."""
-        if not self._is_native(request):
-            return super().build_body(request, stream=stream)
-        assert request.prompt is not None
-        sampling = sampling_fields(request, max_tokens="max_new_tokens", seed="sampling_seed")
-        schema = response_schema(request.response_format)
-        if schema is not None:
-            sampling["json_schema"] = json.dumps(schema)
-        body: dict[str, Any] = {
-            "text": request.prompt,
-            "sampling_params": sampling,
-            "stream": stream,
-        }
-        body.update(self._extra_body)
-        body.update(request.extra)
-        return body
-
-    # ---- server facts ----
-
-    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
-        """Read the server arguments once (``/server_info``, older ``/get_server_info``)."""
-        return ("/server_info", "/get_server_info") if self._server is None else ()
-
-    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
-        """Remember the speculative algorithm; enforce ``require_speculation``."""
-        if phase != "before" or self._server is not None:
-            return
-        payload = None
-        for path in ("/server_info", "/get_server_info"):
-            result = context.before.get(path)
-            payload = result.json_object() if result is not None else None
-            if payload is not None:
-                break
-        self._server = parse_server_info(payload)
-        if self.require_speculation and self._server[0] is False:
-            raise SpeculationNotEnabledError(
-                f"SGLang at {self.base_url} runs without speculative decoding "
-                f"(speculative_algorithm is null in /server_info). {HINTS.speculation_hint}"
-            )
-
-    # ---- statistics ----
-
-    def _server_method(self) -> tuple[str, int | None]:
-        if self._server is None:
-            return "server", None
-        return self._server[1], self._server[2]
-
-    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
-        """Exact figures from a native answer's ``meta_info``, else ``sglext``'s details."""
-        details = summary.extras.get("meta_info")
-        if details is None:
-            sglext = summary.extras.get("sglext")
-            details = sglext.get("spec_tokens_details") if isinstance(sglext, Mapping) else None
-        if isinstance(details, list):  # n > 1: one entry per choice
-            details = details[0] if details else None
-        method, k = self._server_method()
-        return sglang_stats(
-            details if isinstance(details, Mapping) else None,
-            method=method,
-            num_speculative_tokens=k,
-            **summary.figures(),
-        )
-
-    def make_decoder(self, context: RequestContext) -> StreamDecoder:
-        """The native decoder for ``/generate``, else the OpenAI one."""
-        if not self._is_native(context.request):
-            return super().make_decoder(context)
-        return _NativeDecoder(
-            incremental=self.native_stream_text == "incremental", **self.decoder_options(context)
-        )
-
-    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
-        """Native answers (``text`` + ``meta_info``), else OpenAI parsing."""
-        if not self._is_native(context.request):
-            return super().parse_completion(context, response)
-        data = response.data
-        if "error" in data:
-            raise error_for_status(500, json.dumps(data), url=context.url, hints=self.hints)
-        text = data.get("text")
-        meta = data.get("meta_info")
-        if not isinstance(text, str) or not isinstance(meta, dict):
-            raise MalformedResponseError(
-                f"The /generate answer from {context.url} lacks 'text' or 'meta_info'; is this "
-                "an SGLang server?",
-                url=context.url,
-            )
-        return self.native_completion(
-            context,
-            response,
-            text=text,
-            usage=_usage_of(meta),
-            extras={"meta_info": meta},
-            finish_reason=map_finish_reason(meta.get("finish_reason")),
-        )
+    def native_stream_text(self) -> str:
+        """How ``/generate`` streams its text: ``cumulative`` or ``incremental``."""
+        return self.dialect.native_stream_text

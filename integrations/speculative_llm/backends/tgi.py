@@ -23,20 +23,26 @@ timings:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+from typing import Any, ClassVar
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, header_count, usage_of
 from speculative_llm.backends.http import EngineHints, JSONResponse, StreamDecoder
 from speculative_llm.backends.openai_compat import responses
-from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
-from speculative_llm.backends.openai_compat.responses import RequestContext, ResponseSummary
-from speculative_llm.backends.openai_compat.stream import StreamDecoderBase
+from speculative_llm.backends.openai_compat.backend import OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.dialect import Dialect
+from speculative_llm.backends.openai_compat.requests import Route
+from speculative_llm.backends.openai_compat.responses import (
+    ParsedResponse,
+    RequestContext,
+    ResponseSummary,
+)
+from speculative_llm.backends.openai_compat.stream import DecoderOptions, StreamDecoderBase
 from speculative_llm.errors import MalformedResponseError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, GenerationRequest, Token
+from speculative_llm.types import Chunk, GenerationRequest, Token
 
-__all__ = ["TGIBackend", "tgi_grammar"]
+__all__ = ["TGIBackend", "TGIDialect", "tgi_grammar"]
 
 HINTS = EngineHints(
     engine="TGI",
@@ -139,46 +145,40 @@ class _NativeDecoder(StreamDecoderBase):
         ]
 
 
-class TGIBackend(OpenAICompatibleBackend):
-    """A TGI server: chat through its OpenAI route, prompts through native ``/generate``.
-
-    Args:
-        base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
-        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
-            ``endpoint`` is ``auto`` (chat -> OpenAI route, prompt ->
-            ``/generate``), ``chat`` or ``native``; natively ``extra_body`` goes inside
-            ``parameters``.
-
-    Raises:
-        ConfigError: An option is invalid.
-    """
+class TGIDialect(Dialect):
+    """TGI: chat through its OpenAI route, prompts through native ``/generate``."""
 
     name: ClassVar[str] = "tgi"
     hints: ClassVar[EngineHints] = HINTS
-    endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "native")
-
-    def __init__(self, base_url: str, **options: Unpack[HTTPOptions]) -> None:
-        self._reject_unknown_options(options)
-        super().__init__(base_url, **options)
+    native_path: ClassVar[str | None] = "/generate"
+    routes: ClassVar[Mapping[str, Route]] = {"chat": "chat", "native": "native"}
+    prompt_route: ClassVar[Route] = "native"
 
     @property
     def capabilities(self) -> Capabilities:
         """No acceptance figures, no provenance, no per-request toggle."""
         return Capabilities.of_server(per_request_stats=False)
 
-    def _is_chat(self, request: GenerationRequest) -> bool:
-        return not self._is_native(request)
-
-    def request_path(self, request: GenerationRequest, *, stream: bool = False) -> str:
+    def path(self, route: Route, *, stream: bool) -> str:
         """``/generate`` or ``/generate_stream`` natively, else the OpenAI chat route."""
-        if not self._is_native(request):
+        if route != "native":
             return self.chat_path
         return "/generate_stream" if stream else "/generate"
 
-    def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+    def build_body(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        model: str | None,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
         """OpenAI chat body (grammar-mapped ``response_format``) or the native body."""
-        if not self._is_native(request):
-            body = super().build_body(request, stream=stream)
+        if route != "native":
+            body = super().build_body(
+                request, route, stream=stream, model=model, extra_body=extra_body
+            )
             if request.response_format is not None and "response_format" not in request.extra:
                 grammar = tgi_grammar(request.response_format)
                 if grammar is None:
@@ -206,14 +206,14 @@ class TGIBackend(OpenAICompatibleBackend):
         grammar = tgi_grammar(request.response_format)
         if grammar is not None:
             parameters["grammar"] = grammar
-        parameters.update(self._extra_body)
+        parameters.update(extra_body)
         parameters.update(request.extra)
         return {"inputs": request.prompt, "parameters": parameters, "stream": stream}
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """Token counts and timings (``x-inference-time`` for non-streamed native answers)."""
-        stats = self.timing_stats(context, summary, source_note=_NOTE)
-        if summary.streamed or not self._is_native(context.request):
+        stats = self.timing_stats(summary, note=_NOTE)
+        if summary.streamed or context.route != "native":
             return stats
         inference_ms = header_count(summary.headers, "x-inference-time")
         prompt = header_count(summary.headers, "x-prompt-tokens")
@@ -223,16 +223,16 @@ class TGIBackend(OpenAICompatibleBackend):
             note=_NOTE + "; decode_s is TGI's x-inference-time (includes the prompt pass)",
         )
 
-    def make_decoder(self, context: RequestContext) -> StreamDecoder:
+    def decoder(self, context: RequestContext, options: DecoderOptions) -> StreamDecoder:
         """The native decoder for ``/generate_stream``, else the OpenAI one."""
-        if not self._is_native(context.request):
-            return super().make_decoder(context)
-        return _NativeDecoder(**self.decoder_options(context))
+        if context.route != "native":
+            return super().decoder(context, options)
+        return _NativeDecoder(**options)
 
-    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
+    def parse_answer(self, context: RequestContext, response: JSONResponse) -> ParsedResponse:
         """Native ``generated_text`` + ``details``, else OpenAI parsing."""
-        if not self._is_native(context.request):
-            return super().parse_completion(context, response)
+        if context.route != "native":
+            return super().parse_answer(context, response)
         data = response.data
         text = responses.required_text(
             data,
@@ -247,12 +247,28 @@ class TGIBackend(OpenAICompatibleBackend):
         if generated is None:
             generated = header_count(response.headers, "x-generated-tokens")
         prompt = header_count(response.headers, "x-prompt-tokens")
-        return self.native_completion(
-            context,
-            response,
+        return ParsedResponse(
             text=text,
-            usage=usage_of(prompt, generated),
-            extras={"details": details},
             finish_reason=responses.map_finish_reason(details.get("finish_reason")),
+            tool_calls=(),
+            usage=usage_of(prompt, generated),
+            model="",
+            extras={"details": details},
             tokens=_tokens_of(details.get("tokens")),
         )
+
+
+class TGIBackend(OpenAICompatibleBackend, dialect=TGIDialect):
+    """A TGI server: chat through its OpenAI route, prompts through native ``/generate``.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+            ``endpoint`` is ``auto`` (chat -> OpenAI route, prompt ->
+            ``/generate``), ``chat`` or ``native``; natively ``extra_body`` goes inside
+            ``parameters``. ``require_speculation=True`` is refused: TGI reports
+            nothing that says whether it speculates.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """

@@ -31,13 +31,14 @@ to verify steps soundly. Speculation cannot be switched off per request.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Unpack
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import count, counts, seconds_from_ms
 from speculative_llm.backends.http import EngineHints
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
 from speculative_llm.backends.openai_compat.responses import (
     AnswerFigures,
     RequestContext,
@@ -52,12 +53,12 @@ __all__ = [
     "COUNTER_NOTE",
     "SpecCounters",
     "VLLMBackend",
+    "VLLMDialect",
     "read_spec_counters",
     "vllm_counter_stats",
     "vllm_per_request_stats",
 ]
 
-StatsMode = Literal["auto", "per_request", "counters", "off"]
 _STATS_MODES: tuple[str, ...] = ("auto", "per_request", "counters", "off")
 
 COUNTER_NOTE = (
@@ -234,49 +235,33 @@ def vllm_counter_stats(delta: SpecCounters, **figures: Unpack[AnswerFigures]) ->
     )
 
 
-class VLLMBackend(OpenAICompatibleBackend):
-    """A vLLM server (OpenAI endpoints) with its speculative-decoding statistics.
+@dataclass(kw_only=True, eq=False)
+class VLLMDialect(Dialect):
+    """vLLM: per-request figures when it sends them, else ``/metrics`` differences.
 
-    Args:
-        base_url: The server URL, e.g. ``http://127.0.0.1:8000``.
-        stats: ``auto``: per-request figures when the server reports them, else
-            ``/metrics`` differences; ``per_request`` or ``counters``: only that source;
-            ``off``: timings only.
-        require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
-            the server has no speculative decoding configured.
-        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
-
-    Raises:
-        ConfigError: An option is invalid.
+    Attributes:
+        stats_mode: ``auto``, ``per_request``, ``counters`` or ``off`` (``VLLMBackend``'s
+            ``stats``).
+        require_speculation: Refuse a server whose ``/metrics`` shows no speculative
+            decoding configured.
     """
 
     name: ClassVar[str] = "vllm"
     hints: ClassVar[EngineHints] = HINTS
+    confirms_speculation: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        stats: str = "auto",
-        require_speculation: bool = False,
-        **options: Unpack[HTTPOptions],
-    ) -> None:
-        self._reject_unknown_options(options)
-        super().__init__(base_url, **options)
-        if stats not in _STATS_MODES:
+    stats_mode: str = "auto"
+    _per_request_seen: bool = field(default=False, init=False, repr=False)
+    _counters_unavailable: bool = field(default=False, init=False, repr=False)
+    _speculation_checked: bool = field(default=False, init=False, repr=False)
+
+    def check_options(self) -> None:
+        """``stats_mode`` must be one of the modes."""
+        if self.stats_mode not in _STATS_MODES:
             raise ConfigError(
-                f"Unknown stats mode {stats!r}; use one of {', '.join(_STATS_MODES)}.",
+                f"Unknown stats mode {self.stats_mode!r}; use one of {', '.join(_STATS_MODES)}.",
                 field="stats",
             )
-        if not isinstance(require_speculation, bool):
-            raise ConfigError(
-                "require_speculation must be True or False.", field="require_speculation"
-            )
-        self.stats_mode: StatsMode = stats  # type: ignore[assignment]
-        self.require_speculation = require_speculation
-        self._per_request_seen = False
-        self._counters_unavailable = False
-        self._speculation_checked = False
 
     @property
     def capabilities(self) -> Capabilities:
@@ -293,18 +278,18 @@ class VLLMBackend(OpenAICompatibleBackend):
             return not self._per_request_seen and not self._counters_unavailable
         return False
 
-    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
-        """``/metrics`` before the request when counters are the source (or to check)."""
-        if self._wants_counters() or (self.require_speculation and not self._speculation_checked):
-            return ("/metrics",)
-        return ()
+    def scrapes(self, phase: Phase, context: RequestContext) -> tuple[str, ...]:
+        """``/metrics`` before (counters are the source, or to check) and after the request.
 
-    def fetches_after(self, context: RequestContext) -> tuple[str, ...]:
-        """``/metrics`` after the request when a before-scrape exists."""
+        The after-scrape runs only when a before-scrape answered.
+        """
+        if phase == "before":
+            checking = self.require_speculation and not self._speculation_checked
+            return ("/metrics",) if self._wants_counters() or checking else ()
         before = context.before.get("/metrics")
         return ("/metrics",) if before is not None and before.ok and self._wants_counters() else ()
 
-    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
+    def absorb(self, phase: Phase, context: RequestContext) -> None:
         """Stop scraping a server without ``/metrics``; enforce ``require_speculation``."""
         if phase != "before" or "/metrics" not in context.before:
             return
@@ -318,7 +303,7 @@ class VLLMBackend(OpenAICompatibleBackend):
             exported = any(name.startswith("vllm:") for name in snapshot.samples)
             if exported and read_spec_counters(snapshot) is None:
                 raise SpeculationNotEnabledError(
-                    f"vLLM at {self.base_url} has no speculative decoding configured (its "
+                    f"vLLM at {context.base_url} has no speculative decoding configured (its "
                     f"/metrics has no vllm:spec_decode_* counters). {HINTS.speculation_hint}"
                 )
 
@@ -341,9 +326,8 @@ class VLLMBackend(OpenAICompatibleBackend):
             before = context.before.get("/metrics")
             after = context.after.get("/metrics")
             if before and after and before.ok and after.ok and before.text and after.text:
-                model = self._model_for(context.request)
-                start = read_spec_counters(parse_prometheus_text(before.text), model)
-                end = read_spec_counters(parse_prometheus_text(after.text), model)
+                start = read_spec_counters(parse_prometheus_text(before.text), context.model)
+                end = read_spec_counters(parse_prometheus_text(after.text), context.model)
                 if start is not None and end is not None:
                     return vllm_counter_stats(end.minus(start), **figures)
         return SpecStats.unavailable(
@@ -355,3 +339,38 @@ class VLLMBackend(OpenAICompatibleBackend):
             ),
             **figures,
         )
+
+
+class VLLMBackend(OpenAICompatibleBackend, dialect=VLLMDialect):
+    """A vLLM server (OpenAI endpoints) with its speculative-decoding statistics.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:8000``.
+        stats: ``auto``: per-request figures when the server reports them, else
+            ``/metrics`` differences; ``per_request`` or ``counters``: only that source;
+            ``off``: timings only.
+        require_speculation: Raise ``SpeculationNotEnabledError`` when ``/metrics`` shows
+            the server has no speculative decoding configured.
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    dialect: VLLMDialect
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        stats: str = "auto",
+        require_speculation: bool = False,
+        **options: Unpack[HTTPOptions],
+    ) -> None:
+        dialect = VLLMDialect(stats_mode=stats, require_speculation=require_speculation)
+        super().__init__(base_url, dialect=dialect, **options)
+
+    @property
+    def stats_mode(self) -> str:
+        """Where statistics come from (the ``stats`` option)."""
+        return self.dialect.stats_mode

@@ -39,7 +39,7 @@ Field names and behaviour were read in the llama.cpp server source shipped by Py
   an event whose ``stop`` is true (no ``[DONE]``); errors arrive as ``data: {"error": ...}``.
 """
 
-from speculative_llm.backends.llamacpp.backend import LlamaCppBackend
+from speculative_llm.backends.llamacpp.backend import LlamaCppBackend, LlamaCppDialect
 from speculative_llm.backends.llamacpp.facts import (
     HINTS,
     NO_SPECULATION_MIN_TOKENS,
@@ -56,6 +56,7 @@ __all__ = [
     "NO_SPECULATION_MIN_TOKENS",
     "DraftProvenanceTracker",
     "LlamaCppBackend",
+    "LlamaCppDialect",
     "LlamaServerInfo",
     "llamacpp_stats",
     "method_of_spec_types",

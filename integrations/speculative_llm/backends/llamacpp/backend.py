@@ -1,10 +1,10 @@
-"""``LlamaCppBackend``: requests, server facts and statistics around one llama-server."""
+"""``LlamaCppDialect``: requests, server facts and statistics of one llama-server."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any, ClassVar, Literal, Unpack
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
 from speculative_llm.backends.fields import usage_of
@@ -18,64 +18,51 @@ from speculative_llm.backends.llamacpp.stream import (
 )
 from speculative_llm.backends.openai_compat import responses
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
-from speculative_llm.backends.openai_compat.requests import response_schema
-from speculative_llm.backends.openai_compat.responses import RequestContext, ResponseSummary
+from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
+from speculative_llm.backends.openai_compat.requests import Route, response_schema
+from speculative_llm.backends.openai_compat.responses import (
+    ParsedResponse,
+    RequestContext,
+    ResponseSummary,
+)
+from speculative_llm.backends.openai_compat.stream import DecoderOptions
 from speculative_llm.errors import (
     ConfigError,
     SpeculationNotEnabledError,
     UnsupportedFeatureError,
 )
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Completion, GenerationRequest
+from speculative_llm.types import GenerationRequest
 
-__all__ = ["LlamaCppBackend"]
+__all__ = ["LlamaCppBackend", "LlamaCppDialect"]
 
 
-class LlamaCppBackend(OpenAICompatibleBackend):
-    """A llama.cpp ``llama-server`` with exact per-request speculative statistics.
+@dataclass(kw_only=True, eq=False)
+class LlamaCppDialect(Dialect):
+    """llama-server: OpenAI chat with per-chunk timings, and its native ``/completion``.
 
-    Chat requests go to ``/v1/chat/completions``, prompt requests to the native
-    ``/completion`` (``endpoint="auto"``, the default); ``endpoint="chat"`` or
-    ``"completion"`` forces one. Streams ask for ``timings_per_token`` so every chunk
-    carries live statistics and tokens marked ``draft``/``target``.
-
-    Speculation is configured when the server starts and cannot be switched off per
-    request: compare against a second server started without speculative flags.
-
-    Args:
-        base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
+    Attributes:
         live_stats: Ask for per-chunk timings while streaming (live stats, provenance).
-        require_speculation: Raise ``SpeculationNotEnabledError`` when the server does
-            not speculate, instead of reporting zero drafts.
-        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
-
-    Raises:
-        ConfigError: An option is invalid.
+        require_speculation: Refuse a server that does not speculate.
     """
 
     name: ClassVar[str] = "llamacpp"
     hints: ClassVar[EngineHints] = HINTS
-    completion_path: ClassVar[str] = "/completion"
+    native_path: ClassVar[str | None] = "/completion"
+    # llama-server's /v1/completions is not used: endpoint="completion" is /completion.
+    routes: ClassVar[Mapping[str, Route]] = {"chat": "chat", "completion": "native"}
+    prompt_route: ClassVar[Route] = "native"
+    confirms_speculation: ClassVar[bool] = True
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        live_stats: bool = True,
-        require_speculation: bool = False,
-        **options: Unpack[HTTPOptions],
-    ) -> None:
-        self._reject_unknown_options(options)
-        super().__init__(base_url, **options)
-        for option, value in (
-            ("live_stats", live_stats),
-            ("require_speculation", require_speculation),
-        ):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{option} must be True or False, got {value!r}.", field=option)
-        self.live_stats = live_stats
-        self.require_speculation = require_speculation
-        self._server_info: LlamaServerInfo | None = None
+    live_stats: bool = True
+    _server_info: LlamaServerInfo | None = field(default=None, init=False, repr=False)
+
+    def check_options(self) -> None:
+        """``live_stats`` is a bool."""
+        if not isinstance(self.live_stats, bool):
+            raise ConfigError(
+                f"live_stats must be True or False, got {self.live_stats!r}.", field="live_stats"
+            )
 
     @property
     def capabilities(self) -> Capabilities:
@@ -91,10 +78,9 @@ class LlamaCppBackend(OpenAICompatibleBackend):
 
     # ---- requests ----
 
-    def check_request(self, request: GenerationRequest) -> None:
-        """The base checks, plus what the native ``/completion`` endpoint cannot carry."""
-        super().check_request(request)
-        if not self._is_chat(request) and request.response_format is not None:
+    def check_request(self, request: GenerationRequest, route: Route) -> None:
+        """What the native ``/completion`` endpoint cannot carry."""
+        if route == "native" and request.response_format is not None:
             kind = request.response_format.get("type")
             if kind not in ("json_object", "json_schema", "text"):
                 raise UnsupportedFeatureError(
@@ -102,20 +88,37 @@ class LlamaCppBackend(OpenAICompatibleBackend):
                     "/completion; use 'json_object' or 'json_schema'."
                 )
 
-    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+    def request_fields(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
         """Sampling as the request says it, timings per token when streaming."""
         # llama-server's defaults (top_k 40, min_p 0.05) would silently change sampling:
         # send the request's own values so top_k=0 means "keep all" as documented.
         body: dict[str, Any] = {"top_k": request.top_k, "min_p": 0.0}
         if stream and self.live_stats:
             body["timings_per_token"] = True
-        body.update(self._extra_body)
+        body.update(extra_body)
         return body
 
-    def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
+    def build_body(
+        self,
+        request: GenerationRequest,
+        route: Route,
+        *,
+        stream: bool,
+        model: str | None,
+        extra_body: Mapping[str, Any],
+    ) -> dict[str, Any]:
         """OpenAI chat body, or the native ``/completion`` body for prompt requests."""
-        if self._is_chat(request):
-            return super().build_body(request, stream=stream)
+        if route != "native":
+            return super().build_body(
+                request, route, stream=stream, model=model, extra_body=extra_body
+            )
         assert request.prompt is not None
         body: dict[str, Any] = {
             "prompt": request.prompt,
@@ -132,28 +135,26 @@ class LlamaCppBackend(OpenAICompatibleBackend):
             schema = response_schema(request.response_format)
             if schema is not None:
                 body["json_schema"] = schema
-        body.update(self.extra_body(request, stream=stream))
+        body.update(self.request_fields(request, route, stream=stream, extra_body=extra_body))
         body.update(request.extra)
         return body
 
     # ---- server facts ----
 
-    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
-        """Ask ``/slots`` about speculation, once per backend."""
-        return ("/slots",) if self._server_info is None else ()
-
-    def fetches_after(self, context: RequestContext) -> tuple[str, ...]:
-        """Ask ``/slots`` again after a request while the drafter type is unknown.
+    def scrapes(self, phase: Phase, context: RequestContext) -> tuple[str, ...]:
+        """Ask ``/slots`` about speculation once, and again while the drafter is unknown.
 
         A fresh server's ``/slots`` has no task parameters yet, so the drafter names
         (``speculative.types``) only appear once a request ran.
         """
         info = self._server_info
+        if phase == "before":
+            return ("/slots",) if info is None else ()
         if info is not None and info.spec_types is None and info.slots_speculative:
             return ("/slots",)
         return ()
 
-    def absorb_fetches(self, context: RequestContext, phase: Literal["before", "after"]) -> None:
+    def absorb(self, phase: Phase, context: RequestContext) -> None:
         """Remember the server's speculation facts; enforce ``require_speculation``."""
         if phase == "after":
             slots = context.after.get("/slots")
@@ -173,13 +174,13 @@ class LlamaCppBackend(OpenAICompatibleBackend):
         self._server_info = info
         if self.require_speculation and info.speculation_enabled is False:
             raise SpeculationNotEnabledError(
-                f"llama-server at {self.base_url} runs without speculative decoding (/slots "
-                f"reports speculative=false). {HINTS.speculation_hint} If it was started with "
-                "-md, the draft model was probably refused (a vocabulary mismatch with the "
-                "target): see the server log."
+                f"llama-server at {context.base_url} runs without speculative decoding "
+                f"(/slots reports speculative=false). {HINTS.speculation_hint} If it was "
+                "started with -md, the draft model was probably refused (a vocabulary "
+                "mismatch with the target): see the server log."
             )
 
-    # ---- statistics ----
+    # ---- answers ----
 
     def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
         """Exact figures from the answer's ``timings``."""
@@ -208,35 +209,81 @@ class LlamaCppBackend(OpenAICompatibleBackend):
             and (stats.generated_tokens or 0) >= facts.NO_SPECULATION_MIN_TOKENS
         ):
             raise SpeculationNotEnabledError(
-                f"llama-server at {self.base_url} drafted no token in "
+                f"llama-server at {context.base_url} drafted no token in "
                 f"{stats.generated_tokens} generated tokens, and its /slots endpoint could not "
                 f"confirm speculation (start it with --slots). {HINTS.speculation_hint}"
             )
         return stats
 
-    def make_decoder(self, context: RequestContext) -> StreamDecoder:
+    def decoder(self, context: RequestContext, options: DecoderOptions) -> StreamDecoder:
         """Chat decoder with per-chunk timings, or the native ``/completion`` decoder."""
         live = LiveStats(self.server_info, self.live_stats)
-        decoder = LlamaChatDecoder if self._is_chat(context.request) else LlamaCompletionDecoder
-        return decoder(live=live, **self.decoder_options(context))
+        if context.route == "chat":
+            return LlamaChatDecoder(live=live, **options)
+        return LlamaCompletionDecoder(live=live, **options)
 
-    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
+    def parse_answer(self, context: RequestContext, response: JSONResponse) -> ParsedResponse:
         """Chat answers as OpenAI; ``/completion`` answers natively."""
-        if self._is_chat(context.request):
-            return super().parse_completion(context, response)
+        if context.route == "chat":
+            return super().parse_answer(context, response)
         data = response.data
-        if "error" in data:
-            super().parse_completion(context, response)  # raises the typed error
+        if "error" in data:  # raises the typed error
+            responses.parse_completion_response(data, url=context.url, hints=self.hints)
         content = responses.required_text(
             data, "content", url=context.url, answer="/completion answer", server="a llama-server"
         )
         model = data.get("model")
-        return self.native_completion(
-            context,
-            response,
+        return ParsedResponse(
             text=content,
-            usage=usage_of(data.get("tokens_evaluated"), data.get("tokens_predicted")),
-            extras={k: v for k, v in data.items() if k != "content"},
             finish_reason=responses.map_finish_reason(data.get("stop_type")),
+            tool_calls=(),
+            usage=usage_of(data.get("tokens_evaluated"), data.get("tokens_predicted")),
             model=model if isinstance(model, str) else "",
+            extras={k: v for k, v in data.items() if k != "content"},
         )
+
+
+class LlamaCppBackend(OpenAICompatibleBackend, dialect=LlamaCppDialect):
+    """A llama.cpp ``llama-server`` with exact per-request speculative statistics.
+
+    Chat requests go to ``/v1/chat/completions``, prompt requests to the native
+    ``/completion`` (``endpoint="auto"``, the default); ``endpoint="chat"`` or
+    ``"completion"`` forces one. Streams ask for ``timings_per_token`` so every chunk
+    carries live statistics and tokens marked ``draft``/``target``.
+
+    Speculation is configured when the server starts and cannot be switched off per
+    request: compare against a second server started without speculative flags.
+
+    Args:
+        base_url: The server URL, e.g. ``http://127.0.0.1:8080``.
+        live_stats: Ask for per-chunk timings while streaming (live stats, provenance).
+        require_speculation: Raise ``SpeculationNotEnabledError`` when the server does
+            not speculate, instead of reporting zero drafts.
+        **options: ``HTTPOptions``, the connection options of ``OpenAICompatibleBackend``.
+
+    Raises:
+        ConfigError: An option is invalid.
+    """
+
+    dialect: LlamaCppDialect
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        live_stats: bool = True,
+        require_speculation: bool = False,
+        **options: Unpack[HTTPOptions],
+    ) -> None:
+        dialect = LlamaCppDialect(live_stats=live_stats, require_speculation=require_speculation)
+        super().__init__(base_url, dialect=dialect, **options)
+
+    @property
+    def live_stats(self) -> bool:
+        """Whether streams ask for per-chunk timings (live stats, provenance)."""
+        return self.dialect.live_stats
+
+    @property
+    def server_info(self) -> LlamaServerInfo:
+        """What the server said about its speculation (empty until the first request)."""
+        return self.dialect.server_info

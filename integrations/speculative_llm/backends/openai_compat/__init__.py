@@ -4,7 +4,9 @@
 * ``responses``: non-streamed answers parsed; the per-request state and the summary the
   statistics hooks read.
 * ``stream``: streamed answers decoded, event by event, into chunks.
-* ``backend``: ``OpenAICompatibleBackend``, the template every engine backend subclasses.
+* ``dialect``: ``Dialect``, what one engine does differently (plain OpenAI by default).
+* ``options``: ``HTTPOptions`` and the construction checks every engine shares.
+* ``backend``: ``OpenAICompatibleBackend``, the one client, composed with a dialect.
 
 Speaks ``POST /v1/chat/completions`` and ``POST /v1/completions`` (OpenAI API reference,
 https://platform.openai.com/docs/api-reference/chat), streaming with
@@ -12,8 +14,10 @@ https://platform.openai.com/docs/api-reference/chat), streaming with
 """
 
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
 from speculative_llm.backends.openai_compat.requests import (
     Endpoint,
+    Route,
     build_chat_body,
     build_completion_body,
 )
@@ -29,17 +33,25 @@ from speculative_llm.backends.openai_compat.responses import (
     parse_tool_calls,
     parse_usage,
 )
-from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder, StreamDecoderBase
+from speculative_llm.backends.openai_compat.stream import (
+    DecoderOptions,
+    OpenAIStreamDecoder,
+    StreamDecoderBase,
+)
 
 __all__ = [
     "AnswerFigures",
+    "DecoderOptions",
+    "Dialect",
     "Endpoint",
     "HTTPOptions",
     "OpenAICompatibleBackend",
     "OpenAIStreamDecoder",
     "ParsedResponse",
+    "Phase",
     "RequestContext",
     "ResponseSummary",
+    "Route",
     "StreamDecoderBase",
     "build_chat_body",
     "build_completion_body",

@@ -1,25 +1,22 @@
-"""``OpenAICompatibleBackend``: the base class of every serving-engine backend.
+"""``OpenAICompatibleBackend``: the one client of every serving engine.
 
-Any OpenAI-compatible server works with it as is. Engines that report
-speculative-decoding figures subclass it and override pure hooks (the template
-methods below: request body, statistics, stream decoder, auxiliary GETs such as
-``/metrics``); the sync and async shells (``generate``/``stream`` and
-``agenerate``/``astream``) do the I/O through one ``HTTPTransport``.
+Any OpenAI-compatible server works with it as is. An engine that reports
+speculative-decoding figures, or has endpoints of its own, is a ``Dialect``
+(``dialect.py``): the request body, the answer's decoding and the statistics, pure hooks
+with no I/O. The client checks its options (``options.py``: the same checks for every
+engine), and its sync and async shells (``generate``/``stream`` and
+``agenerate``/``astream``) do the I/O through one ``HTTPTransport``, asking the dialect
+at each step.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any, ClassVar, Literal, TypedDict
-
-from pydantic import SecretStr
+from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.http import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    DEFAULT_READ_TIMEOUT_S,
-    DEFAULT_STREAM_TIMEOUT_S,
     Deadline,
     EngineHints,
     FetchResult,
@@ -30,146 +27,88 @@ from speculative_llm.backends.http import (
     StreamSession,
     decode_json_object,
 )
-from speculative_llm.backends.openai_compat.requests import build_chat_body, build_completion_body
+from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
+from speculative_llm.backends.openai_compat.options import (
+    HTTPOptions,
+    checked_dialect,
+    checked_endpoint,
+    checked_model,
+    http_transport,
+    reject_unknown_options,
+)
+from speculative_llm.backends.openai_compat.requests import Route
 from speculative_llm.backends.openai_compat.responses import (
-    PredictionCounts,
     RequestContext,
     ResponseSummary,
-    parse_chat_response,
-    parse_completion_response,
     parse_model_info,
 )
-from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder
-from speculative_llm.errors import ConfigError, UnsupportedFeatureError
-from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, Completion, FinishReason, GenerationRequest, Token, Usage
+from speculative_llm.backends.openai_compat.stream import DecoderOptions
+from speculative_llm.errors import UnsupportedFeatureError
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
 
 __all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
 
-Phase = Literal["before", "after"]
-"""When an auxiliary GET runs: before the request, or after its answer."""
-
-
-class HTTPOptions(TypedDict, total=False):
-    """Keyword options every HTTP backend passes on to ``OpenAICompatibleBackend``.
-
-    Engine backends take ``**options: Unpack[HTTPOptions]``; the options are documented
-    on ``OpenAICompatibleBackend``.
-    """
-
-    model: str | None
-    api_key: str | SecretStr | None
-    timeout: float
-    stream_timeout: float
-    connect_timeout: float
-    max_retries: int
-    retry_backoff: float
-    endpoint: str
-    headers: Mapping[str, str] | None
-    extra_body: Mapping[str, Any] | None
-    verify: bool | str
-
 
 class OpenAICompatibleBackend(Backend):
-    """A server speaking the OpenAI chat/completions API (no acceptance figures).
+    """A server speaking the OpenAI chat/completions API, in its engine's dialect.
 
-    Statistics have source ``unavailable``: token counts from ``usage`` and timings
-    measured by the client (time to first token and decode time when streaming, total
-    time always). Engine subclasses report speculative-decoding figures.
+    With the default dialect (``Dialect``: a plain OpenAI-compatible server) statistics
+    have source ``unavailable``: token counts from ``usage`` and timings measured by the
+    client (time to first token and decode time when streaming, total time always).
+    Engine backends are this class with their engine's dialect: a subclass names it
+    (``class VLLMBackend(OpenAICompatibleBackend, dialect=VLLMDialect)``) and takes the
+    dialect's options as keywords.
 
     Args:
         base_url: Server URL, e.g. ``http://127.0.0.1:8000`` or ``.../v1``.
-        model: Model name sent with each request (a request's ``model`` wins).
-        api_key: Bearer token; kept as a secret, never shown in reprs or logs.
-        timeout: Deadline of one call in seconds (default 120): the auxiliary GETs, the
-            request, its retries and the answer all draw on it; a started stream may run
-            longer while no wait for its next data event (pings aside) lasts this long.
-        stream_timeout: The longest a whole streamed call may last (default 600 s); a
-            server that streams more than ``max_tokens`` tokens is cut off there too.
-        connect_timeout: TCP connect timeout in seconds.
-        max_retries: Retries on connection errors and HTTP 429/502/503.
-        retry_backoff: First retry delay in seconds (doubles each retry).
-        endpoint: ``auto`` (chat for messages, completions for a prompt), ``chat`` or
-            ``completion``.
-        headers: Extra HTTP headers.
-        extra_body: Fields added to every request body (a request's ``extra`` wins).
-        verify: TLS verification (``False`` or a CA bundle path).
+        dialect: The engine's dialect, with its options (default: the class's dialect
+            with its default options). It must be of the class's dialect type.
+        require_speculation: Refuse to run when the server does not speculate; only
+            engines that can tell take True (give it to ``dialect`` when you give one).
+        **options: ``HTTPOptions``: ``model``, ``api_key``, ``timeout``,
+            ``stream_timeout``, ``connect_timeout``, ``max_retries``, ``retry_backoff``,
+            ``endpoint``, ``headers``, ``extra_body``, ``verify``.
 
     Raises:
         ConfigError: An option is invalid (bad URL, unknown endpoint...).
+        TypeError: A keyword this class does not take (the message names the class).
     """
 
-    name: ClassVar[str] = "openai"
-    hints: ClassVar[EngineHints] = EngineHints(
-        engine="the OpenAI-compatible server",
-        start_hint=(
-            "Start one, e.g. `speculative-llm serve` (llama-server) or "
-            "`python -m vllm.entrypoints.openai.api_server --model MODEL`, and check base_url."
-        ),
-        speculation_hint=(
-            "Speculative decoding is set when the server starts: llama-server "
-            "`--spec-type ngram-simple` (or `-md DRAFT.gguf --spec-type draft-simple`); vLLM "
-            '`--speculative-config \'{"method": "ngram", "num_speculative_tokens": 4}\'`; '
-            "SGLang `--speculative-algorithm EAGLE ...`."
-        ),
-    )
-    chat_path: ClassVar[str] = "/v1/chat/completions"
-    completion_path: ClassVar[str] = "/v1/completions"
-    endpoints: ClassVar[tuple[str, ...]] = ("auto", "chat", "completion")
+    dialect_type: ClassVar[type[Dialect]] = Dialect
+    """The dialect this class speaks; a subclass sets it with ``dialect=`` in its bases."""
+    name: ClassVar[str] = Dialect.name
+    hints: ClassVar[EngineHints] = Dialect.hints
+
+    def __init_subclass__(cls, *, dialect: type[Dialect] | None = None, **kwargs: Any) -> None:
+        """Take the name and hints of the subclass's dialect, so the two cannot differ."""
+        super().__init_subclass__(**kwargs)
+        if dialect is not None:
+            cls.dialect_type = dialect
+            cls.name = dialect.name
+            cls.hints = dialect.hints
 
     def __init__(
         self,
         base_url: str,
         *,
-        model: str | None = None,
-        api_key: str | SecretStr | None = None,
-        timeout: float = DEFAULT_READ_TIMEOUT_S,
-        stream_timeout: float = DEFAULT_STREAM_TIMEOUT_S,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        max_retries: int = 2,
-        retry_backoff: float = 0.5,
-        endpoint: str = "auto",
-        headers: Mapping[str, str] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        verify: bool | str = True,
+        dialect: Dialect | None = None,
+        require_speculation: bool = False,
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        if endpoint not in self.endpoints:
-            raise ConfigError(
-                f"Unknown endpoint {endpoint!r} for backend {self.name!r}; use one of "
-                f"{', '.join(self.endpoints)}.",
-                field="endpoint",
-            )
-        if model is not None and (not isinstance(model, str) or not model.strip()):
-            raise ConfigError(f"model must be a non-empty string, got {model!r}.", field="model")
-        self._transport = HTTPTransport(
-            base_url,
-            api_key=api_key,
-            timeout=timeout,
-            stream_timeout=stream_timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            headers=headers,
-            hints=self.hints,
-            verify=verify,
+        # Every engine is built here, so each check (options.py) holds for all of them.
+        cls = type(self)
+        reject_unknown_options(cls.__qualname__, options)
+        self.dialect = checked_dialect(
+            dialect,
+            owner=cls.__name__,
+            dialect_type=cls.dialect_type,
+            require_speculation=require_speculation,
         )
-        self._model = model
+        self.endpoint = checked_endpoint(options.get("endpoint", "auto"), self.dialect)
+        self._model = checked_model(options.get("model"))
+        self._transport = http_transport(base_url, options, hints=self.hints)
         self._seen_model = ""
-        self.endpoint = endpoint
-        self._extra_body = dict(extra_body or {})
-
-    def _reject_unknown_options(self, options: Mapping[str, object]) -> None:
-        """Raise ``TypeError`` naming this class for a keyword outside ``HTTPOptions``.
-
-        Engine backends call it before forwarding ``**options``, so a misspelt option
-        names the backend the caller created, not ``OpenAICompatibleBackend``.
-        """
-        for key in options:
-            if key not in HTTPOptions.__optional_keys__:
-                raise TypeError(
-                    f"{type(self).__qualname__}.__init__() got an unexpected keyword "
-                    f"argument {key!r}"
-                )
+        self._extra_body = dict(options.get("extra_body") or {})
 
     def __repr__(self) -> str:
         return (
@@ -190,9 +129,19 @@ class OpenAICompatibleBackend(Backend):
         return self._transport
 
     @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The ``endpoint`` values this backend takes."""
+        return self.dialect.endpoints
+
+    @property
+    def require_speculation(self) -> bool:
+        """Whether a server that does not speculate is refused."""
+        return self.dialect.require_speculation
+
+    @property
     def capabilities(self) -> Capabilities:
-        """No acceptance figures or provenance; a ``prediction`` is sent (Predicted Outputs)."""
-        return Capabilities.of_server(per_request_stats=False, predicted_outputs=True)
+        """What the engine reports (its dialect says)."""
+        return self.dialect.capabilities
 
     @property
     def model_name(self) -> str:
@@ -214,12 +163,19 @@ class OpenAICompatibleBackend(Backend):
         """Async twin of ``close``."""
         await self._transport.aclose()
 
-    # ---- hooks (pure; engines override) ----
+    # ---- requests (pure; the dialect says what differs) ----
+
+    def _route(self, request: GenerationRequest) -> Route:
+        return self.dialect.route(request, self.endpoint)
+
+    def _model_for(self, request: GenerationRequest) -> str | None:
+        return request.model or self._model
 
     def check_request(self, request: GenerationRequest) -> None:
-        """Refuse what the chosen endpoint cannot carry, then the base checks."""
+        """The base checks, what the request's route cannot carry, then the engine's."""
         super().check_request(request)
-        if not self._is_chat(request):
+        route = self._route(request)
+        if route != "chat":
             if request.messages is not None:
                 raise UnsupportedFeatureError(
                     f"Backend {self.name!r} was created with endpoint={self.endpoint!r}, which "
@@ -242,121 +198,40 @@ class OpenAICompatibleBackend(Backend):
                 "messages, but this request has a prompt. Use endpoint='auto', or send the "
                 "prompt as a user message."
             )
-
-    def _is_native(self, request: GenerationRequest) -> bool:
-        """Whether a request goes to the engine's own endpoint (``native`` in ``endpoints``).
-
-        ``endpoint="native"`` sends every request there; ``auto`` sends prompt requests.
-        """
-        if "native" not in self.endpoints:
-            return False
-        return self.endpoint == "native" or (self.endpoint == "auto" and not request.is_chat)
-
-    def _is_chat(self, request: GenerationRequest) -> bool:
-        if self.endpoint == "auto":
-            return request.is_chat
-        return self.endpoint == "chat"
-
-    def _model_for(self, request: GenerationRequest) -> str | None:
-        return request.model or self._model
+        self.dialect.check_request(request, route)
 
     def request_path(self, request: GenerationRequest, *, stream: bool = False) -> str:
         """The endpoint a request goes to."""
-        return self.chat_path if self._is_chat(request) else self.completion_path
-
-    def extra_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
-        """Engine-specific request fields (merged before the request's own ``extra``)."""
-        return dict(self._extra_body)
+        return self.dialect.path(self._route(request), stream=stream)
 
     def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
         """The JSON body of a request."""
-        builder = build_chat_body if self._is_chat(request) else build_completion_body
-        return builder(
+        return self.dialect.build_body(
             request,
-            model=self._model_for(request),
+            self._route(request),
             stream=stream,
-            extra=self.extra_body(request, stream=stream),
+            model=self._model_for(request),
+            extra_body=self._extra_body,
         )
-
-    def fetches_before(self, context: RequestContext) -> tuple[str, ...]:
-        """Auxiliary GETs to run before a request (their results land in ``context.before``)."""
-        return ()
-
-    def fetches_after(self, context: RequestContext) -> tuple[str, ...]:
-        """Auxiliary GETs to run after a request (into ``context.after``)."""
-        return ()
 
     def absorb_fetches(self, context: RequestContext, phase: Phase) -> None:
         """Use the results of the auxiliary GETs of ``phase`` (may raise)."""
+        self.dialect.absorb(phase, context)
 
-    def build_stats(self, context: RequestContext, summary: ResponseSummary) -> SpecStats:
-        """The ``SpecStats`` of a finished response (pure)."""
-        if context.request.prediction is not None and summary.prediction is not None:
-            return self.prediction_stats(summary, summary.prediction)
-        return self.timing_stats(
-            context,
-            summary,
-            source_note=(
-                "this server reports no speculative-decoding figures; timings measured by the "
-                "client"
-            ),
+    def _decoder(self, context: RequestContext) -> StreamDecoder:
+        options = DecoderOptions(
+            url=context.url,
+            hints=self.hints,
+            started=context.started,
+            stats=lambda summary: self.dialect.build_stats(context, summary),
         )
+        return self.dialect.decoder(context, options)
 
-    def prediction_stats(self, summary: ResponseSummary, prediction: PredictionCounts) -> SpecStats:
-        """Exact figures of a Predicted Outputs answer: the prediction's tokens are the drafts.
-
-        OpenAI bills rejected prediction tokens as completion tokens, so the answer's own
-        length is ``completion_tokens - rejected_prediction_tokens``; no step count.
-        """
-        accepted, rejected = prediction.accepted, prediction.rejected
-        figures = summary.figures()
-        completion = figures["generated_tokens"]
-        if completion is not None and rejected is not None and completion >= rejected:
-            figures["generated_tokens"] = completion - rejected
-        return SpecStats(
-            backend=self.name,
-            method="prediction",
-            source="exact",
-            draft_tokens=None if accepted is None or rejected is None else accepted + rejected,
-            accepted_tokens=accepted,
-            **figures,
-            note=(
-                "Predicted Outputs (usage.completion_tokens_details): accepted and rejected "
-                "prediction tokens; generated_tokens leaves out the rejected ones, which the "
-                "server counts as completion tokens; no step count"
-            ),
-        )
-
-    def timing_stats(
-        self, context: RequestContext, summary: ResponseSummary, *, source_note: str
-    ) -> SpecStats:
-        """An ``unavailable`` record with token counts and client-side timings."""
-        return SpecStats.unavailable(
-            self.name, method="server", note=source_note, **summary.figures()
-        )
-
-    def make_decoder(self, context: RequestContext) -> StreamDecoder:
-        """The stream decoder of a request."""
-        return OpenAIStreamDecoder(
-            chat=self._is_chat(context.request), **self.decoder_options(context)
-        )
-
-    def decoder_options(self, context: RequestContext) -> dict[str, Any]:
-        """What every stream decoder of this backend takes (``StreamDecoderBase``'s options)."""
-        return {
-            "url": context.url,
-            "hints": self.hints,
-            "started": context.started,
-            "stats": lambda summary: self.build_stats(context, summary),
-        }
-
-    def parse_completion(self, context: RequestContext, response: JSONResponse) -> Completion:
-        """A non-streamed response as a ``Completion`` (pure)."""
-        parse = (
-            parse_chat_response if self._is_chat(context.request) else (parse_completion_response)
-        )
-        parsed = parse(response.data, url=context.url, hints=self.hints)
-        if parsed.model:
+    def _completion(self, context: RequestContext, response: JSONResponse) -> Completion:
+        """A non-streamed answer as a ``Completion`` (pure)."""
+        parsed = self.dialect.parse_answer(context, response)
+        if parsed.model and context.route != "native":
+            # Only OpenAI-shaped answers update model_name; native ones never did.
             self._seen_model = parsed.model
         summary = ResponseSummary.of_whole_answer(
             context,
@@ -372,51 +247,14 @@ class OpenAICompatibleBackend(Backend):
             reason = "tool_calls"
         return Completion(
             text=parsed.text,
-            stats=self.build_stats(context, summary),
-            tokens=self.completion_tokens(context, response),
+            stats=self.dialect.build_stats(context, summary),
+            tokens=parsed.tokens,
             finish_reason=reason,
             tool_calls=parsed.tool_calls,
             usage=parsed.usage or Usage(),
             model=parsed.model or self.model_name,
             raw=response.data,
         )
-
-    def native_completion(
-        self,
-        context: RequestContext,
-        response: JSONResponse,
-        *,
-        text: str,
-        usage: Usage | None,
-        extras: Mapping[str, Any],
-        finish_reason: FinishReason | None,
-        tokens: tuple[Token, ...] = (),
-        model: str = "",
-    ) -> Completion:
-        """A ``Completion`` from the parts of an engine's native (non-OpenAI) answer."""
-        summary = ResponseSummary.of_whole_answer(
-            context,
-            response.headers,
-            text=text,
-            usage=usage,
-            extras=extras,
-            finish_reason=finish_reason,
-        )
-        return Completion(
-            text=text,
-            stats=self.build_stats(context, summary),
-            tokens=tokens,
-            finish_reason=finish_reason,
-            usage=usage or Usage(),
-            model=model or self.model_name,
-            raw=response.data,
-        )
-
-    def completion_tokens(
-        self, context: RequestContext, response: JSONResponse
-    ) -> tuple[Token, ...]:
-        """Tokens of a non-streamed response, when the engine reports them."""
-        return ()
 
     # ---- offline decoding (no I/O) ----
 
@@ -440,7 +278,7 @@ class OpenAICompatibleBackend(Backend):
         """
         context = self._context(request, streamed=True)
         context.started = clock()
-        decoder = self.make_decoder(context)
+        decoder = self._decoder(context)
         session = StreamSession(decoder, url=context.url, clock=clock, limits=limits)
         with session.keeping_partial_text():
             yield from session.decode(pieces)
@@ -464,14 +302,21 @@ class OpenAICompatibleBackend(Backend):
             data = decode_json_object(data, url=context.url)
         response = JSONResponse(dict(data), dict(headers or {}))
         context.headers = response.headers
-        return self.parse_completion(context, response)
+        return self._completion(context, response)
 
     # ---- shells: the I/O around the hooks, sync and async ----
 
     def _context(self, request: GenerationRequest, *, streamed: bool) -> RequestContext:
-        path = self.request_path(request, stream=streamed)
+        route = self._route(request)
+        path = self.dialect.path(route, stream=streamed)
         return RequestContext(
-            request=request, path=path, url=self._transport.url(path), streamed=streamed
+            request=request,
+            path=path,
+            url=self._transport.url(path),
+            streamed=streamed,
+            route=route,
+            model=self._model_for(request),
+            base_url=self.base_url,
         )
 
     def _exchange(self, request: GenerationRequest, *, streamed: bool) -> _Exchange:
@@ -504,7 +349,7 @@ class OpenAICompatibleBackend(Backend):
             )
             exchange.answered(response)
             self._fetch(exchange, "after", deadline)
-            return self.parse_completion(exchange.context, response)
+            return self._completion(exchange.context, response)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
@@ -518,7 +363,7 @@ class OpenAICompatibleBackend(Backend):
             )
             exchange.answered(response)
             await self._afetch(exchange, "after", deadline)
-            return self.parse_completion(exchange.context, response)
+            return self._completion(exchange.context, response)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Stream chunks; the last one is final and carries the statistics."""
@@ -562,18 +407,17 @@ class _Exchange:
         self.backend = backend
         self.context = context
         self.path = context.path
-        self.model = backend._model_for(context.request)
+        self.model = context.model
+        self.dialect = backend.dialect
 
     def fetches(self, phase: Phase) -> tuple[str, ...]:
         """The auxiliary GETs to run ``before`` or ``after`` the request."""
-        if phase == "before":
-            return self.backend.fetches_before(self.context)
-        return self.backend.fetches_after(self.context)
+        return self.dialect.scrapes(phase, self.context)
 
     def fetched(self, phase: Phase, results: Mapping[str, FetchResult]) -> None:
-        """Record the GETs' results and let the backend use them (it may raise)."""
+        """Record the GETs' results and let the dialect learn from them (it may raise)."""
         (self.context.before if phase == "before" else self.context.after).update(results)
-        self.backend.absorb_fetches(self.context, phase)
+        self.dialect.absorb(phase, self.context)
 
     def start(self) -> dict[str, Any]:
         """The request body; the request's clock starts now."""
@@ -588,7 +432,7 @@ class _Exchange:
 
     def session(self) -> StreamSession:
         """The decoding session of a streamed answer."""
-        decoder = self.backend.make_decoder(self.context)
+        decoder = self.backend._decoder(self.context)
         http = self.backend.transport
         limits = StreamLimits(
             http.stream_timeout, http.read_timeout, self.context.request.max_tokens

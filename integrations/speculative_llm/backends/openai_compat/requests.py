@@ -15,6 +15,7 @@ from speculative_llm.types import GenerationRequest
 __all__ = [
     "BodyOptions",
     "Endpoint",
+    "Route",
     "build_chat_body",
     "build_completion_body",
     "response_schema",
@@ -22,6 +23,9 @@ __all__ = [
 ]
 
 Endpoint = Literal["auto", "chat", "completion"]
+
+Route = Literal["chat", "completion", "native"]
+"""Where a request goes: OpenAI's chat or completions endpoint, or the engine's own."""
 
 
 def sampling_fields(

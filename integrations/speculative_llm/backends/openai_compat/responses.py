@@ -16,8 +16,9 @@ from typing import Any, TypedDict
 from speculative_llm.backends.base import ModelInfo
 from speculative_llm.backends.fields import count, usage_of
 from speculative_llm.backends.http import EngineHints, FetchResult, error_for_status
+from speculative_llm.backends.openai_compat.requests import Route
 from speculative_llm.errors import MalformedResponseError
-from speculative_llm.types import FinishReason, GenerationRequest, ToolCall, Usage
+from speculative_llm.types import FinishReason, GenerationRequest, Token, ToolCall, Usage
 
 __all__ = [
     "AnswerFigures",
@@ -147,7 +148,11 @@ def parse_usage(raw: object) -> Usage | None:
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponse:
-    """The parts of a non-streamed OpenAI response we use."""
+    """The parts of a non-streamed answer we use (OpenAI's, or an engine's native one).
+
+    ``tokens`` are the answer's tokens where the engine lists them (TGI's native
+    ``details.tokens``); ``extras`` the fields the statistics read.
+    """
 
     text: str
     finish_reason: FinishReason | None
@@ -156,6 +161,7 @@ class ParsedResponse:
     model: str
     extras: Mapping[str, Any]
     prediction: PredictionCounts | None = None
+    tokens: tuple[Token, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,12 +312,20 @@ def parse_model_info(payload: Mapping[str, Any], model: str | None) -> ModelInfo
 
 @dataclass(slots=True)
 class RequestContext:
-    """What one request needs besides the request itself (timings, auxiliary GETs)."""
+    """What one request needs besides the request itself (timings, auxiliary GETs).
+
+    The client fills it in as the request goes; a dialect's hooks read it. ``route`` is
+    where the request goes, ``model`` the model name sent with it, ``base_url`` the
+    server's URL (for messages), ``before``/``after`` the auxiliary GETs' results.
+    """
 
     request: GenerationRequest
     path: str
     url: str
     streamed: bool
+    route: Route = "chat"
+    model: str | None = None
+    base_url: str = ""
     started: float = field(default_factory=time.perf_counter)
     ended: float | None = None
     before: dict[str, FetchResult] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from speculative_llm.backends.http import EngineHints, decode_json_object, error_for_status
 from speculative_llm.backends.http.sse import SSEEvent
@@ -28,7 +28,16 @@ from speculative_llm.errors import MalformedResponseError, StreamInterruptedErro
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, FinishReason, ToolCall, Usage
 
-__all__ = ["OpenAIStreamDecoder", "StreamDecoderBase"]
+__all__ = ["DecoderOptions", "OpenAIStreamDecoder", "StreamDecoderBase"]
+
+
+class DecoderOptions(TypedDict):
+    """What every stream decoder takes (``StreamDecoderBase``'s keyword arguments)."""
+
+    url: str
+    hints: EngineHints
+    started: float
+    stats: Callable[[ResponseSummary], SpecStats]
 
 
 class StreamDecoderBase:
