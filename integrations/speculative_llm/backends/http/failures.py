@@ -1,9 +1,10 @@
 """What a request that got no usable answer means: the typed error, with what to do (pure).
 
 ``errors.py`` reads a server's error *answer*; this module words the failures where
-there is none to read: the server could not be reached, the call's deadline passed, or
-the body stopped arriving (a stall or a broken connection). The words name the engine
-and the timeouts of the transport that failed (``FailureMessages``).
+there is none to read: the server could not be reached, the call's deadline passed, the
+body stopped arriving (a stall or a broken connection), or the caller cancelled the
+stream (``speculative_llm.cancellation``). The words name the engine and the timeouts
+of the transport that failed (``FailureMessages``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from speculative_llm.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    GenerationCancelledError,
     StreamInterruptedError,
 )
 
@@ -102,4 +104,11 @@ class FailureMessages:
             f"The response from {self.hints.engine} at {url} was cut off "
             f"({connection_reason(error)}). Did the server crash or restart?",
             url=url,
+        )
+
+    def cancelled(self, url: str) -> GenerationCancelledError:
+        """The error of a stream its caller cancelled (``speculative_llm.cancellation``)."""
+        return GenerationCancelledError(
+            f"The stream from {self.hints.engine} at {url} was cancelled by its caller; the "
+            "text received so far is in partial_text."
         )

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import httpx
@@ -31,6 +32,7 @@ from speculative_llm.backends.http.redaction import Redactor, split_credentials
 from speculative_llm.backends.http.results import FetchResult, JSONResponse, json_response
 from speculative_llm.backends.http.retry import RetryPolicy
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
+from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.errors import BackendTimeoutError, ConfigError
 
 __all__ = [
@@ -339,26 +341,45 @@ class HTTPTransport:
         ``deadline`` bounds the wait for the answer to start; then no silence between
         pieces may last ``timeout``. Errors while reading become ``BackendTimeoutError``
         (the server stalled) or ``StreamInterruptedError`` (the connection broke).
+        Inside a ``cancellable`` block, cancelling it ends the stream with
+        ``GenerationCancelledError`` at once, even while no byte arrives.
         """
         deadline = deadline or self.deadline()
+        cancellation = current_cancellation()
         response = self._send("POST", path, body, model=model, deadline=deadline)
         try:
             url = self.url(path)
-            body_pieces = self._iter_body(response, url, deadline)
-            first = next(body_pieces, b"")
-            self._check_stream(response, url, first)
-            yield itertools.chain((first,), body_pieces)
+            with _woken_on_cancel(response, cancellation):
+                body_pieces = self._iter_body(response, url, deadline, cancellation)
+                first = next(body_pieces, b"")
+                self._check_stream(response, url, first)
+                yield itertools.chain((first,), body_pieces)
         finally:
             response.close()
 
-    def _iter_body(self, response: httpx.Response, url: str, deadline: Deadline) -> Iterator[bytes]:
+    def _iter_body(
+        self,
+        response: httpx.Response,
+        url: str,
+        deadline: Deadline,
+        cancellation: Cancellation | None,
+    ) -> Iterator[bytes]:
         with self.redactor.errors():
+            # Checked on every piece, keep-alive comments included: those yield no chunk,
+            # so a consumer that checks between chunks would never see the cancellation.
             try:
-                yield from response.iter_bytes()
+                for piece in response.iter_bytes():
+                    if _cancelled(cancellation):
+                        break
+                    yield piece
             except httpx.TransportError as error:
-                raise self.failures.body_broke(
-                    error, url, streamed=True, deadline=deadline
-                ) from None
+                # A cancellation shuts the socket down: the read that it woke fails.
+                if not _cancelled(cancellation):
+                    raise self.failures.body_broke(
+                        error, url, streamed=True, deadline=deadline
+                    ) from None
+            if _cancelled(cancellation):
+                raise self.failures.cancelled(url)
 
     # -- async I/O --
 
@@ -453,6 +474,35 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield first
     async for piece in rest:
         yield piece
+
+
+def _cancelled(cancellation: Cancellation | None) -> bool:
+    return cancellation is not None and cancellation.cancelled
+
+
+@contextmanager
+def _woken_on_cancel(response: httpx.Response, cancellation: Cancellation | None) -> Iterator[None]:
+    """While inside, a cancellation wakes a read of ``response`` blocked in another thread."""
+    if cancellation is None:
+        yield
+        return
+    with cancellation.on_cancel(lambda: _shut_down(response)):
+        yield
+
+
+def _shut_down(response: httpx.Response) -> None:
+    """Shut the socket of ``response`` down: a read blocked on it returns at once.
+
+    Shut down, not closed: the reading thread still owns the file descriptor and closes
+    it itself; a close from here could free the number for another socket while that
+    read still uses it. ``socket.socket.shutdown`` is called past any TLS wrapper, whose
+    own ``shutdown`` would drop the TLS state the reading thread is using.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with suppress(OSError):  # already closed: nothing left to wake
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def _read_error_body(response: httpx.Response) -> bytes:
