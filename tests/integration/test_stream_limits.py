@@ -186,21 +186,24 @@ def test_closing_a_stream_closes_its_http_response(server: FakeServer, how: str)
     )
     request = GenerationRequest(messages=(Message("user", "hi"),), max_tokens=5000)
     backend = OpenAICompatibleBackend(server.url, **FAST)
+    # The server notices the client left long before its 40 s stream would end.
     if how == "sync":
         stream = backend.stream(request)
         assert next(chunk for chunk in stream if chunk.text).text == "t0 "
         stream.close()  # type: ignore[attr-defined]
+        assert server.disconnected.wait(timeout=20.0)
     else:
 
-        async def first_then_close() -> str:
+        async def first_then_close() -> tuple[str, bool]:
             stream = backend.astream(request)
             first = await anext(stream)
             await stream.aclose()  # type: ignore[attr-defined]
-            return first.text
+            # aclose() itself must have closed the connection. Waiting here blocks the
+            # event loop on purpose: a generator left open is closed by the loop later
+            # (asyncgen finalizers, asyncio.run's shutdown), which hid a missing close.
+            return first.text, server.disconnected.wait(timeout=20.0)
 
-        assert run_async(first_then_close()) == "t0 "
-    # The server notices the client left long before its 40 s stream would end.
-    assert server.disconnected.wait(timeout=20.0)
+        assert run_async(first_then_close()) == ("t0 ", True)
     backend.close()
 
 
