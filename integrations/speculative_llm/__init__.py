@@ -15,6 +15,7 @@ from speculative_llm.backends import (
     create_backend,
     register_backend,
 )
+from speculative_llm.cancellation import Cancellation, cancellable
 from speculative_llm.config import LOCAL_METHODS, METHODS, Method, SpecConfig
 from speculative_llm.errors import (
     BackendError,
@@ -64,6 +65,7 @@ __all__ = [
     "BackendSetup",
     "BackendTimeoutError",
     "BackendUnavailableError",
+    "Cancellation",
     "Capabilities",
     "Chunk",
     "Completion",
@@ -95,6 +97,7 @@ __all__ = [
     "__version__",
     "available_backends",
     "build_backend",
+    "cancellable",
     "create_backend",
     "expected_tokens_per_step",
     "expected_walltime_factor",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import html
-import json
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -35,9 +34,14 @@ from speculative_playground.handlers import (
 )
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.host_guard import guarded_app_kwargs
-from speculative_playground.page_script import PAGE_SCRIPT, STATUS_ON_LOAD
+from speculative_playground.page_script import (
+    PAGE_SCRIPT,
+    STATUS_ON_LOAD,
+    preset_script,
+    preset_tip_html,
+)
 from speculative_playground.pairings import draft_candidates, draft_note
-from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, Preset, preset_names
+from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, preset_names
 from speculative_playground.render import (
     basis_html,
     speedup_cards_html,
@@ -122,10 +126,6 @@ class _PromptArea:
     category: Any
     preset: Any
     tip: Any
-
-
-def _tip(text: str) -> str:
-    return f'<div class="sp-tip">{html.escape(text)}</div>'
 
 
 def _draft_picker(
@@ -309,7 +309,7 @@ def _prompt_area() -> _PromptArea:
             )
             for label, id_, choices, value, scale in pickers
         )
-    tip = gr.HTML(_tip(first.why), elem_id="preset-tip")
+    tip = gr.HTML(preset_tip_html(first.why), elem_id="preset-tip")
     return _PromptArea(prompt, run_button, stop_button, category, preset, tip)
 
 
@@ -366,44 +366,6 @@ def _results() -> ResultViews:
     )
 
 
-def _preset_payload(preset: Preset) -> dict[str, Any]:
-    return {
-        "prompt": preset.prompt,
-        "tip": _tip(preset.why),
-        "schema": preset.schema,
-        "max_tokens": preset.max_tokens,
-    }
-
-
-def _preset_script(mode: str) -> str:
-    """A browser-side handler: the prompt is set where the preset is picked, at once.
-
-    Picking a preset and pressing Run straight away then runs the prompt the box shows:
-    no server round trip in between. ``mode`` is ``preset`` (the input is a preset name),
-    ``category`` (the first preset of the category) or ``edited`` (the prompt changed:
-    the picker names the preset it matches, else ``CUSTOM``, and the tip goes with a
-    preset that no longer applies; this sees typing, pasting and the presets' own
-    changes alike). A preset with a token budget sets Max tokens too.
-    """
-    presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
-    if mode == "edited":
-        return (
-            f"(prompt, schema) => {{ const presets = {presets};"
-            "const match = Object.entries(presets).find("
-            "([name, p]) => p.prompt === prompt && p.schema === (schema || ''));"
-            f"return match ? [match[0], match[1].tip] : [{json.dumps(CUSTOM)}, '']; }}"
-        )
-    firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
-    pick = "firsts[value]" if mode == "category" else "value"
-    return (
-        "(value, prompt, tip, schema, maxTokens) => {"
-        f"const presets = {presets}; const firsts = {firsts};"
-        f"const p = presets[{pick}];"
-        "return p ? [p.prompt, p.tip, p.schema, p.max_tokens ?? maxTokens]"
-        " : [prompt, tip, schema, maxTokens]; }"
-    )
-
-
 def _settings_events(
     sidebar: _Sidebar, area: _PromptArea, policy: SecurityPolicy, offered: tuple[str, ...]
 ) -> None:
@@ -442,7 +404,7 @@ def _settings_events(
             None,
             inputs=[picker, *preset_fields],
             outputs=preset_fields,
-            js=_preset_script(mode),
+            js=preset_script(mode),
             api_visibility="private",
         )
     area.category.input(
@@ -453,7 +415,7 @@ def _settings_events(
             None,
             inputs=[area.prompt, sidebar.json_schema],
             outputs=[area.preset, area.tip],
-            js=_preset_script("edited"),
+            js=preset_script("edited"),
             api_visibility="private",
         )
 

@@ -8,11 +8,20 @@
 ``STATUS_ON_LOAD`` makes the status line's own, persistent element a polite live
 region, so screen readers announce each new status (the content inside it is replaced
 on every update, which a live region set on the content would not announce).
+
+``preset_script`` builds the handlers that fill the prompt from a preset in the
+browser, with no round trip to the server (``preset_tip_html`` is the tip it shows).
 """
 
 from __future__ import annotations
 
-__all__ = ["PAGE_SCRIPT", "SIDEBAR_MIN_WIDTH", "STATUS_ON_LOAD"]
+import html
+import json
+from typing import Any
+
+from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, Preset, preset_names
+
+__all__ = ["PAGE_SCRIPT", "SIDEBAR_MIN_WIDTH", "STATUS_ON_LOAD", "preset_script", "preset_tip_html"]
 
 SIDEBAR_MIN_WIDTH = 1024
 """Narrower screens (in CSS pixels) keep the settings sidebar closed on load."""
@@ -47,3 +56,46 @@ STATUS_ON_LOAD = (
     "element.setAttribute('aria-atomic', 'true');"
 )
 """``js_on_load`` of the status line: a live region on the component's own element."""
+
+
+def preset_tip_html(text: str) -> str:
+    """The tip under the presets: why a preset suits speculative decoding."""
+    return f'<div class="sp-tip">{html.escape(text)}</div>'
+
+
+def _preset_payload(preset: Preset) -> dict[str, Any]:
+    return {
+        "prompt": preset.prompt,
+        "tip": preset_tip_html(preset.why),
+        "schema": preset.schema,
+        "max_tokens": preset.max_tokens,
+    }
+
+
+def preset_script(mode: str) -> str:
+    """A browser-side handler: the prompt is set where the preset is picked, at once.
+
+    Picking a preset and pressing Run straight away then runs the prompt the box shows:
+    no server round trip in between. ``mode`` is ``preset`` (the input is a preset name),
+    ``category`` (the first preset of the category) or ``edited`` (the prompt changed:
+    the picker names the preset it matches, else ``CUSTOM``, and the tip goes with a
+    preset that no longer applies; this sees typing, pasting and the presets' own
+    changes alike). A preset with a token budget sets Max tokens too.
+    """
+    presets = json.dumps({p.name: _preset_payload(p) for p in PRESETS})
+    if mode == "edited":
+        return (
+            f"(prompt, schema) => {{ const presets = {presets};"
+            "const match = Object.entries(presets).find("
+            "([name, p]) => p.prompt === prompt && p.schema === (schema || ''));"
+            f"return match ? [match[0], match[1].tip] : [{json.dumps(CUSTOM)}, '']; }}"
+        )
+    firsts = json.dumps({category: preset_names(category)[0] for category in CATEGORIES})
+    pick = "firsts[value]" if mode == "category" else "value"
+    return (
+        "(value, prompt, tip, schema, maxTokens) => {"
+        f"const presets = {presets}; const firsts = {firsts};"
+        f"const p = presets[{pick}];"
+        "return p ? [p.prompt, p.tip, p.schema, p.max_tokens ?? maxTokens]"
+        " : [prompt, tip, schema, maxTokens]; }"
+    )

@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 from speculative_llm.backends.base import Backend
+from speculative_llm.cancellation import Cancellation, cancellable
 from speculative_llm.divergence import Divergence, MarginScorer, explain_divergence
 from speculative_llm.errors import SpeculativeError
 from speculative_llm.stats import SpecStats
@@ -215,6 +216,24 @@ _Worker = Callable[[list[_Side], "queue.Queue[_Event]", threading.Event, Clock],
 _Wave = list[tuple[_Worker, list[_Side]]]
 
 
+def _work(
+    worker: _Worker,
+    interrupt: Cancellation,
+    sides: list[_Side],
+    events: queue.Queue[_Event],
+    cancel: threading.Event,
+    clock: Clock,
+) -> None:
+    """Run ``worker`` where ``interrupt`` cuts its streams short, between chunks or not.
+
+    A worker checks ``cancel`` after each chunk; a server that sends only keep-alive
+    comments, or nothing, sends no chunk. Cancelling ``interrupt`` ends such a stream
+    at once (the HTTP transport wakes its read), so a stopped run frees its thread.
+    """
+    with cancellable(interrupt):
+        worker(sides, events, cancel, clock)
+
+
 def _plan(mode: TimingMode, sides: list[_Side]) -> list[_Wave]:
     """The waves of a comparison, one after the other: (worker, the sides it streams)."""
     if mode == "interleaved":
@@ -277,7 +296,8 @@ def run_comparison(
         baseline_request: The request without speculation.
         speculative_request: The same request with speculation.
         mode: ``interleaved``, ``fair`` or ``concurrent`` (see the module's docstring).
-        cancel: Set it to stop both sides; they stop after their next chunk.
+        cancel: Set it to stop both sides: they stop after their next chunk, and a
+            stream that sends none (only keep-alive comments, or nothing) is cut at once.
         min_interval_s: Least time between two yielded snapshots.
         poll_s: How often a waiting loop checks ``cancel``.
         join_timeout_s: On the way out, how long to wait for the workers to close their
@@ -316,6 +336,7 @@ def run_comparison(
     )
     last_yield = float("-inf")
     threads: list[threading.Thread] = []
+    interrupt = Cancellation()
     try:
         for wave in waves:
             if stop.is_set() or state.phase == "failed":
@@ -323,8 +344,8 @@ def run_comparison(
             pending: set[SideName] = set()
             for worker, sides in wave:
                 thread = threading.Thread(
-                    target=worker,
-                    args=(sides, events, stop, clock),
+                    target=_work,
+                    args=(worker, interrupt, sides, events, stop, clock),
                     name=WORKER_THREAD_PREFIX + "-".join(side for side, _, _ in sides),
                     daemon=True,
                 )
@@ -336,7 +357,7 @@ def run_comparison(
                     event = events.get(timeout=poll_s)
                 except queue.Empty:
                     if stop.is_set():
-                        break  # the workers stop on their own after their next chunk
+                        break  # the workers' streams are interrupted below
                     now = clock()
                     if now - last_yield >= heartbeat_s:
                         last_yield = state.now = now
@@ -368,6 +389,8 @@ def run_comparison(
                     yield state
             if stop.is_set():
                 break
+        if stop.is_set():
+            interrupt.cancel()  # streams still waiting for their next chunk end now
         if state.phase == "running":
             state.phase = "stopped" if stop.is_set() else "done"
         if state.phase == "done" and baseline_request.greedy and not state.greedy_texts_match:
@@ -386,6 +409,8 @@ def run_comparison(
         # tell the workers, so that they close their streams and free the engines.
         if state.phase == "running":
             stop.set()
+        if stop.is_set():
+            interrupt.cancel()
         deadline = time.monotonic() + join_timeout_s
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -2,21 +2,30 @@
 
 A server may keep a call open with keep-alive comments, trickle tokens for ever, or send
 more than ``max_tokens``: the call still ends, with a typed error or finish reason
-``length``. Closing a stream closes its HTTP response (the server sees the client go).
+``length``. Closing a stream closes its HTTP response (the server sees the client go),
+and cancelling one ends it at once, even while the server sends no data.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
 from protocol_cases import CHAT, FAST, run_async
 
 from fakeserver import FakeServer, Reply, sse_body
-from speculative_llm import BackendError, BackendTimeoutError, GenerationRequest, Message
+from speculative_llm import (
+    BackendError,
+    BackendTimeoutError,
+    GenerationCancelledError,
+    GenerationRequest,
+    Message,
+)
 from speculative_llm.backends.llamacpp import LlamaCppBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
+from speculative_llm.cancellation import Cancellation, cancellable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -177,22 +186,85 @@ def test_closing_a_stream_closes_its_http_response(server: FakeServer, how: str)
     )
     request = GenerationRequest(messages=(Message("user", "hi"),), max_tokens=5000)
     backend = OpenAICompatibleBackend(server.url, **FAST)
+    # The server notices the client left long before its 40 s stream would end.
     if how == "sync":
         stream = backend.stream(request)
         assert next(chunk for chunk in stream if chunk.text).text == "t0 "
         stream.close()  # type: ignore[attr-defined]
+        assert server.disconnected.wait(timeout=20.0)
     else:
 
-        async def first_then_close() -> str:
+        async def first_then_close() -> tuple[str, bool]:
             stream = backend.astream(request)
             first = await anext(stream)
             await stream.aclose()  # type: ignore[attr-defined]
-            return first.text
+            # aclose() itself must have closed the connection. Waiting here blocks the
+            # event loop on purpose: a generator left open is closed by the loop later
+            # (asyncgen finalizers, asyncio.run's shutdown), which hid a missing close.
+            return first.text, server.disconnected.wait(timeout=20.0)
 
-        assert run_async(first_then_close()) == "t0 "
-    # The server notices the client left long before its 40 s stream would end.
-    assert server.disconnected.wait(timeout=20.0)
+        assert run_async(first_then_close()) == ("t0 ", True)
     backend.close()
+
+
+# ---- cancelling ---------------------------------------------------------------------------
+
+PING = b": ping\n\n"
+
+
+@pytest.mark.parametrize("silence", ["pings", "nothing"])
+def test_cancelling_a_stream_that_gets_no_data_ends_it_with_the_text_so_far(
+    server: FakeServer, silence: str
+) -> None:
+    # Two tokens, then for 30 s only keep-alive comments (one piece every 0.5 s), or
+    # nothing at all: no chunk comes for a consumer to check a flag after.
+    tokens = sse_body(token_events(2), done=False)
+    if silence == "pings":
+        pings = PING * (60 * len(tokens) // len(PING))  # 60 pieces of pings
+        reply = Reply(stream=tokens + pings, chunk_size=len(tokens), delay_s=0.5)
+    else:
+        reply = Reply(stream=tokens + PING, chunk_size=len(tokens), delay_s=30.0)
+    server.route("POST", PATH, reply)
+    # Limits far beyond the test: only the cancellation can end the stream in time.
+    backend = OpenAICompatibleBackend(server.url, **{**FAST, "timeout": 120.0})
+    stop = Cancellation()
+    received: list[str] = []
+    two_tokens = threading.Event()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        with cancellable(stop):
+            try:
+                for chunk in backend.stream(CHAT):
+                    received.append(chunk.text)
+                    if "".join(received) == "t0 t1 ":
+                        two_tokens.set()
+            except BaseException as error:
+                errors.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert two_tokens.wait(timeout=20.0)
+    stop.cancel()
+    reader.join(timeout=20.0)  # loose: the server's script lasts 30 s
+    assert not reader.is_alive(), "the cancelled stream kept reading"
+    (error,) = errors
+    assert isinstance(error, GenerationCancelledError), repr(error)
+    assert "cancelled" in str(error)
+    assert error.partial_text == "t0 t1 "
+    backend.close()
+
+
+def test_a_stream_outside_a_cancelled_scope_is_not_cut(server: FakeServer) -> None:
+    # Cancelling is per scope: a stream read outside it runs to its end.
+    server.route("POST", PATH, Reply(stream=finished(3)))
+    stop = Cancellation()
+    with cancellable(stop):
+        pass
+    stop.cancel()
+    with OpenAICompatibleBackend(server.url, **FAST) as backend:
+        chunks = list(backend.stream(CHAT))
+    assert "".join(chunk.text for chunk in chunks) == "t0 t1 t2 "
 
 
 def test_the_default_limits_are_documented_values() -> None:

@@ -5,6 +5,9 @@
 * ``deadline``: one deadline per call, shared by its auxiliary GETs, retries and answer.
 * ``retry``: which failures are worth another try, and how long to wait.
 * ``errors``: what a server's error answer means, as a typed error that says what to do.
+* ``failures``: what a request that got no usable answer means (unreachable, stalled, cut).
+* ``attempt``: one request and its retries, the decisions the send loops share.
+* ``results``: what the transport returns (``JSONResponse``, ``FetchResult``).
 * ``sse`` and ``streaming``: a streamed body -> server-sent events -> chunks.
 * ``transport``: ``HTTPTransport``, the pooled sync and async client that uses all of these.
 
@@ -25,15 +28,14 @@ from speculative_llm.backends.http.redaction import (
     redact_url,
     split_credentials,
 )
+from speculative_llm.backends.http.results import FetchResult, JSONResponse
 from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
 from speculative_llm.backends.http.streaming import StreamDecoder, StreamLimits, StreamSession
 from speculative_llm.backends.http.transport import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_STREAM_TIMEOUT_S,
-    FetchResult,
     HTTPTransport,
-    JSONResponse,
 )
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
 

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from speculative_llm.backends.http.sse import SSEEvent, SSEParser
-from speculative_llm.errors import BackendError, BackendTimeoutError, MalformedResponseError
+from speculative_llm.errors import (
+    BackendError,
+    BackendTimeoutError,
+    GenerationCancelledError,
+    MalformedResponseError,
+)
 from speculative_llm.types import Chunk
 
 __all__ = ["StreamDecoder", "StreamLimits", "StreamSession"]
@@ -196,10 +201,13 @@ class StreamSession:
 
     @contextmanager
     def keeping_partial_text(self) -> Iterator[None]:
-        """Give a ``BackendError`` raised inside the text received so far (if it has none)."""
+        """Give an error raised inside the text received so far (if it has none).
+
+        Applies to ``BackendError`` and ``GenerationCancelledError`` (a cancelled stream).
+        """
         try:
             yield
-        except BackendError as error:
+        except (BackendError, GenerationCancelledError) as error:
             if not error.partial_text:
                 error.partial_text = self._decoder.text
             raise error from None

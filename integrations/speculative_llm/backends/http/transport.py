@@ -1,48 +1,39 @@
 """``HTTPTransport``: the connection-pooled client every server backend talks through.
 
 It owns the connections (an ``httpx.Client`` and an ``httpx.AsyncClient``), the
-timeouts (one ``Deadline`` per call, ``deadline.py``), the retries (``retry.py``) and
-the credentials: the API key, a
-``pydantic.SecretStr``, and a ``user:password@`` in ``base_url``, which is taken out of
-the URL and sent as HTTP basic authentication. Neither appears in a repr, log line or
-error, even when a server echoes them back (``redaction.py``). The sync and async
-methods are thin I/O shells around the same decisions (``errors.py``, ``retry.py``).
+timeouts (one ``Deadline`` per call, ``deadline.py``), the retries (``attempt.py``,
+``retry.py``) and the credentials: the API key, a ``pydantic.SecretStr``, and a
+``user:password@`` in ``base_url``, which is taken out of the URL and sent as HTTP basic
+authentication. Neither appears in a repr, log line or error, even when a server echoes
+them back (``redaction.py``). The sync and async methods are thin I/O shells around the
+same decisions (``attempt.py``, ``errors.py``, ``failures.py``); what they return is
+in ``results.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import logging
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
+from speculative_llm.backends.http.attempt import Attempt, timeout_within
 from speculative_llm.backends.http.deadline import Deadline
-from speculative_llm.backends.http.errors import (
-    EngineHints,
-    decode_json_object,
-    describe_seconds,
-    error_for_status,
-    not_a_stream_error,
-)
+from speculative_llm.backends.http.errors import EngineHints, not_a_stream_error
+from speculative_llm.backends.http.failures import FailureMessages, connection_reason
 from speculative_llm.backends.http.redaction import Redactor, split_credentials
-from speculative_llm.backends.http.retry import RETRY_STATUSES, RetryPolicy, parse_retry_after
+from speculative_llm.backends.http.results import FetchResult, JSONResponse, json_response
+from speculative_llm.backends.http.retry import RetryPolicy
 from speculative_llm.backends.http.urls import split_base_url, validate_base_url
-from speculative_llm.errors import (
-    BackendError,
-    BackendTimeoutError,
-    BackendUnavailableError,
-    ConfigError,
-    StreamInterruptedError,
-)
+from speculative_llm.cancellation import Cancellation, current_cancellation
+from speculative_llm.errors import BackendTimeoutError, ConfigError
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
@@ -53,8 +44,6 @@ __all__ = [
     "JSONResponse",
 ]
 
-logger = logging.getLogger("speculative_llm.backends.http")
-
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 120.0
 """Default ``timeout``: a call that gets no answer for two minutes fails (pass more for long
@@ -64,49 +53,6 @@ DEFAULT_STREAM_TIMEOUT_S = 600.0
 
 _FETCH_TIMEOUT_S = 10.0
 """Longest wait for an auxiliary GET (``/metrics``, ``/slots``...): they answer at once."""
-
-
-@dataclass(frozen=True, slots=True)
-class JSONResponse:
-    """A parsed JSON response with its headers."""
-
-    data: dict[str, Any]
-    headers: Mapping[str, str]
-    status_code: int = 200
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    """Outcome of an auxiliary GET (``/metrics``, ``/props``...): text, or why there is none."""
-
-    path: str
-    status_code: int | None = None
-    text: str | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the GET succeeded with a 2xx status."""
-        return (
-            self.text is not None
-            and self.status_code is not None
-            and (200 <= self.status_code < 300)
-        )
-
-    def json_object(self) -> dict[str, Any] | None:
-        """The body as a JSON object, or None when it is not one."""
-        if not self.ok or self.text is None:
-            return None
-        try:
-            payload = json.loads(self.text)
-        except (ValueError, RecursionError):
-            return None
-        return payload if isinstance(payload, dict) else None
-
-
-def _connection_reason(error: BaseException) -> str:
-    text = str(error).strip()
-    return text or type(error).__name__
 
 
 class HTTPTransport:
@@ -133,6 +79,8 @@ class HTTPTransport:
     Attributes:
         redactor: Masks this connection's secrets; every error the transport raises has
             passed through it (backends pass theirs through it too).
+        failures: The typed errors of requests that got no usable answer, worded for
+            this engine and these timeouts.
 
     Raises:
         ConfigError: A value is invalid.
@@ -189,6 +137,7 @@ class HTTPTransport:
         self.stream_timeout = float(stream_timeout)
         self.connect_timeout = float(connect_timeout)
         self.hints = hints or EngineHints()
+        self.failures = FailureMessages(self.hints, self.read_timeout, self.connect_timeout)
         self._headers = {"User-Agent": "speculative-llm", **extra_headers}
         self._verify = verify
         self._timeout = httpx.Timeout(
@@ -223,11 +172,6 @@ class HTTPTransport:
     def deadline(self) -> Deadline:
         """A new deadline of ``timeout`` seconds: create one per call, pass it to every step."""
         return Deadline(self.read_timeout)
-
-    def _timeout_within(self, deadline: Deadline, read_s: float) -> httpx.Timeout:
-        """The timeouts of one step: ``read_s`` and connecting, capped by the deadline."""
-        connect = deadline.cap(self.connect_timeout)
-        return httpx.Timeout(deadline.cap(read_s), connect=connect, pool=connect)
 
     def _request_headers(self) -> dict[str, str]:
         headers = dict(self._headers)
@@ -272,71 +216,25 @@ class HTTPTransport:
         if aclient is not None and loop is asyncio.get_running_loop():
             await aclient.aclose()
 
-    # -- what a failure means (shared by the sync and async paths) --
+    # -- the steps of a call (shared by the sync and async paths) --
 
     def _attempt(
         self, method: str, path: str, body: Any, model: str | None, deadline: Deadline
-    ) -> _Attempt:
-        return _Attempt(self, method, self.url(path), body, model, deadline)
-
-    def _transport_error(
-        self, error: Exception, url: str, retries: int, deadline: Deadline
-    ) -> BackendError:
-        """The typed error of a request that got no answer (refused, timed out...)."""
-        if isinstance(error, httpx.TimeoutException) and deadline.expired:
-            return self.deadline_error(url, deadline)
-        if isinstance(error, httpx.ConnectTimeout):
-            return BackendTimeoutError(
-                f"Connecting to {self.hints.engine} at {url} timed out after "
-                f"{self.connect_timeout:g} s ({retries} retries). Is the server running and "
-                f"reachable? {self.hints.start_hint}",
-                url=url,
-            )
-        if isinstance(error, httpx.TimeoutException):
-            return self.deadline_error(url, deadline)
-        return BackendUnavailableError(
-            f"Cannot reach {self.hints.engine} at {url} ({_connection_reason(error)}; "
-            f"{retries} retries). Is it running? {self.hints.start_hint}",
-            url=url,
+    ) -> Attempt:
+        return Attempt(
+            method,
+            self.url(path),
+            body,
+            model=model,
+            deadline=deadline,
+            policy=self.retry,
+            failures=self.failures,
+            headers=self._request_headers(),
         )
 
     def deadline_error(self, url: str, deadline: Deadline) -> BackendTimeoutError:
         """The error of a call whose deadline passed before the server answered."""
-        steps = deadline.describe()
-        return BackendTimeoutError(
-            f"{self.hints.engine} at {url} did not answer within timeout={self.read_timeout:g} "
-            f"s (the whole call's limit{', reached ' + steps if steps else ''}). If generation "
-            "is just slow, pass a larger timeout=... or stream the answer; otherwise the "
-            "server may be stuck or shutting down (see its log).",
-            url=url,
-        )
-
-    def _body_error(
-        self, error: httpx.TransportError, url: str, *, streamed: bool, deadline: Deadline
-    ) -> BackendError:
-        """The typed error of an answer whose body stopped arriving (a stall or a break)."""
-        if isinstance(error, httpx.TimeoutException):
-            if not streamed:
-                return self.deadline_error(url, deadline)
-            return BackendTimeoutError(
-                f"The stream from {self.hints.engine} at {url} stalled: nothing arrived for "
-                f"{self.read_timeout:g} s (timeout=...); the text received so far is in "
-                "partial_text. The server may be stuck or shutting down (see its log); if it "
-                "is just slow, pass a larger timeout=....",
-                url=url,
-            )
-        if streamed:
-            return StreamInterruptedError(
-                f"The stream from {self.hints.engine} at {url} broke off "
-                f"({_connection_reason(error)}); the text received so far is in partial_text. "
-                "Did the server crash or restart?",
-                url=url,
-            )
-        return StreamInterruptedError(
-            f"The response from {self.hints.engine} at {url} was cut off "
-            f"({_connection_reason(error)}). Did the server crash or restart?",
-            url=url,
-        )
+        return self.failures.deadline_passed(url, deadline)
 
     def _check_stream(self, response: httpx.Response, url: str, first: bytes) -> None:
         """Raise when a streamed request got a web page or a JSON answer, not a stream."""
@@ -357,7 +255,7 @@ class HTTPTransport:
                 return FetchResult(path, error="no time left of the call's timeout")
             deadline.note(f"GET {path}")
         within = deadline or Deadline(self._fetch_timeout_s)
-        timeout = self._timeout_within(within, self._fetch_timeout_s)
+        timeout = timeout_within(within, self._fetch_timeout_s, self.connect_timeout)
         return self.url(path), {"headers": self._request_headers(), "timeout": timeout}
 
     # -- sync I/O --
@@ -410,10 +308,12 @@ class HTTPTransport:
                     if deadline.expired:
                         raise self.deadline_error(url, deadline)
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
+                raise self.failures.body_broke(
+                    error, url, streamed=False, deadline=deadline
+                ) from None
             finally:
                 response.close()
-            return _json_response(response, b"".join(pieces), url)
+            return json_response(response, b"".join(pieces), url)
 
     def fetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
         """GET an auxiliary endpoint without retries; failures become a ``FetchResult``.
@@ -429,7 +329,7 @@ class HTTPTransport:
         try:
             response = self._sync_client().get(url, **options)
         except httpx.HTTPError as error:
-            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
+            return FetchResult(path, error=self.redactor.text(connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @contextmanager
@@ -441,24 +341,45 @@ class HTTPTransport:
         ``deadline`` bounds the wait for the answer to start; then no silence between
         pieces may last ``timeout``. Errors while reading become ``BackendTimeoutError``
         (the server stalled) or ``StreamInterruptedError`` (the connection broke).
+        Inside a ``cancellable`` block, cancelling it ends the stream with
+        ``GenerationCancelledError`` at once, even while no byte arrives.
         """
         deadline = deadline or self.deadline()
+        cancellation = current_cancellation()
         response = self._send("POST", path, body, model=model, deadline=deadline)
         try:
             url = self.url(path)
-            body_pieces = self._iter_body(response, url, deadline)
-            first = next(body_pieces, b"")
-            self._check_stream(response, url, first)
-            yield itertools.chain((first,), body_pieces)
+            with _woken_on_cancel(response, cancellation):
+                body_pieces = self._iter_body(response, url, deadline, cancellation)
+                first = next(body_pieces, b"")
+                self._check_stream(response, url, first)
+                yield itertools.chain((first,), body_pieces)
         finally:
             response.close()
 
-    def _iter_body(self, response: httpx.Response, url: str, deadline: Deadline) -> Iterator[bytes]:
+    def _iter_body(
+        self,
+        response: httpx.Response,
+        url: str,
+        deadline: Deadline,
+        cancellation: Cancellation | None,
+    ) -> Iterator[bytes]:
         with self.redactor.errors():
+            # Checked on every piece, keep-alive comments included: those yield no chunk,
+            # so a consumer that checks between chunks would never see the cancellation.
             try:
-                yield from response.iter_bytes()
+                for piece in response.iter_bytes():
+                    if _cancelled(cancellation):
+                        break
+                    yield piece
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
+                # A cancellation shuts the socket down: the read that it woke fails.
+                if not _cancelled(cancellation):
+                    raise self.failures.body_broke(
+                        error, url, streamed=True, deadline=deadline
+                    ) from None
+            if _cancelled(cancellation):
+                raise self.failures.cancelled(url)
 
     # -- async I/O --
 
@@ -500,10 +421,12 @@ class HTTPTransport:
                     if deadline.expired:
                         raise self.deadline_error(url, deadline)
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=False, deadline=deadline) from None
+                raise self.failures.body_broke(
+                    error, url, streamed=False, deadline=deadline
+                ) from None
             finally:
                 await response.aclose()
-            return _json_response(response, b"".join(pieces), url)
+            return json_response(response, b"".join(pieces), url)
 
     async def afetch(self, path: str, *, deadline: Deadline | None = None) -> FetchResult:
         """Async twin of ``fetch``."""
@@ -514,7 +437,7 @@ class HTTPTransport:
         try:
             response = await self._async_client().get(url, **options)
         except httpx.HTTPError as error:
-            return FetchResult(path, error=self.redactor.text(_connection_reason(error)))
+            return FetchResult(path, error=self.redactor.text(connection_reason(error)))
         return FetchResult(path, response.status_code, response.text)
 
     @asynccontextmanager
@@ -541,131 +464,9 @@ class HTTPTransport:
                 async for raw in response.aiter_bytes():
                     yield raw
             except httpx.TransportError as error:
-                raise self._body_error(error, url, streamed=True, deadline=deadline) from None
-
-
-class _Attempt:
-    """One request and its retries: the decisions the sync and async loops share.
-
-    ``delay_after`` says how long to wait before the next try, or raises the typed
-    error: connection errors and HTTP 429/502/503 are retried with backoff
-    (``Retry-After`` honoured) until ``max_retries`` or the call's deadline; anything
-    else raises at once. Each try waits at most what is left of the deadline.
-    """
-
-    def __init__(
-        self,
-        transport: HTTPTransport,
-        method: str,
-        url: str,
-        body: Any,
-        model: str | None,
-        deadline: Deadline,
-    ) -> None:
-        self.transport = transport
-        self.method = method
-        self.url = url
-        self.body = body
-        self.model = model
-        self.deadline = deadline
-        self.retries = 0
-        self.started = 0.0
-
-    def request(self, client: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        """The request of the next try (its clock starts now), within the deadline."""
-        if self.deadline.expired:
-            raise self.transport.deadline_error(self.url, self.deadline)
-        self.started = time.perf_counter()
-        return client.build_request(
-            self.method,
-            self.url,
-            json=self.body,
-            headers=self.transport._request_headers(),
-            timeout=self.transport._timeout_within(self.deadline, self.transport.read_timeout),
-        )
-
-    def answered(self, response: httpx.Response) -> bool:
-        """Whether ``response`` is the answer (any status below 400)."""
-        if response.status_code >= 400:
-            return False
-        self._log_response(response)
-        return True
-
-    def delay_after(
-        self, failure: httpx.TransportError | httpx.Response, error_body: bytes = b""
-    ) -> float:
-        """Seconds to wait before retrying ``failure``; raises when it is not retried."""
-        policy = self.transport.retry
-        if isinstance(failure, httpx.Response):
-            self._log_response(failure)
-            retry_after = parse_retry_after(failure.headers.get("retry-after"))
-            retryable = failure.status_code in RETRY_STATUSES
-            delay = policy.delay(self.retries, retry_after) if retryable else None
-            if delay is None or not self.deadline.allows(delay):
-                note = self._no_time_note(delay) or (
-                    self._retry_after_note(retry_after) if retryable else ""
-                )
-                raise error_for_status(
-                    failure.status_code,
-                    error_body,
-                    url=self.url,
-                    hints=self.transport.hints,
-                    model=self.model,
-                    retries=self.retries,
-                    note=note,
-                )
-            what = f"HTTP {failure.status_code}"
-        else:
-            retryable = isinstance(failure, _RETRIED_FAILURES)
-            delay = policy.delay(self.retries) if retryable else None
-            if delay is None or not self.deadline.allows(delay):
-                raise self.transport._transport_error(
-                    failure, self.url, self.retries, self.deadline
+                raise self.failures.body_broke(
+                    error, url, streamed=True, deadline=deadline
                 ) from None
-            what = type(failure).__name__
-        logger.warning(
-            "%s from %s; retry %d/%d in %.2f s",
-            what,
-            self.url,
-            self.retries + 1,
-            policy.max_retries,
-            delay,
-        )
-        self.retries += 1
-        self.deadline.note(f"retry {self.retries}")
-        return delay
-
-    def _no_time_note(self, delay: float | None) -> str:
-        if delay is None or self.deadline.allows(delay):
-            return ""
-        return (
-            f"The call's timeout={self.transport.read_timeout:g} s left no time to wait "
-            f"{describe_seconds(delay)} for another try."
-        )
-
-    def _retry_after_note(self, retry_after: float | None) -> str:
-        if retry_after is None:
-            return ""
-        longest = self.transport.retry.max_retry_after_s
-        if retry_after > longest:
-            return (
-                f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After), "
-                f"longer than the {longest:g} s this client waits: try again later."
-            )
-        return f"It asked to be retried after {describe_seconds(retry_after)} (Retry-After)."
-
-    def _log_response(self, response: httpx.Response) -> None:
-        logger.debug(
-            "%s %s -> %d (%.3f s)",
-            self.method,
-            self.url,
-            response.status_code,
-            time.perf_counter() - self.started,
-        )
-
-
-# Failures before any answer that a new try may cure (the server was restarting...).
-_RETRIED_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -673,6 +474,35 @@ async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
         yield first
     async for piece in rest:
         yield piece
+
+
+def _cancelled(cancellation: Cancellation | None) -> bool:
+    return cancellation is not None and cancellation.cancelled
+
+
+@contextmanager
+def _woken_on_cancel(response: httpx.Response, cancellation: Cancellation | None) -> Iterator[None]:
+    """While inside, a cancellation wakes a read of ``response`` blocked in another thread."""
+    if cancellation is None:
+        yield
+        return
+    with cancellation.on_cancel(lambda: _shut_down(response)):
+        yield
+
+
+def _shut_down(response: httpx.Response) -> None:
+    """Shut the socket of ``response`` down: a read blocked on it returns at once.
+
+    Shut down, not closed: the reading thread still owns the file descriptor and closes
+    it itself; a close from here could free the number for another socket while that
+    read still uses it. ``socket.socket.shutdown`` is called past any TLS wrapper, whose
+    own ``shutdown`` would drop the TLS state the reading thread is using.
+    """
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with suppress(OSError):  # already closed: nothing left to wake
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def _read_error_body(response: httpx.Response) -> bytes:
@@ -691,12 +521,6 @@ async def _aread_error_body(response: httpx.Response) -> bytes:
         return b""
     finally:
         await response.aclose()
-
-
-def _json_response(response: httpx.Response, content: bytes, url: str) -> JSONResponse:
-    return JSONResponse(
-        decode_json_object(content, url=url), dict(response.headers), response.status_code
-    )
 
 
 def _secret_values(headers: Mapping[str, str | SecretStr] | None) -> dict[str, str]:
