@@ -99,6 +99,9 @@ class BenchPrompt:
         response_format: OpenAI ``response_format`` the answer must follow, or None.
         tools: Tools (OpenAI format) the model may call, or None.
         tool_choice: ``auto``, ``required``, ``none`` or a named tool, with ``tools``.
+        agent: For an agent session (``bench.agent_tasks``), the framework whose agent
+            answers the user turn with the bench's tools, over several model calls;
+            None for a single generation.
     """
 
     id: str
@@ -109,6 +112,7 @@ class BenchPrompt:
     response_format: dict[str, Any] | None = None
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    agent: str | None = None
 
     def request(self, max_tokens: int, spec: SpecConfig | None) -> GenerationRequest:
         """The greedy request for this prompt (its own ``max_tokens`` caps the run's)."""
