@@ -45,6 +45,9 @@ from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import Message
 
+CUT = "CUT:"
+"""A reply starting with this is sent without it, as a generation cut at max_tokens."""
+
 
 class ScriptedAgentBackend(Backend):
     """Answers request i with ``replies[i % len(replies)]`` (text), and records each request."""
@@ -76,6 +79,8 @@ class ScriptedAgentBackend(Backend):
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         self.check_request(request)
         text = self.replies[len(self.requests) % len(self.replies)]
+        cut = text.startswith(CUT)
+        text = text.removeprefix(CUT)
         self.requests.append(request)
         stats = SpecStats(
             backend=self.name,
@@ -90,7 +95,7 @@ class ScriptedAgentBackend(Backend):
         yield Chunk(
             final=True,
             stats=stats,
-            finish_reason="stop",
+            finish_reason="length" if cut else "stop",
             usage=Usage(prompt_tokens=9, completion_tokens=self.tokens_per_reply),
         )
 
@@ -144,7 +149,8 @@ def test_frameworks_are_named_or_refused() -> None:
 
 def test_tools_answer_bad_calls_instead_of_raising() -> None:
     assert json.loads(get_weather("Lisbon", "fahrenheit"))["temperature"] == 63
-    assert "error" in json.loads(get_weather("Atlantis"))
+    atlantis = json.loads(get_weather("Atlantis"))  # unknown places get weather too
+    assert atlantis["temperature"] == json.loads(get_weather("atlantis "))["temperature"]
     assert json.loads(convert_currency(100, "usd", "EUR"))["result"] == 92.1
     assert "error" in json.loads(convert_currency(100, "USD", "XYZ"))
     assert "error" in json.loads(convert_currency("lots", "USD", "EUR"))  # type: ignore[arg-type]
@@ -355,6 +361,23 @@ def test_a_step_cap_ends_a_session_without_crashing(
     assert result.tool_calls == 3
     # create_agent stops before a 4th call; FunctionAgent refuses the 4th call's output.
     assert len(backend.requests) == (3 if framework == "langchain" else 4)
+
+
+@pytest.mark.parametrize(
+    ("framework", "module"),
+    [("langchain", "langchain.agents"), ("llama_index", "llama_index.core.agent.workflow")],
+)
+def test_a_tool_call_cut_at_max_tokens_is_no_answer(framework: str, module: str) -> None:
+    pytest.importorskip(module, reason=f"needs {module}")
+    backend = ScriptedAgentBackend([WEATHER, CUT + FLIGHTS[:50]])
+    loop = asyncio.new_event_loop()
+    try:
+        session = open_agent_session(framework, backend, None, loop=loop, max_tokens=16)
+        result = session("weather and flights?")
+    finally:
+        loop.close()
+    assert result.tool_calls == 1 and not result.answered
+    assert result.error is not None and "cut at max_tokens" in result.error
 
 
 # ---- the comparison -----------------------------------------------------------------------

@@ -63,8 +63,9 @@ AGENT_MAX_STEPS = 5
 """Most model calls of one session: three tool calls and the answer, and one spare."""
 
 AGENT_SYSTEM_PROMPT = (
-    "You are a travel assistant. Call the tools to get the weather, the exchange rate and "
-    "the flights, one call per turn, then answer the user in two sentences."
+    "You are a travel assistant. Call each tool once, one call per turn: first get_weather, "
+    "then convert_currency, then search_flights. When you have the three results, answer "
+    "the user in two sentences."
 )
 
 
@@ -85,7 +86,7 @@ AGENT_QUESTIONS: tuple[AgentQuestion, ...] = (
     AgentQuestion(
         "lisbon",
         "I fly from New York (JFK) to Lisbon (LIS) on 2026-03-14 with 800 US dollars. What "
-        "weather should I pack for, what is my money in euros, and which flights are there?",
+        "is the weather in Lisbon, what is my money in euros, and which flights are there?",
     ),
     AgentQuestion(
         "tokyo",
@@ -133,11 +134,18 @@ _FLIGHTS: dict[tuple[str, str], tuple[tuple[str, str, str, int], ...]] = {
 """(origin, destination): (flight, departs, arrives, price in US dollars)."""
 
 
+_CONDITIONS = ("sunny", "clear", "cloudy", "rain", "windy")
+
+
 def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -> str:
     """Current weather in a city, in celsius or fahrenheit."""
-    known = _WEATHER.get(str(city).strip().lower())
+    name = str(city).strip().lower()
+    known = _WEATHER.get(name)
     if known is None:
-        return json.dumps({"city": city, "error": "no weather data for this city"})
+        # Any other place (an airport code, a misspelling) gets weather too, the same
+        # every run: an error would only make a small model call again.
+        seed = sum(ord(character) for character in name)
+        known = (float(seed % 25), _CONDITIONS[seed % len(_CONDITIONS)])
     celsius, conditions = known
     temperature = celsius * 9 / 5 + 32 if unit == "fahrenheit" else celsius
     return json.dumps(

@@ -32,6 +32,7 @@ from speculative_llm.bench.outcomes import Contender, Outcome, outcome_of
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import AgentTally
 from speculative_llm.config import SpecConfig
+from speculative_llm.json_tools import TOOL_KEY
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
@@ -182,6 +183,17 @@ def _error_text(error: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def _cut_call(answer: str, max_tokens: int) -> str | None:
+    """Why a final "answer" is a tool call cut short, or None when it is a real answer.
+
+    A complete call becomes a tool call; one cut at ``max_tokens`` (or left unparseable)
+    reaches the agent as its JSON text, which the agent takes for the final answer.
+    """
+    if answer.lstrip().startswith(f'{{"{TOOL_KEY}"'):
+        return f"a tool call was cut at max_tokens ({max_tokens}): {answer[:80]}"
+    return None
+
+
 AgentSession = Callable[[str], SessionResult]
 """Answers one question with an agent built once (``open_agent_session``)."""
 
@@ -224,13 +236,10 @@ def _langchain_session(
             error = _error_text(failure)
         tool_calls = sum(isinstance(m, ToolMessage) for m in messages)
         last = messages[-1] if messages else None
-        answered = (
-            error is None
-            and isinstance(last, AIMessage)
-            and not last.tool_calls
-            and bool(str(last.content).strip())
-        )
-        answer = str(last.content) if isinstance(last, AIMessage) and not last.tool_calls else ""
+        final = isinstance(last, AIMessage) and not last.tool_calls
+        answer = str(last.content) if final and last is not None else ""
+        error = error or _cut_call(answer, max_tokens)
+        answered = error is None and final and bool(answer.strip())
         return SessionResult(answer, tool_calls, answered, error)
 
     return run
@@ -275,7 +284,8 @@ def _llama_index_session(
         except Exception as failure:  # a step cap or a bad call ends the session, not the run
             return SessionResult("", tool_calls, False, _error_text(failure))
         answer = str(output.response.content or "")
-        return SessionResult(answer, tool_calls, bool(answer.strip()))
+        error = _cut_call(answer, max_tokens)
+        return SessionResult(answer, tool_calls, error is None and bool(answer.strip()), error)
 
     def run(question: str) -> SessionResult:
         # One loop for every session: the HTTP backends' async clients stay open on it.
