@@ -59,8 +59,8 @@ _FRAMEWORK_ALIASES = {
 AGENT_MAX_TOKENS = 64
 """Generation budget of one model call of a session (a tool call fits in about 40)."""
 
-AGENT_MAX_STEPS = 5
-"""Most model calls of one session: three tool calls and the answer, and one spare."""
+AGENT_MAX_STEPS = 4
+"""Most model calls of one session: three tool calls and the answer."""
 
 AGENT_SYSTEM_PROMPT = (
     "You are a travel assistant. Call each tool once, one call per turn: first get_weather, "

@@ -17,7 +17,9 @@ Spec-Bench's categories plus code editing, 10 or more prompts each:
 * ``agent_loop``: four tool-calling sessions of a travel agent, step by step in order
   (three required tool calls, their results fed back, then the answer), so a category's
   time is the sessions' time end to end. The steps repeat one tool-call shape within and
-  across sessions: what suffix decoding's global trie drafts from the second on.
+  across sessions: what suffix decoding's global trie drafts from the second on. The
+  runner adds real agent sessions after them (``bench.agent_tasks``: LangChain's and
+  LlamaIndex's agents over our wrappers, timed end to end).
 
 ``rag``, ``code_edit`` and ``structured`` repeat long stretches of their prompt (the
 JSON keys and copied values of an extraction too), which is where prompt lookup
