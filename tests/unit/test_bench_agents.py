@@ -418,6 +418,7 @@ def test_agent_comparison_divides_end_to_end_seconds() -> None:
     row = by_variant["suffix k=5"]
     assert row["seconds"] == 2.0 and row["questions"] == 2 and row["sessions"] == 2
     assert row["generated_tokens"] == 20 and row["tool_calls"] == 6 and row["answered"] == 2
+    assert row["tokens_per_second"] == 10.0
     assert row["over_llama_server"] == 3.0
     assert row["llama_server_ngram"] == "llama-server ngram-mod k=5"
     assert row["over_llama_server_ngram"] == 2.0 and row["over_ngram"] == 2.0

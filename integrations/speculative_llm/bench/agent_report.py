@@ -4,7 +4,8 @@ From the samples of agent sessions (``Sample.agent`` set), one row per (framewor
 variant), then one per variant over every framework (``all``):
 
 * ``seconds`` and ``generated_tokens``: one pass through the questions, the sum over
-  sessions of the median over repeats (as the bench pools a category);
+  sessions of the median over repeats (as the bench pools a category), and
+  ``tokens_per_second``, the one over the other;
 * ``model_calls``, ``tool_calls``, ``answered`` and ``errors``: totals over every timed
   session (``sessions`` of them, repeats included);
 * ``over_llama_server``, ``over_llama_server_ngram`` and ``over_ngram``: end-to-end
@@ -13,7 +14,9 @@ variant), then one per variant over every framework (``all``):
   types, and our own n-gram at the same k (else our fastest n-gram).
 
 Sessions of different variants may take different paths (another tool call, a longer
-answer), so the tokens and calls stand next to the seconds.
+answer; llama-server's JSON grammar allows whitespace where ours does not, so the same
+greedy model may answer at once there and call a tool here), so the tokens, the
+throughput and the calls stand next to the seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from speculative_llm.bench.figures import median, ratio
+from speculative_llm.bench.figures import median, ratio, throughput
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE
 from speculative_llm.bench.records import ALL_CATEGORIES, OURS, Sample, Variant
 
@@ -36,6 +39,8 @@ def _row(framework: str, variant: Variant, samples: Sequence[Sample]) -> dict[st
     for sample in samples:
         by_session.setdefault(sample.prompt_id, []).append(sample)
     tallies = [s.agent for s in samples if s.agent is not None]
+    seconds = sum(median(s.wall_s for s in group) for group in by_session.values())
+    tokens = sum(round(median(s.generated_tokens for s in group)) for group in by_session.values())
     return {
         "framework": framework,
         "variant": variant.label,
@@ -44,10 +49,9 @@ def _row(framework: str, variant: Variant, samples: Sequence[Sample]) -> dict[st
         "k": variant.k,
         "questions": len(by_session),
         "sessions": len(samples),
-        "seconds": sum(median(s.wall_s for s in group) for group in by_session.values()),
-        "generated_tokens": sum(
-            round(median(s.generated_tokens for s in group)) for group in by_session.values()
-        ),
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_second": throughput(tokens, seconds),
         "model_calls": sum(t.model_calls for t in tallies),
         "tool_calls": sum(t.tool_calls for t in tallies),
         "answered": sum(t.answered for t in tallies),
@@ -142,6 +146,7 @@ def render_agent_table(rows: Sequence[dict[str, Any]]) -> Table:
         "variant",
         "seconds",
         "tokens",
+        "tok/s",
         "model calls",
         "tool calls",
         "answered",
@@ -160,6 +165,7 @@ def render_agent_table(rows: Sequence[dict[str, Any]]) -> Table:
             row["variant"],
             _seconds(row["seconds"]),
             str(row["generated_tokens"]),
+            "-" if row["tokens_per_second"] is None else f"{row['tokens_per_second']:.1f}",
             str(row["model_calls"]),
             str(row["tool_calls"]),
             f"{row['answered']}/{row['sessions']}",
