@@ -446,3 +446,22 @@ def test_results_json_has_the_agent_rows_and_notes(tmp_path: Path) -> None:
     assert [r["variant"] for r in record["agent_comparison"]] == ["none", "ngram k=5"]
     assert record["notes"] == list(result.notes)
     assert record["samples"][0]["agent"]["tool_calls"] == 3
+
+
+def test_the_command_line_chooses_frameworks_and_questions() -> None:
+    from speculative_llm.cli import build_parser
+    from speculative_llm.commands.bench import options_from_args
+
+    def parse(*argv: str) -> BenchOptions:
+        options: BenchOptions = options_from_args(build_parser().parse_args(["bench", *argv]))
+        return options
+
+    default = parse()
+    assert default.agent_frameworks == ("langchain", "llama_index")
+    assert default.agent_questions == 3
+    assert parse("--quick").agent_questions == 2
+    assert parse("--quick", "--agent-questions", "4").agent_questions == 4
+    assert parse("--agent-frameworks", "none").agent_frameworks == ()
+    assert parse("--agent-frameworks", "llama-index").agent_frameworks == ("llama_index",)
+    with pytest.raises(ConfigError, match="Unknown agent framework"):
+        parse("--agent-frameworks", "crewai")
