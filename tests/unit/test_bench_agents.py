@@ -437,7 +437,7 @@ def test_results_json_has_the_agent_rows_and_notes(tmp_path: Path) -> None:
     ]
     result = BenchResult(
         options=BenchOptions(),
-        prompts=(),
+        prompts=tuple(agent_prompts(("langchain",), 1)),
         samples=tuple(samples),
         summary=summarize(samples),
         notes=("LlamaIndex's FunctionAgent not run: llama_index is not installed.",),
@@ -446,6 +446,7 @@ def test_results_json_has_the_agent_rows_and_notes(tmp_path: Path) -> None:
     assert [r["variant"] for r in record["agent_comparison"]] == ["none", "ngram k=5"]
     assert record["notes"] == list(result.notes)
     assert record["samples"][0]["agent"]["tool_calls"] == 3
+    assert record["prompts"][0]["agent"] == "langchain"
 
 
 def test_the_command_line_chooses_frameworks_and_questions() -> None:

@@ -359,7 +359,10 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "variants": [v.to_dict() for v in summary.variants],
         "categories": list(summary.categories),
         "prompts": [
-            {"id": p.id, "category": p.category, "max_tokens": p.max_tokens} for p in result.prompts
+            {"id": p.id, "category": p.category, "max_tokens": p.max_tokens}
+            # An agent session also names its framework (single generations stay as they were).
+            | ({} if p.agent is None else {"agent": p.agent})
+            for p in result.prompts
         ],
         "summary": [cell.to_dict() for cell in summary.cells],
         "peer_comparison": peer_comparison(summary),
