@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.bench.agent_tasks import (
+    AGENT_FRAMEWORKS,
+    AGENT_MAX_TOKENS,
+    AGENT_QUESTIONS,
+    parse_frameworks,
+)
 from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.errors import ConfigError
 
@@ -35,9 +41,9 @@ LLAMA_SERVER_NGRAM_TYPES: tuple[str, ...] = ("ngram-simple", "ngram-mod")
 """llama-server's n-gram ``--spec-type``s that ``--compare-llama-server`` runs, each at
 every k: the comparison takes the best of them per category."""
 
-QUICK: dict[str, Any] = {"per_category": 1, "max_tokens": 48, "repeats": 2}
-"""What ``--quick`` sets (one prompt per category, short answers, two repeats), unless
-the user gives those options explicitly."""
+QUICK: dict[str, Any] = {"per_category": 1, "max_tokens": 48, "repeats": 2, "agent_questions": 2}
+"""What ``--quick`` sets (one prompt per category, short answers, two repeats, two agent
+questions per framework), unless the user gives those options explicitly."""
 
 
 def parse_methods(value: str) -> tuple[str, ...]:
@@ -121,6 +127,11 @@ class BenchOptions:
             (None: their defaults).
         exact: The local engine's exactness policy: ``distribution`` or ``bitwise``.
         progress: Show a progress bar on stderr.
+        agent_frameworks: Frameworks whose real agents answer the ``agent_loop``
+            category's sessions (``langchain``: ``create_agent``; ``llama_index``:
+            ``FunctionAgent``); empty for none.
+        agent_questions: Questions each framework's agent answers, in sequence.
+        agent_max_tokens: Generation budget of each model call of an agent session.
 
     Raises:
         ConfigError: Inconsistent options; the message says which and how to fix them.
@@ -149,8 +160,13 @@ class BenchOptions:
     threads: int | None = None
     exact: str = "distribution"
     progress: bool = True
+    agent_frameworks: tuple[str, ...] = AGENT_FRAMEWORKS
+    agent_questions: int = 3
+    agent_max_tokens: int = AGENT_MAX_TOKENS
 
     def __post_init__(self) -> None:
+        # Checked first: the names are normalised in place (llama-index -> llama_index).
+        object.__setattr__(self, "agent_frameworks", parse_frameworks(self.agent_frameworks))
         unknown = [m for m in self.methods if m not in BENCH_METHODS]
         if unknown:
             raise ConfigError(
@@ -162,10 +178,16 @@ class BenchOptions:
             raise ConfigError(f"Draft lengths must be integers >= 1, got {self.ks}.", field="k")
         if not self.ks:
             raise ConfigError("Give at least one draft length, for example --k 5.", field="k")
-        for name in ("repeats", "max_tokens"):
+        for name in ("repeats", "max_tokens", "agent_questions", "agent_max_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.", field=name)
+        if self.agent_questions > len(AGENT_QUESTIONS):
+            raise ConfigError(
+                f"agent_questions must be at most {len(AGENT_QUESTIONS)} (the built-in "
+                f"questions), got {self.agent_questions}.",
+                field="agent_questions",
+            )
         if self.per_category is not None and self.per_category < 1:
             raise ConfigError(
                 f"per_category must be >= 1, got {self.per_category}.", field="per_category"
@@ -266,6 +288,7 @@ class BenchOptions:
         record["methods"] = list(self.methods)
         record["ks"] = list(self.ks)
         record["llama_server_types"] = list(self.llama_server_types)
+        record["agent_frameworks"] = list(self.agent_frameworks)
         if not isinstance(self.categories, str):
             record["categories"] = list(self.categories)
         return record

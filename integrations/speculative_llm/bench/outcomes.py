@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from speculative_llm.bench.prompts import BenchPrompt
-from speculative_llm.bench.records import Variant
+from speculative_llm.bench.records import AgentTally, Variant
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Completion
 
@@ -29,6 +29,7 @@ class Outcome:
         stats: The backend's statistics, when it has any.
         kernel_s: Seconds inside the model's kernels (``SpecStats.kernel_s``), when known.
         grammar_s: Seconds our engine spent on a grammar (``SpecStats.grammar_s``).
+        agent: What an agent session did (None for a single generation).
     """
 
     text: str
@@ -38,6 +39,7 @@ class Outcome:
     stats: SpecStats | None
     kernel_s: float | None = None
     grammar_s: float | None = None
+    agent: AgentTally | None = None
 
 
 class Contender(Protocol):

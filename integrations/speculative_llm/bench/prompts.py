@@ -17,7 +17,9 @@ Spec-Bench's categories plus code editing, 10 or more prompts each:
 * ``agent_loop``: four tool-calling sessions of a travel agent, step by step in order
   (three required tool calls, their results fed back, then the answer), so a category's
   time is the sessions' time end to end. The steps repeat one tool-call shape within and
-  across sessions: what suffix decoding's global trie drafts from the second on.
+  across sessions: what suffix decoding's global trie drafts from the second on. The
+  runner adds real agent sessions after them (``bench.agent_tasks``: LangChain's and
+  LlamaIndex's agents over our wrappers, timed end to end).
 
 ``rag``, ``code_edit`` and ``structured`` repeat long stretches of their prompt (the
 JSON keys and copied values of an extraction too), which is where prompt lookup
@@ -99,6 +101,9 @@ class BenchPrompt:
         response_format: OpenAI ``response_format`` the answer must follow, or None.
         tools: Tools (OpenAI format) the model may call, or None.
         tool_choice: ``auto``, ``required``, ``none`` or a named tool, with ``tools``.
+        agent: For an agent session (``bench.agent_tasks``), the framework whose agent
+            answers the user turn with the bench's tools, over several model calls;
+            None for a single generation.
     """
 
     id: str
@@ -109,6 +114,7 @@ class BenchPrompt:
     response_format: dict[str, Any] | None = None
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    agent: str | None = None
 
     def request(self, max_tokens: int, spec: SpecConfig | None) -> GenerationRequest:
         """The greedy request for this prompt (its own ``max_tokens`` caps the run's)."""

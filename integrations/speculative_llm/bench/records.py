@@ -15,6 +15,7 @@ from speculative_llm.stats import SpecStats
 __all__ = [
     "ALL_CATEGORIES",
     "OURS",
+    "AgentTally",
     "BenchSummary",
     "CellSummary",
     "PromptResult",
@@ -67,6 +68,36 @@ class Variant:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentTally:
+    """What one agent session did, besides its time and tokens.
+
+    Attributes:
+        framework: ``langchain`` (``create_agent``) or ``llama_index`` (``FunctionAgent``).
+        model_calls: Requests the agent sent to the backend.
+        tool_calls: Tool calls the agent made (a failed call counts: its error went back
+            to the model as the tool's result).
+        answered: Whether the session ended with a final answer (not a step cap or error).
+        error: Why the session stopped without an answer, when it did.
+    """
+
+    framework: str
+    model_calls: int
+    tool_calls: int
+    answered: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tally as a JSON-compatible dict."""
+        return {
+            "framework": self.framework,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "answered": self.answered,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One timed generation (warm-up runs are not samples).
 
@@ -83,6 +114,7 @@ class Sample:
         stats: The backend's statistics for this generation, or None (peers).
         kernel_s: Seconds inside the runner's kernels while decoding, when known.
         grammar_s: Seconds our engine spent on a grammar, when there was one.
+        agent: What an agent session did (None for a single generation).
     """
 
     variant: Variant
@@ -97,6 +129,7 @@ class Sample:
     stats: SpecStats | None = None
     kernel_s: float | None = None
     grammar_s: float | None = None
+    agent: AgentTally | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The sample as a JSON-compatible dict."""
@@ -113,6 +146,7 @@ class Sample:
             "text": self.text,
             "token_ids": None if self.token_ids is None else list(self.token_ids),
             "stats": None if self.stats is None else self.stats.to_dict(),
+            "agent": None if self.agent is None else self.agent.to_dict(),
         }
 
 

@@ -3,7 +3,8 @@
 Files written by ``write_reports(result, out_dir)``:
 
 * ``results.json``: options, environment, one summary row per (variant, category),
-  the peer comparisons (transformers, llama-server), per-prompt results and every
+  the peer comparisons (transformers, llama-server), the agent-loop comparison
+  (``bench.agent_report``), notes on what did not run, per-prompt results and every
   sample (with output text);
 * ``summary.csv``: the summary rows;
 * ``speedup_by_category.png``: measured speedups by category, and decode speedup
@@ -20,6 +21,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from speculative_llm.bench.agent_report import agent_comparison
 from speculative_llm.bench.aggregate import cross_engine_agreement
 from speculative_llm.bench.figures import ratio
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
@@ -357,11 +359,16 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "variants": [v.to_dict() for v in summary.variants],
         "categories": list(summary.categories),
         "prompts": [
-            {"id": p.id, "category": p.category, "max_tokens": p.max_tokens} for p in result.prompts
+            {"id": p.id, "category": p.category, "max_tokens": p.max_tokens}
+            # An agent session also names its framework (single generations stay as they were).
+            | ({} if p.agent is None else {"agent": p.agent})
+            for p in result.prompts
         ],
         "summary": [cell.to_dict() for cell in summary.cells],
         "peer_comparison": peer_comparison(summary),
         "llama_server_comparison": llama_server_comparison(summary),
+        "agent_comparison": agent_comparison(result.samples),
+        "notes": list(result.notes),
         "prompt_results": [r.to_dict() for r in summary.prompt_results],
         "samples": [s.to_dict() for s in result.samples],
     }

@@ -19,6 +19,7 @@ numbers taken at different times.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
@@ -30,6 +31,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
+from speculative_llm.bench.agent_tasks import AGENT_CATEGORY, agent_prompts
+from speculative_llm.bench.agents import framework_missing, with_agents
 from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.contenders import Contender, open_contenders
 from speculative_llm.bench.divergences import with_margins
@@ -42,15 +45,18 @@ from speculative_llm.bench.prompts import (
 )
 from speculative_llm.bench.records import BenchSummary, Sample
 from speculative_llm.divergence import MarginScorer
+from speculative_llm.errors import ConfigError
 
 __all__ = [
     "WARMUP_TOKENS",
     "BenchResult",
+    "available_prompts",
     "environment",
     "interleaved_order",
     "resolve_prompts",
     "run_benchmark",
     "run_samples",
+    "runs_prompt",
 ]
 
 WARMUP_TOKENS = 16
@@ -74,9 +80,45 @@ def interleaved_order(count: int, round_index: int) -> list[int]:
 
 
 def resolve_prompts(options: BenchOptions) -> list[BenchPrompt]:
-    """The prompts of a run: the file's or the built-in set, filtered by category and count."""
-    source = load_prompts(options.prompts_file) if options.prompts_file else builtin_prompts()
-    return select_prompts(source, options.categories, options.per_category)
+    """The prompts of a run: the file's or the built-in set, filtered by category and count.
+
+    With the built-in set and ``agent_loop`` among the categories, the agent sessions
+    (``options.agent_questions`` per framework of ``options.agent_frameworks``) follow
+    the scripted steps of that category.
+    """
+    if options.prompts_file:
+        return select_prompts(
+            load_prompts(options.prompts_file), options.categories, options.per_category
+        )
+    chosen = select_prompts(builtin_prompts(), options.categories, options.per_category)
+    if options.agent_frameworks and any(p.category == AGENT_CATEGORY for p in chosen):
+        chosen.extend(
+            agent_prompts(
+                options.agent_frameworks,
+                options.agent_questions,
+                max_tokens=options.agent_max_tokens,
+            )
+        )
+    return chosen
+
+
+def runs_prompt(contender: Contender, prompt: BenchPrompt) -> bool:
+    """Whether ``contender`` takes ``prompt``: agent sessions need one that runs agents."""
+    return prompt.agent is None or bool(getattr(contender, "runs_agents", False))
+
+
+def available_prompts(prompts: Sequence[BenchPrompt]) -> tuple[list[BenchPrompt], list[str]]:
+    """The prompts whose agent framework is installed, and a note for each one that is not."""
+    missing: dict[str, str | None] = {}
+    kept: list[BenchPrompt] = []
+    for prompt in prompts:
+        if prompt.agent is not None:
+            if prompt.agent not in missing:
+                missing[prompt.agent] = framework_missing(prompt.agent)
+            if missing[prompt.agent] is not None:
+                continue
+        kept.append(prompt)
+    return kept, [note for note in missing.values() if note is not None]
 
 
 def run_samples(
@@ -109,7 +151,10 @@ def run_samples(
         raise ValueError("no contenders to run")
     if warmup:
         for contender in contenders:
-            contender.run(prompts[0], min(max_tokens, WARMUP_TOKENS))
+            first = next((p for p in prompts if runs_prompt(contender, p)), None)
+            if first is None:
+                continue
+            contender.run(first, min(max_tokens, WARMUP_TOKENS))
             if on_step:
                 on_step(f"warm-up {contender.variant.label}")
     samples: list[Sample] = []
@@ -119,6 +164,8 @@ def run_samples(
         for prompt in prompts:
             for index in interleaved_order(len(contenders), round_index):
                 contender = contenders[index]
+                if not runs_prompt(contender, prompt):
+                    continue
                 started = clock()
                 outcome = contender.run(prompt, max_tokens)
                 wall_s = clock() - started
@@ -136,6 +183,7 @@ def run_samples(
                         stats=outcome.stats,
                         kernel_s=outcome.kernel_s,
                         grammar_s=outcome.grammar_s,
+                        agent=outcome.agent,
                     )
                 )
                 if on_step:
@@ -217,6 +265,7 @@ class BenchResult:
         environment: Machine and software facts.
         started_at: UTC start time, ISO 8601.
         duration_s: Seconds the run took (model loading included).
+        notes: What the run could not do and why (an agent framework not installed).
     """
 
     options: BenchOptions
@@ -226,6 +275,7 @@ class BenchResult:
     environment: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     duration_s: float = 0.0
+    notes: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -282,10 +332,23 @@ def run_benchmark(
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     chosen = list(prompts) if prompts is not None else resolve_prompts(options)
+    chosen, notes = available_prompts(chosen)
+    if not chosen:
+        raise ConfigError(" ".join(notes) or "No prompts to run.", field="categories")
     load_at_start = environment().get("load_average")
     with contextlib.ExitStack() as stack:
         contenders = open_contenders(options, stack)
-        total = len(contenders) * (len(chosen) * options.repeats + int(options.warmup))
+        frameworks = list(dict.fromkeys(p.agent for p in chosen if p.agent is not None))
+        if frameworks:
+            loop = asyncio.new_event_loop()
+            stack.callback(loop.close)
+            contenders = with_agents(
+                contenders, frameworks, loop=loop, max_tokens=options.agent_max_tokens
+            )
+        total = sum(
+            sum(runs_prompt(c, p) for p in chosen) * options.repeats + int(options.warmup)
+            for c in contenders
+        )
         with _progress(total, options.progress and on_step is None) as bar:
             samples = run_samples(
                 contenders,
@@ -316,4 +379,5 @@ def run_benchmark(
         environment=facts,
         started_at=started_at,
         duration_s=time.perf_counter() - started,
+        notes=tuple(notes),
     )

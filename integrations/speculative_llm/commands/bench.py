@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
+from speculative_llm.bench.agent_tasks import AGENT_FRAMEWORKS
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
 from speculative_llm.bench.prompts import CATEGORIES
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
@@ -98,6 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="local engine: k is the longest draft; draft only what pays for its verification",
     )
+    parser.add_argument(
+        "--agent-frameworks",
+        default=",".join(AGENT_FRAMEWORKS),
+        help="agent_loop: frameworks whose real agents answer the questions over our "
+        f"wrappers (default {','.join(AGENT_FRAMEWORKS)}; none for the scripted steps only)",
+    )
+    parser.add_argument(
+        "--agent-questions",
+        type=int,
+        help="agent_loop: questions each framework's agent answers in sequence (default 3)",
+    )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     add_local_engine_arguments(
         parser,
@@ -115,6 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> Any:
     """Build ``BenchOptions`` from parsed arguments (``--quick`` fills unset options)."""
+    from speculative_llm.bench.agent_tasks import parse_frameworks
     from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
 
     def chosen(name: str, default: Any) -> Any:
@@ -146,6 +159,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
             t.strip() for t in args.llama_server_types.split(",") if t.strip()
         ),
         cost_aware=args.cost_aware,
+        agent_frameworks=parse_frameworks(args.agent_frameworks),
+        agent_questions=chosen("agent_questions", 3),
         progress=not args.no_progress,
         **local_engine_options(args),
     )
@@ -156,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         from rich.console import Console
 
+        from speculative_llm.bench.agent_report import (
+            agent_comparison,
+            agent_error_lines,
+            render_agent_table,
+        )
         from speculative_llm.bench.divergences import divergence_lines
         from speculative_llm.bench.report import (
             llama_server_comparison,
@@ -190,8 +210,15 @@ def run(args: argparse.Namespace) -> int:
     servers = llama_server_comparison(result.summary)
     if servers:
         console.print(render_llama_server_table(servers))
+    agents = agent_comparison(result.samples)
+    if agents:
+        console.print(render_agent_table(agents))
+    for line in agent_error_lines(result.samples):
+        console.print(line, markup=False)
     for line in divergence_lines(result.summary):
         console.print(line, markup=False)
+    for note in result.notes:
+        console.print(note, markup=False)
     paths = write_reports(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}", file=sys.stderr)
