@@ -25,6 +25,8 @@ from speculative_llm.backends.local.grammar import (
 )
 from speculative_llm.backends.local.model_sources import resolve_model
 from speculative_llm.backends.local.models import load_model
+from speculative_llm.backends.local.prompts import encode_request
+from speculative_llm.backends.local.request_stats import RequestStats
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
@@ -37,13 +39,11 @@ from speculative_llm.backends.local.tools import ToolPlan, plan_tools
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.json_tools import final_chunk_of, json_tool_completion
-from speculative_llm.stats import SpecStats
 from speculative_llm.types import (
     Chunk,
     Completion,
     FinishReason,
     GenerationRequest,
-    Message,
     Usage,
 )
 
@@ -63,8 +63,6 @@ their verification on this model and machine (on a CPU an extra verified row cos
 good part of a one-token pass), so free text decodes at the baseline's speed and copied
 text faster."""
 
-_FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
-
 
 @dataclass(frozen=True, slots=True)
 class _Job:
@@ -79,18 +77,6 @@ class _Job:
     """The compiled grammar the output must follow, or None."""
     tools: ToolPlan | None = None
     """How the request's tools were offered, when it has any."""
-
-
-def _kernel_seconds(runners: Sequence[Runner]) -> float | None:
-    """The runners' kernel seconds so far, added up; None unless the target measures them."""
-    seconds = [runner.kernel_seconds for runner in runners]
-    if seconds[0] is None:
-        return None
-    return float(sum(value for value in seconds if value is not None))
-
-
-def _seconds_since(before: float | None, now: float | None) -> float | None:
-    return None if before is None or now is None else now - before
 
 
 class LocalBackend(Backend):
@@ -375,46 +361,13 @@ class LocalBackend(Backend):
 
         Models without a chat template (base models such as gemma3-270m) get a plain
         transcript: ``User: ...`` lines followed by ``Assistant:``. A request with tools
-        is encoded as ``tools.plan_tools`` plans it.
+        is encoded as ``tools.plan_tools`` plans it (see ``prompts.encode_request``).
 
         Raises:
             ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
                 that refuses the messages, or tools that cannot be offered.
         """
-        tokenizer = self._loaded().tokenizer
-        plan = plan_tools(request, tokenizer)
-        if plan is not None:
-            return self._encode_messages(plan.messages, plan.template_tools)
-        if request.messages is None:
-            assert request.prompt is not None
-            return tokenizer.encode(request.prompt)
-        return self._encode_messages(request.messages, None)
-
-    def _encode_messages(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
-    ) -> list[int]:
-        tokenizer = self._loaded().tokenizer
-        if tokenizer.chat_template:
-            text = tokenizer.render_chat([self._template_message(m) for m in messages], tools=tools)
-            # The template already holds the special tokens (BOS included).
-            return tokenizer.encode(text, add_special_tokens=False)
-        transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in messages)
-        return tokenizer.encode(transcript + "Assistant:")
-
-    @staticmethod
-    def _template_message(message: Message) -> dict[str, Any]:
-        rendered: dict[str, Any] = {"role": message.role, "content": message.content}
-        if message.tool_calls:
-            # Chat templates take the arguments as a mapping (OpenAI's wire format is text).
-            rendered["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in message.tool_calls
-            ]
-        if message.tool_call_id is not None:
-            rendered["tool_call_id"] = message.tool_call_id
-        if message.name is not None:
-            rendered["name"] = message.name
-        return rendered
+        return encode_request(request, self._loaded().tokenizer).tokens
 
     def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
         """The target's top-1 minus top-2 logit after the request's prompt and ``generated``.
@@ -529,16 +482,25 @@ class LocalBackend(Backend):
         stop_filter = StopStringFilter(request.stop)
         counters = StepCounters()
         started = time.perf_counter()
-        first_token_at: float | None = None
         constraint = (
             None
             if job.grammar is None
             else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
         )
-        runners = [self._runner]
+        runners: list[Runner] = [self._runner]
         if isinstance(job.drafter, DraftModelDrafter):
             runners.append(job.drafter.runner)
-        kernel_before = _kernel_seconds(runners)
+        request_stats = RequestStats(
+            backend=self.name,
+            spec=spec,
+            num_speculative_tokens=k,
+            prompt_tokens=len(job.prompt_tokens),
+            counters=counters,
+            draft_length=draft_length,
+            constraint=constraint,
+            runners=runners,
+            started=started,
+        )
         steps = generate_steps(
             self._runner,
             job.drafter,
@@ -551,48 +513,11 @@ class LocalBackend(Backend):
             max_length=target.context_window,
             constraint=constraint,
         )
-
-        def snapshot(now: float) -> SpecStats:
-            ttft = (first_token_at - started) if first_token_at is not None else None
-            return SpecStats(
-                backend=self.name,
-                method=spec.method,
-                source="exact",
-                num_speculative_tokens=k,
-                prompt_tokens=len(job.prompt_tokens),
-                generated_tokens=counters.generated_tokens,
-                draft_tokens=counters.draft_tokens,
-                accepted_tokens=counters.accepted_tokens,
-                verify_steps=counters.verify_steps,
-                draft_steps=counters.draft_steps,
-                rejected_steps=counters.rejected_steps,
-                accepted_per_position=tuple(counters.accepted_per_position),
-                drafted_per_position=tuple(counters.drafted_per_position),
-                ttft_s=ttft,
-                decode_s=(now - first_token_at) if first_token_at is not None else None,
-                total_s=now - started,
-                draft_s=counters.draft_s,
-                verify_s=counters.verify_s,
-                grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
-                kernel_s=_seconds_since(kernel_before, _kernel_seconds(runners)),
-                grammar_s=None if constraint is None else counters.grammar_s,
-                request_tree_draft_tokens=by_tree(counters.drafted_by_source, "request"),
-                request_tree_accepted_tokens=by_tree(counters.accepted_by_source, "request"),
-                global_tree_draft_tokens=by_tree(counters.drafted_by_source, "global"),
-                global_tree_accepted_tokens=by_tree(counters.accepted_by_source, "global"),
-                draft_policy_reason=draft_length.explain(),
-                draft_policy_steps=draft_length.limit_counts(),
-            )
-
-        def by_tree(counts: dict[str, int], tree: str) -> int | None:
-            return counts.get(tree, 0) if spec.method == "suffix" else None
-
         output: list[int] = []
 
         try:
             for step in steps:
-                if first_token_at is None:
-                    first_token_at = time.perf_counter()
+                request_stats.step_arrived()
                 counters.record(step)
                 output.extend(step.tokens)
                 released, dropped = stop_filter.add(
@@ -614,13 +539,14 @@ class LocalBackend(Backend):
                 tokens = tuple(item.token for item in released)
                 text = "".join(token.text for token in tokens)
                 if finish is None:
-                    yield Chunk(text=text, tokens=tokens, stats=snapshot(time.perf_counter()))
+                    yield Chunk(
+                        text=text, tokens=tokens, stats=request_stats.snapshot(time.perf_counter())
+                    )
                     continue
-                stats = snapshot(time.perf_counter())
                 yield Chunk(
                     text=text,
                     tokens=tokens,
-                    stats=stats,
+                    stats=request_stats.snapshot(time.perf_counter()),
                     finish_reason=finish,
                     usage=Usage(len(job.prompt_tokens), counters.generated_tokens),
                     final=True,
