@@ -35,7 +35,7 @@ from speculative_llm.backends.local.text import (
     StopStringFilter,
     make_pending,
 )
-from speculative_llm.backends.local.tools import ToolPlan, plan_tools
+from speculative_llm.backends.local.tools import ToolPlan
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.json_tools import final_chunk_of, json_tool_completion
@@ -390,16 +390,18 @@ class LocalBackend(Backend):
                 self._runner.reset()
 
     def _prepare(self, request: GenerationRequest) -> _Job:
-        self._loaded()
+        """Check and encode ``request`` once: what every later stage of it reads."""
+        target = self._loaded()
         self.check_request(request)
         spec = request.spec if request.spec is not None else self._default_spec
         params = SamplingParams(request.temperature, request.top_p, request.top_k)
-        prompt_tokens = self.encode_prompt(request)
+        # One tool plan per request: the prompt shows it and the grammar enforces it.
+        prompt = encode_request(request, target.tokenizer)
+        prompt_tokens, tools = prompt.tokens, prompt.tools
         if not prompt_tokens:
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
-        tools = plan_tools(request, self._loaded().tokenizer)
         response_format = tools.response_format if tools else request.response_format
         grammar = (
             response_format_grammar(response_format, self._grammar_vocabulary())
