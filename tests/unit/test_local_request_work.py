@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from local_runners import RUNNERS, require_llama_cpp  # noqa: E402
-from speculative_llm import GenerationRequest, Message, SpecConfig  # noqa: E402
+from speculative_llm import GenerationRequest, Message, SpecConfig, SpecStats  # noqa: E402
 from speculative_llm.backends.local import LocalBackend, tools  # noqa: E402
 from speculative_llm.backends.local.request_stats import RequestStats  # noqa: E402
 
@@ -84,6 +85,21 @@ def test_a_request_with_tools_is_planned_once(
 
 def _several_steps() -> GenerationRequest:
     return GenerationRequest(prompt=PROMPT, max_tokens=12, spec=SpecConfig(method="none"))
+
+
+def test_generate_builds_the_statistics_once(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshots = _count_calls(monkeypatch, RequestStats, "snapshot")
+    completion = backend.generate(_several_steps())
+    assert completion.stats.verify_steps is not None and completion.stats.verify_steps > 1
+    assert isinstance(completion.stats, SpecStats) and completion.stats.source == "exact"
+    assert len(snapshots) == 1
+
+    snapshots.clear()
+    completion = asyncio.run(backend.agenerate(_several_steps()))
+    assert completion.stats.verify_steps is not None and completion.stats.verify_steps > 1
+    assert len(snapshots) == 1
 
 
 def test_a_stream_still_carries_live_statistics_on_every_chunk(

@@ -430,8 +430,29 @@ class LocalBackend(Backend):
         the chunks before the last carry only live statistics, and the last the call
         (``tool_calls``, finish reason ``tool_calls``) or the answer's text.
         """
+        return self._stream(request, live_stats=True)
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """Generate a whole completion (validated as ``stream`` validates).
+
+        Only the final statistics reach a completion, so the chunks before the last
+        carry none: no ``SpecStats`` is built per forward pass for nobody to read.
+        """
+        chunks = self._stream(request, live_stats=False)
+        return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async twin of ``generate``: runs the engine in a worker thread."""
+        chunks = [
+            chunk
+            async for chunk in iterate_in_thread(lambda: self._stream(request, live_stats=False))
+        ]
+        return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
+
+    def _stream(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
+        """``stream``, with statistics on every chunk (``live_stats``) or on the last only."""
         job = self._prepare(request)
-        chunks = self._run(job)
+        chunks = self._run(job, live_stats=live_stats)
         return chunks if job.tools is None else self._tool_answer(chunks)
 
     @staticmethod
@@ -441,7 +462,7 @@ class LocalBackend(Backend):
         try:
             for chunk in chunks:
                 seen.append(chunk)
-                if not chunk.final:
+                if not chunk.final and chunk.stats is not None:
                     yield Chunk(stats=chunk.stats)
         finally:
             close = getattr(chunks, "close", None)
@@ -454,15 +475,15 @@ class LocalBackend(Backend):
         """Async twin of ``stream``: runs the engine in a worker thread."""
         return iterate_in_thread(lambda: self.stream(request))
 
-    def _run(self, job: _Job) -> Iterator[Chunk]:
+    def _run(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         with self._lock:
             try:
-                yield from self._generate(job)
+                yield from self._generate(job, live_stats=live_stats)
             finally:
                 if self._closed:  # closed while this stream ran: free the models now
                     self._release_models()
 
-    def _generate(self, job: _Job) -> Iterator[Chunk]:
+    def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
@@ -541,9 +562,8 @@ class LocalBackend(Backend):
                 tokens = tuple(item.token for item in released)
                 text = "".join(token.text for token in tokens)
                 if finish is None:
-                    yield Chunk(
-                        text=text, tokens=tokens, stats=request_stats.snapshot(time.perf_counter())
-                    )
+                    live = request_stats.snapshot(time.perf_counter()) if live_stats else None
+                    yield Chunk(text=text, tokens=tokens, stats=live)
                     continue
                 yield Chunk(
                     text=text,
