@@ -30,11 +30,7 @@ from speculative_llm.backends.local.request_stats import RequestStats
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
-from speculative_llm.backends.local.text import (
-    IncrementalDetokenizer,
-    StopStringFilter,
-    make_pending,
-)
+from speculative_llm.backends.local.text import OutputText
 from speculative_llm.backends.local.tools import ToolPlan
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
@@ -501,8 +497,7 @@ class LocalBackend(Backend):
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)
-        detokenizer = IncrementalDetokenizer(target.tokenizer, job.prompt_tokens)
-        stop_filter = StopStringFilter(request.stop)
+        output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
         counters = StepCounters()
         started = time.perf_counter()
         constraint = (
@@ -543,23 +538,13 @@ class LocalBackend(Backend):
                 request_stats.step_arrived()
                 counters.record(step)
                 output.extend(step.tokens)
-                released, dropped = stop_filter.add(
-                    make_pending(step.tokens, step.num_accepted, detokenizer)
+                tokens, dropped = output_text.add(
+                    step.tokens, step.num_accepted, last=step.finish_reason is not None
                 )
-                finish: FinishReason | None = None
-                if stop_filter.stopped:
-                    counters.keep_first(counters.generated_tokens - len(dropped))
+                finish: FinishReason | None = step.finish_reason
+                if output_text.stopped:
+                    counters.keep_first(counters.generated_tokens - dropped)
                     finish = "stop"
-                elif step.finish_reason is not None:
-                    tail = detokenizer.flush()
-                    released += stop_filter.flush()
-                    if tail and released:
-                        last = released[-1]
-                        last.token = type(last.token)(
-                            last.token.text + tail, last.token.provenance, last.token.id
-                        )
-                    finish = step.finish_reason
-                tokens = tuple(item.token for item in released)
                 text = "".join(token.text for token in tokens)
                 if finish is None:
                     live = request_stats.snapshot(time.perf_counter()) if live_stats else None
