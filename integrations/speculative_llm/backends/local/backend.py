@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
+from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
@@ -49,15 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m"
-"""The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
-
-DEFAULT_SPEC = SpecConfig(method="ngram", num_speculative_tokens=12, cost_aware=True)
-"""Cost-aware prompt lookup: drafts of up to 12 tokens, only as long as they pay for
-their verification on this model and machine (on a CPU an extra verified row costs a
-good part of a one-token pass), so free text decodes at the baseline's speed and copied
-text faster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +148,7 @@ class LocalBackend(Backend):
             raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}.", field="threads")
-        self._default_spec = self._default_config(speculative, draft_model)
+        self._default_spec = default_spec(speculative, draft_model)
         self._options: dict[str, Any] = {
             "device": device,
             "dtype": dtype,
@@ -192,32 +184,6 @@ class LocalBackend(Backend):
             self._draft_drafter(self._default_spec)
 
     # ---- configuration ---------------------------------------------------------------------
-
-    @staticmethod
-    def _default_config(
-        speculative: SpecConfig | Mapping[str, Any] | str | None, draft_model: str | None
-    ) -> SpecConfig:
-        if speculative is None:
-            if draft_model:
-                return DEFAULT_SPEC.replace(method="draft_model", draft_model=draft_model)
-            return DEFAULT_SPEC
-        if isinstance(speculative, str) and speculative == "draft_model" and draft_model:
-            return SpecConfig(method="draft_model", draft_model=draft_model)
-        if (
-            isinstance(speculative, Mapping)
-            and draft_model
-            and not (speculative.get("draft_model") or speculative.get("draft"))
-        ):
-            speculative = {**speculative, "draft_model": draft_model}
-        config = SpecConfig.from_value(speculative)
-        assert config is not None
-        if config.method not in LOCAL_METHODS:
-            raise ConfigError(
-                f"The local engine does not implement method {config.method!r}; use one of "
-                f"{', '.join(LOCAL_METHODS)}.",
-                field="method",
-            )
-        return config
 
     @property
     def default_spec(self) -> SpecConfig:
