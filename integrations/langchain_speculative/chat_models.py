@@ -164,7 +164,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         json_tools = False
         if self.tool_calling == "json_schema":
             request, json_tools = as_json_tool_request(request)
-        self.client.check_request(request)
+        # The backend checks the request (Backend.stream's contract), once.
         return request, json_tools
 
     def _generate(

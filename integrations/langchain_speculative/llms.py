@@ -52,9 +52,8 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
     def _prompt_request(
         self, prompt: str, stop: list[str] | None, **kwargs: Any
     ) -> GenerationRequest:
-        request = self._build_request(messages=None, prompt=prompt, stop=stop, **kwargs)
-        self.client.check_request(request)
-        return request
+        # The backend checks the request (Backend.stream's contract), once.
+        return self._build_request(messages=None, prompt=prompt, stop=stop, **kwargs)
 
     @staticmethod
     def _result(generations: list[Generation], model_name: str) -> LLMResult:

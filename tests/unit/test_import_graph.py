@@ -3,7 +3,9 @@
 The graph is read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` counts, at module level and inside functions alike, because an import
 hidden in a function is still a dependency a reader has to untangle. Imports under
-``if TYPE_CHECKING:`` do not count: they never run.
+``if TYPE_CHECKING:`` do not count for that test: they never run. A second test counts
+them too: a module that needs a name only for its annotations still knows what it names,
+and a leaf should not need to know what sits above it.
 
 An edge points at the module that defines the name: ``from pkg import mod`` is an edge to
 ``pkg.mod`` when that is a module, and to ``pkg`` (its ``__init__``) otherwise.
@@ -46,12 +48,17 @@ def _is_type_checking_guard(node: ast.If) -> bool:
     return False
 
 
-def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import node that can run, skipping the bodies of ``if TYPE_CHECKING:``."""
+def _runtime_imports(
+    tree: ast.AST, *, type_only: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import node that can run, skipping the bodies of ``if TYPE_CHECKING:``.
+
+    With ``type_only`` those bodies count as well.
+    """
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking_guard(node):
+        if not type_only and isinstance(node, ast.If) and _is_type_checking_guard(node):
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
@@ -66,12 +73,14 @@ def _base_of_relative(module: str, is_package: bool, level: int) -> str:
     return ".".join(parts)
 
 
-def module_imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules ``module`` imports at run time."""
+def module_imports(
+    module: str, path: Path, modules: dict[str, Path], *, type_only: bool = False
+) -> set[str]:
+    """The project modules ``module`` imports at run time (and for types, ``type_only``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_package = path.name == "__init__.py"
     targets: set[str] = set()
-    for node in _runtime_imports(tree):
+    for node in _runtime_imports(tree, type_only=type_only):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in modules:
@@ -92,9 +101,12 @@ def module_imports(module: str, path: Path, modules: dict[str, Path]) -> set[str
     return targets
 
 
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the project modules it imports at run time."""
-    return {name: module_imports(name, path, modules) for name, path in modules.items()}
+def import_graph(modules: dict[str, Path], *, type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports at run time (and for types, ``type_only``)."""
+    return {
+        name: module_imports(name, path, modules, type_only=type_only)
+        for name, path in modules.items()
+    }
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -197,6 +209,15 @@ def test_the_project_has_no_import_cycle() -> None:
     )
 
 
+def test_not_even_type_only_imports_go_round_in_a_circle() -> None:
+    cycles = find_cycles(import_graph(discover_modules(), type_only=True))
+    assert not cycles, (
+        "import cycles through imports under TYPE_CHECKING (declare a Protocol in the lower "
+        "module, or move the shared type to a module both import):\n"
+        + "\n".join(_cycle_text(cycle) for cycle in cycles)
+    )
+
+
 def _write(root: Path, relative: str, text: str) -> None:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -225,6 +246,8 @@ def test_type_checking_imports_do_not_count(toy_tree: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import thing\n",
     )
     assert find_cycles(import_graph(discover_modules((toy_tree,)))) == []
+    type_only = import_graph(discover_modules((toy_tree,)), type_only=True)
+    assert find_cycles(type_only) == [["pkg.a", "pkg.b", "pkg.a"]]
 
 
 def test_relative_imports_resolve_to_the_module(toy_tree: Path) -> None:

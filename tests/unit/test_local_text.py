@@ -10,6 +10,7 @@ pytest.importorskip("transformers", reason="the local engine needs transformers"
 
 from speculative_llm.backends.local.text import (
     IncrementalDetokenizer,
+    OutputText,
     PendingToken,
     StopStringFilter,
 )
@@ -114,3 +115,36 @@ def test_a_stop_string_at_the_start_releases_nothing() -> None:
     stop_filter = StopStringFilter(["##"])
     released, dropped = stop_filter.add(_tokens("##", "rest"))
     assert released == [] and _texts(dropped) == ["##", "rest"]
+
+
+# ---- a generation's text: detokenizer and stop strings together --------------------------
+
+
+def test_the_last_step_gives_the_held_back_bytes_to_the_last_token(
+    byte_level_tokenizer: Any,
+) -> None:
+    ids = byte_level_tokenizer("the dog 😀").input_ids[:-1]  # ends inside the emoji
+    output = OutputText(byte_level_tokenizer, (), ())
+    first, dropped = output.add(ids[:3], 0, last=False)
+    tokens, _ = output.add(ids[3:], 2, last=True)
+    assert dropped == 0 and not output.stopped
+    everything = first + tokens
+    # Nothing lost: the text is the decoded ids, the incomplete character included.
+    assert "".join(token.text for token in everything) == byte_level_tokenizer.decode(ids)
+    assert tokens[-1].text.endswith("\ufffd")
+    assert [token.id for token in everything] == ids
+    assert [token.provenance for token in tokens] == ["draft", "draft"] + ["target"] * (
+        len(tokens) - 2
+    )
+
+
+def test_a_stop_string_ends_the_text_and_counts_the_dropped_tokens(
+    byte_level_tokenizer: Any,
+) -> None:
+    ids = byte_level_tokenizer("the quick brown fox jumps").input_ids
+    output = OutputText(byte_level_tokenizer, (), ("brown",))
+    tokens, dropped = output.add(ids, 0, last=True)
+    assert output.stopped
+    assert "".join(token.text for token in tokens) == "the quick "
+    kept = len(tokens)
+    assert dropped == len(ids) - kept

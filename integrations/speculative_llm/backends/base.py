@@ -112,7 +112,12 @@ class Backend(ABC):
 
     @abstractmethod
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
-        """Generate, yielding chunks as they are produced; the last one has ``final=True``."""
+        """Generate, yielding chunks as they are produced; the last one has ``final=True``.
+
+        A backend checks the request itself (``check_request``, before the first chunk,
+        and so do its ``astream`` and ``generate``): callers such as the LangChain and
+        LlamaIndex adapters rely on it and do not check again.
+        """
 
     @abstractmethod
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:

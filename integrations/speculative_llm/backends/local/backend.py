@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
+from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
@@ -25,25 +26,21 @@ from speculative_llm.backends.local.grammar import (
 )
 from speculative_llm.backends.local.model_sources import resolve_model
 from speculative_llm.backends.local.models import load_model
+from speculative_llm.backends.local.prompts import encode_request
+from speculative_llm.backends.local.request_stats import RequestStats
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
-from speculative_llm.backends.local.text import (
-    IncrementalDetokenizer,
-    StopStringFilter,
-    make_pending,
-)
-from speculative_llm.backends.local.tools import ToolPlan, plan_tools
+from speculative_llm.backends.local.text import OutputText
+from speculative_llm.backends.local.tools import ToolPlan
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.json_tools import final_chunk_of, json_tool_completion
-from speculative_llm.stats import SpecStats
 from speculative_llm.types import (
     Chunk,
     Completion,
     FinishReason,
     GenerationRequest,
-    Message,
     Usage,
 )
 
@@ -53,17 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m"
-"""The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
-
-DEFAULT_SPEC = SpecConfig(method="ngram", num_speculative_tokens=12, cost_aware=True)
-"""Cost-aware prompt lookup: drafts of up to 12 tokens, only as long as they pay for
-their verification on this model and machine (on a CPU an extra verified row costs a
-good part of a one-token pass), so free text decodes at the baseline's speed and copied
-text faster."""
-
-_FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +65,6 @@ class _Job:
     """The compiled grammar the output must follow, or None."""
     tools: ToolPlan | None = None
     """How the request's tools were offered, when it has any."""
-
-
-def _kernel_seconds(runners: Sequence[Runner]) -> float | None:
-    """The runners' kernel seconds so far, added up; None unless the target measures them."""
-    seconds = [runner.kernel_seconds for runner in runners]
-    if seconds[0] is None:
-        return None
-    return float(sum(value for value in seconds if value is not None))
-
-
-def _seconds_since(before: float | None, now: float | None) -> float | None:
-    return None if before is None or now is None else now - before
 
 
 class LocalBackend(Backend):
@@ -174,7 +148,7 @@ class LocalBackend(Backend):
             raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}.", field="threads")
-        self._default_spec = self._default_config(speculative, draft_model)
+        self._default_spec = default_spec(speculative, draft_model)
         self._options: dict[str, Any] = {
             "device": device,
             "dtype": dtype,
@@ -210,32 +184,6 @@ class LocalBackend(Backend):
             self._draft_drafter(self._default_spec)
 
     # ---- configuration ---------------------------------------------------------------------
-
-    @staticmethod
-    def _default_config(
-        speculative: SpecConfig | Mapping[str, Any] | str | None, draft_model: str | None
-    ) -> SpecConfig:
-        if speculative is None:
-            if draft_model:
-                return DEFAULT_SPEC.replace(method="draft_model", draft_model=draft_model)
-            return DEFAULT_SPEC
-        if isinstance(speculative, str) and speculative == "draft_model" and draft_model:
-            return SpecConfig(method="draft_model", draft_model=draft_model)
-        if (
-            isinstance(speculative, Mapping)
-            and draft_model
-            and not (speculative.get("draft_model") or speculative.get("draft"))
-        ):
-            speculative = {**speculative, "draft_model": draft_model}
-        config = SpecConfig.from_value(speculative)
-        assert config is not None
-        if config.method not in LOCAL_METHODS:
-            raise ConfigError(
-                f"The local engine does not implement method {config.method!r}; use one of "
-                f"{', '.join(LOCAL_METHODS)}.",
-                field="method",
-            )
-        return config
 
     @property
     def default_spec(self) -> SpecConfig:
@@ -375,46 +323,13 @@ class LocalBackend(Backend):
 
         Models without a chat template (base models such as gemma3-270m) get a plain
         transcript: ``User: ...`` lines followed by ``Assistant:``. A request with tools
-        is encoded as ``tools.plan_tools`` plans it.
+        is encoded as ``tools.plan_tools`` plans it (see ``prompts.encode_request``).
 
         Raises:
             ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
                 that refuses the messages, or tools that cannot be offered.
         """
-        tokenizer = self._loaded().tokenizer
-        plan = plan_tools(request, tokenizer)
-        if plan is not None:
-            return self._encode_messages(plan.messages, plan.template_tools)
-        if request.messages is None:
-            assert request.prompt is not None
-            return tokenizer.encode(request.prompt)
-        return self._encode_messages(request.messages, None)
-
-    def _encode_messages(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
-    ) -> list[int]:
-        tokenizer = self._loaded().tokenizer
-        if tokenizer.chat_template:
-            text = tokenizer.render_chat([self._template_message(m) for m in messages], tools=tools)
-            # The template already holds the special tokens (BOS included).
-            return tokenizer.encode(text, add_special_tokens=False)
-        transcript = "".join(f"{_FALLBACK_ROLES[m.role]}: {m.content}\n" for m in messages)
-        return tokenizer.encode(transcript + "Assistant:")
-
-    @staticmethod
-    def _template_message(message: Message) -> dict[str, Any]:
-        rendered: dict[str, Any] = {"role": message.role, "content": message.content}
-        if message.tool_calls:
-            # Chat templates take the arguments as a mapping (OpenAI's wire format is text).
-            rendered["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                for c in message.tool_calls
-            ]
-        if message.tool_call_id is not None:
-            rendered["tool_call_id"] = message.tool_call_id
-        if message.name is not None:
-            rendered["name"] = message.name
-        return rendered
+        return encode_request(request, self._loaded().tokenizer).tokens
 
     def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
         """The target's top-1 minus top-2 logit after the request's prompt and ``generated``.
@@ -437,16 +352,18 @@ class LocalBackend(Backend):
                 self._runner.reset()
 
     def _prepare(self, request: GenerationRequest) -> _Job:
-        self._loaded()
+        """Check and encode ``request`` once: what every later stage of it reads."""
+        target = self._loaded()
         self.check_request(request)
         spec = request.spec if request.spec is not None else self._default_spec
         params = SamplingParams(request.temperature, request.top_p, request.top_k)
-        prompt_tokens = self.encode_prompt(request)
+        # One tool plan per request: the prompt shows it and the grammar enforces it.
+        prompt = encode_request(request, target.tokenizer)
+        prompt_tokens, tools = prompt.tokens, prompt.tools
         if not prompt_tokens:
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
-        tools = plan_tools(request, self._loaded().tokenizer)
         response_format = tools.response_format if tools else request.response_format
         grammar = (
             response_format_grammar(response_format, self._grammar_vocabulary())
@@ -475,8 +392,29 @@ class LocalBackend(Backend):
         the chunks before the last carry only live statistics, and the last the call
         (``tool_calls``, finish reason ``tool_calls``) or the answer's text.
         """
+        return self._stream(request, live_stats=True)
+
+    def generate(self, request: GenerationRequest) -> Completion:
+        """Generate a whole completion (validated as ``stream`` validates).
+
+        Only the final statistics reach a completion, so the chunks before the last
+        carry none: no ``SpecStats`` is built per forward pass for nobody to read.
+        """
+        chunks = self._stream(request, live_stats=False)
+        return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
+
+    async def agenerate(self, request: GenerationRequest) -> Completion:
+        """Async twin of ``generate``: runs the engine in a worker thread."""
+        chunks = [
+            chunk
+            async for chunk in iterate_in_thread(lambda: self._stream(request, live_stats=False))
+        ]
+        return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
+
+    def _stream(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
+        """``stream``, with statistics on every chunk (``live_stats``) or on the last only."""
         job = self._prepare(request)
-        chunks = self._run(job)
+        chunks = self._run(job, live_stats=live_stats)
         return chunks if job.tools is None else self._tool_answer(chunks)
 
     @staticmethod
@@ -486,7 +424,7 @@ class LocalBackend(Backend):
         try:
             for chunk in chunks:
                 seen.append(chunk)
-                if not chunk.final:
+                if not chunk.final and chunk.stats is not None:
                     yield Chunk(stats=chunk.stats)
         finally:
             close = getattr(chunks, "close", None)
@@ -499,15 +437,15 @@ class LocalBackend(Backend):
         """Async twin of ``stream``: runs the engine in a worker thread."""
         return iterate_in_thread(lambda: self.stream(request))
 
-    def _run(self, job: _Job) -> Iterator[Chunk]:
+    def _run(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         with self._lock:
             try:
-                yield from self._generate(job)
+                yield from self._generate(job, live_stats=live_stats)
             finally:
                 if self._closed:  # closed while this stream ran: free the models now
                     self._release_models()
 
-    def _generate(self, job: _Job) -> Iterator[Chunk]:
+    def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
@@ -525,20 +463,28 @@ class LocalBackend(Backend):
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)
-        detokenizer = IncrementalDetokenizer(target.tokenizer, job.prompt_tokens)
-        stop_filter = StopStringFilter(request.stop)
+        output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
         counters = StepCounters()
         started = time.perf_counter()
-        first_token_at: float | None = None
         constraint = (
             None
             if job.grammar is None
             else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
         )
-        runners = [self._runner]
+        runners: list[Runner] = [self._runner]
         if isinstance(job.drafter, DraftModelDrafter):
             runners.append(job.drafter.runner)
-        kernel_before = _kernel_seconds(runners)
+        request_stats = RequestStats(
+            backend=self.name,
+            spec=spec,
+            num_speculative_tokens=k,
+            prompt_tokens=len(job.prompt_tokens),
+            counters=counters,
+            draft_length=draft_length,
+            constraint=constraint,
+            runners=runners,
+            started=started,
+        )
         steps = generate_steps(
             self._runner,
             job.drafter,
@@ -551,76 +497,29 @@ class LocalBackend(Backend):
             max_length=target.context_window,
             constraint=constraint,
         )
-
-        def snapshot(now: float) -> SpecStats:
-            ttft = (first_token_at - started) if first_token_at is not None else None
-            return SpecStats(
-                backend=self.name,
-                method=spec.method,
-                source="exact",
-                num_speculative_tokens=k,
-                prompt_tokens=len(job.prompt_tokens),
-                generated_tokens=counters.generated_tokens,
-                draft_tokens=counters.draft_tokens,
-                accepted_tokens=counters.accepted_tokens,
-                verify_steps=counters.verify_steps,
-                draft_steps=counters.draft_steps,
-                rejected_steps=counters.rejected_steps,
-                accepted_per_position=tuple(counters.accepted_per_position),
-                drafted_per_position=tuple(counters.drafted_per_position),
-                ttft_s=ttft,
-                decode_s=(now - first_token_at) if first_token_at is not None else None,
-                total_s=now - started,
-                draft_s=counters.draft_s,
-                verify_s=counters.verify_s,
-                grammar_cut_tokens=None if constraint is None else constraint.cut_tokens,
-                kernel_s=_seconds_since(kernel_before, _kernel_seconds(runners)),
-                grammar_s=None if constraint is None else counters.grammar_s,
-                request_tree_draft_tokens=by_tree(counters.drafted_by_source, "request"),
-                request_tree_accepted_tokens=by_tree(counters.accepted_by_source, "request"),
-                global_tree_draft_tokens=by_tree(counters.drafted_by_source, "global"),
-                global_tree_accepted_tokens=by_tree(counters.accepted_by_source, "global"),
-                draft_policy_reason=draft_length.explain(),
-                draft_policy_steps=draft_length.limit_counts(),
-            )
-
-        def by_tree(counts: dict[str, int], tree: str) -> int | None:
-            return counts.get(tree, 0) if spec.method == "suffix" else None
-
         output: list[int] = []
 
         try:
             for step in steps:
-                if first_token_at is None:
-                    first_token_at = time.perf_counter()
+                request_stats.step_arrived()
                 counters.record(step)
                 output.extend(step.tokens)
-                released, dropped = stop_filter.add(
-                    make_pending(step.tokens, step.num_accepted, detokenizer)
+                tokens, dropped = output_text.add(
+                    step.tokens, step.num_accepted, last=step.finish_reason is not None
                 )
-                finish: FinishReason | None = None
-                if stop_filter.stopped:
-                    counters.keep_first(counters.generated_tokens - len(dropped))
+                finish: FinishReason | None = step.finish_reason
+                if output_text.stopped:
+                    counters.keep_first(counters.generated_tokens - dropped)
                     finish = "stop"
-                elif step.finish_reason is not None:
-                    tail = detokenizer.flush()
-                    released += stop_filter.flush()
-                    if tail and released:
-                        last = released[-1]
-                        last.token = type(last.token)(
-                            last.token.text + tail, last.token.provenance, last.token.id
-                        )
-                    finish = step.finish_reason
-                tokens = tuple(item.token for item in released)
                 text = "".join(token.text for token in tokens)
                 if finish is None:
-                    yield Chunk(text=text, tokens=tokens, stats=snapshot(time.perf_counter()))
+                    live = request_stats.snapshot(time.perf_counter()) if live_stats else None
+                    yield Chunk(text=text, tokens=tokens, stats=live)
                     continue
-                stats = snapshot(time.perf_counter())
                 yield Chunk(
                     text=text,
                     tokens=tokens,
-                    stats=stats,
+                    stats=request_stats.snapshot(time.perf_counter()),
                     finish_reason=finish,
                     usage=Usage(len(job.prompt_tokens), counters.generated_tokens),
                     final=True,

@@ -24,17 +24,14 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from speculative_llm.errors import BackendError, ConfigError
 
-if TYPE_CHECKING:
-    from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
-
-__all__ = ["LlamaCppRunner", "ThreadPlan", "exact_verify_rows"]
+__all__ = ["LlamaCppRunner", "LlamaCppWeights", "ThreadPlan", "exact_verify_rows"]
 
 _CPU = torch.device("cpu")
 
@@ -72,6 +69,53 @@ class ThreadPlan:
         return f"{line} ({self.fallback_threads} for one-token passes{where})"
 
 
+class LlamaCppWeights(Protocol):
+    """What a runner needs of the loaded weights it runs on (``LlamaCppModel`` has it).
+
+    Declared here, not imported from ``llama_cpp_model``: the model builds runners, so
+    the runner depends only on this description of it.
+    """
+
+    @property
+    def api(self) -> Any:
+        """The llama.cpp binding's functions."""
+        ...
+
+    @property
+    def pointer(self) -> Any:
+        """The ``llama_model *``."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The model's name, for messages."""
+        ...
+
+    @property
+    def context_window(self) -> int:
+        """Tokens each runner's cache holds."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the logits."""
+        ...
+
+    @property
+    def thread_plan(self) -> ThreadPlan:
+        """Threads of each pass."""
+        ...
+
+    @property
+    def verify_rows_limit(self) -> int | None:
+        """Most rows one verify pass scores (None: any)."""
+        ...
+
+    def last_errors(self) -> str:
+        """llama.cpp's most recent error lines (for messages)."""
+        ...
+
+
 def _free(api: Any, context: Any, batch: Any) -> None:
     api.llama_batch_free(batch)
     api.llama_free(context)
@@ -81,13 +125,14 @@ class LlamaCppRunner:
     """A llama.cpp context of one sequence over a loaded GGUF model.
 
     Args:
-        model: The loaded model (weights are shared by every runner made from it).
+        model: The loaded weights, a ``LlamaCppModel`` (shared by every runner made
+            from it).
 
     Raises:
         BackendError: llama.cpp could not create the context (out of memory).
     """
 
-    def __init__(self, model: LlamaCppModel) -> None:
+    def __init__(self, model: LlamaCppWeights) -> None:
         api = model.api
         self.model = model
         self._api = api

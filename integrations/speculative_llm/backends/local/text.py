@@ -8,13 +8,20 @@ tokenizer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speculative_llm.backends.local.tokenizers import Tokenizer
 from speculative_llm.types import Provenance, Token
 
-__all__ = ["IncrementalDetokenizer", "PendingToken", "StopStringFilter", "make_pending"]
+__all__ = [
+    "IncrementalDetokenizer",
+    "OutputText",
+    "PendingToken",
+    "StopStringFilter",
+    "make_pending",
+]
 
 _CONTEXT_TOKENS = 5
 """Prompt tokens decoded along with the first generated ones, so tokenizers that drop
@@ -168,3 +175,55 @@ def make_pending(
             )
         )
     return pending
+
+
+class OutputText:
+    """The text of one generation, step by step: its tokens, cut at a stop string.
+
+    Joins an ``IncrementalDetokenizer`` and a ``StopStringFilter``: each step's ids
+    become tokens (its accepted draft tokens marked ``draft``), text that may begin a
+    stop string waits, and the step that ends the generation releases what still waits,
+    with the text an incomplete character held back added to the last token (so that a
+    chunk's text is always the text of its tokens).
+
+    Args:
+        tokenizer: The model's tokenizer.
+        prompt_tokens: The prompt (its last tokens give the first delta its context).
+        stop: Stop strings (may be empty).
+    """
+
+    def __init__(
+        self, tokenizer: Tokenizer, prompt_tokens: Sequence[int], stop: Sequence[str]
+    ) -> None:
+        self._detokenizer = IncrementalDetokenizer(tokenizer, prompt_tokens)
+        self._stop_filter = StopStringFilter(stop)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop string ended the text."""
+        return self._stop_filter.stopped
+
+    def add(
+        self, token_ids: Sequence[int], num_accepted: int, *, last: bool
+    ) -> tuple[tuple[Token, ...], int]:
+        """Add one step: its first ``num_accepted`` ids are accepted draft tokens.
+
+        Args:
+            token_ids: The step's token ids.
+            num_accepted: How many of them are accepted draft tokens.
+            last: Whether the engine ends the generation with this step: then
+                everything held back is released (unless a stop string ended it).
+
+        Returns:
+            ``(tokens, dropped)``: the tokens to emit now, and how many of the step's
+            tokens were dropped because they follow a stop string.
+        """
+        pending = make_pending(token_ids, num_accepted, self._detokenizer)
+        released, dropped = self._stop_filter.add(pending)
+        if last and not self.stopped:
+            tail = self._detokenizer.flush()
+            released += self._stop_filter.flush()
+            if tail and released:
+                final = released[-1]
+                final.token = dataclasses.replace(final.token, text=final.token.text + tail)
+        return tuple(item.token for item in released), len(dropped)
