@@ -8,14 +8,17 @@ added later): a test here is parametrised over ``SERVER_BACKENDS``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import ClassVar
 
 import pytest
 
 from speculative_llm import ConfigError, build_backend, create_backend
-from speculative_llm.backends.openai_compat import Dialect, OpenAICompatibleBackend
+from speculative_llm.backends.openai_compat import Dialect, OpenAICompatibleBackend, Route
 from speculative_llm.backends.registry import SERVER_BACKENDS, backend_factory
 from speculative_llm.backends.tgi import TGIBackend
 from speculative_llm.backends.vllm import VLLMDialect
+from speculative_llm.types import GenerationRequest
 
 URL = "http://127.0.0.1:9"
 
@@ -73,3 +76,26 @@ def test_a_dialect_is_spoken_only_by_its_own_class() -> None:
         OpenAICompatibleBackend(URL, dialect=Dialect(), require_speculation=True)
     with OpenAICompatibleBackend(URL, dialect=Dialect()) as backend:
         assert backend.name == "openai"
+
+
+@pytest.mark.parametrize("name", SERVER_BACKENDS)
+def test_an_engine_with_a_native_route_builds_its_native_body(name: str) -> None:
+    factory = backend_factory(name)
+    assert isinstance(factory, type) and issubclass(factory, OpenAICompatibleBackend)
+    dialect = factory.dialect_type()
+    if "native" not in dialect.routes.values():
+        pytest.skip(f"{name} has no native route")
+    request = GenerationRequest(prompt="Hi", max_tokens=4)
+    body = dialect.build_body(request, "native", stream=False, model=None, extra_body={})
+    assert body == dialect.native_body(request, stream=False, extra_body={})
+    assert "Hi" in body.values()  # the prompt, under the engine's own name
+
+
+def test_a_native_route_without_a_native_body_says_which_hook_is_missing() -> None:
+    class NativeOnly(Dialect):
+        native_path: ClassVar[str | None] = "/generate"
+        routes: ClassVar[Mapping[str, Route]] = {"native": "native"}
+
+    request = GenerationRequest(prompt="Hi", max_tokens=4)
+    with pytest.raises(NotImplementedError, match=r"NativeOnly .* override native_body"):
+        NativeOnly().build_body(request, "native", stream=False, model=None, extra_body={})

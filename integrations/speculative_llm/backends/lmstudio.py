@@ -177,7 +177,8 @@ class LMStudioDialect(Dialect):
         extra_body: Mapping[str, Any],
     ) -> dict[str, Any]:
         """``draft_model`` when the request speculates (it wins over ``extra_body``'s)."""
-        body = dict(extra_body)
+        # Not engine_fields: extra_body wins over those, and the request's spec must win.
+        body = super().request_fields(request, route, stream=stream, extra_body=extra_body)
         draft = self.draft_model_for(request)
         if draft is not None:
             body["draft_model"] = draft

@@ -239,31 +239,16 @@ class SGLangDialect(Dialect):
         """Exact per-request figures at the end; no live stats, no provenance, no toggle."""
         return Capabilities.of_server(per_request_stats=True)
 
-    def request_fields(
-        self,
-        request: GenerationRequest,
-        route: Route,
-        *,
-        stream: bool,
-        extra_body: Mapping[str, Any],
+    def engine_fields(
+        self, request: GenerationRequest, route: Route, *, stream: bool
     ) -> dict[str, Any]:
         """Ask for ``sglext.spec_tokens_details`` on OpenAI endpoints."""
-        return {"return_spec_tokens_details": True, **extra_body}
+        return {"return_spec_tokens_details": True}
 
-    def build_body(
-        self,
-        request: GenerationRequest,
-        route: Route,
-        *,
-        stream: bool,
-        model: str | None,
-        extra_body: Mapping[str, Any],
+    def native_body(
+        self, request: GenerationRequest, *, stream: bool, extra_body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """OpenAI bodies, or the native ``/generate`` body."""
-        if route != "native":
-            return super().build_body(
-                request, route, stream=stream, model=model, extra_body=extra_body
-            )
+        """The native ``/generate`` body of a prompt request."""
         assert request.prompt is not None
         sampling = sampling_fields(request, max_tokens="max_new_tokens", seed="sampling_seed")
         schema = response_schema(request.response_format)

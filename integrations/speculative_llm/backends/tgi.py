@@ -174,20 +174,24 @@ class TGIDialect(Dialect):
         model: str | None,
         extra_body: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """OpenAI chat body (grammar-mapped ``response_format``) or the native body."""
-        if route != "native":
-            body = super().build_body(
-                request, route, stream=stream, model=model, extra_body=extra_body
-            )
-            if request.response_format is not None and "response_format" not in request.extra:
-                grammar = tgi_grammar(request.response_format)
-                if grammar is None:
-                    body.pop("response_format", None)
-                else:
-                    body["response_format"] = grammar
-            if request.top_p >= 1.0:
-                body.pop("top_p", None)  # TGI refuses top_p = 1.0 (it must be < 1)
+        """The OpenAI chat body with what TGI's validation needs, or the native body."""
+        body = super().build_body(request, route, stream=stream, model=model, extra_body=extra_body)
+        if route == "native":
             return body
+        if request.response_format is not None and "response_format" not in request.extra:
+            grammar = tgi_grammar(request.response_format)
+            if grammar is None:
+                body.pop("response_format", None)
+            else:
+                body["response_format"] = grammar
+        if request.top_p >= 1.0:
+            body.pop("top_p", None)  # TGI refuses top_p = 1.0 (it must be < 1)
+        return body
+
+    def native_body(
+        self, request: GenerationRequest, *, stream: bool, extra_body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The native ``/generate`` body: ``extra_body`` goes inside ``parameters``."""
         assert request.prompt is not None
         parameters: dict[str, Any] = {"max_new_tokens": request.max_tokens, "details": True}
         if request.temperature > 0:

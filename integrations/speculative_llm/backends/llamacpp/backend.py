@@ -88,13 +88,8 @@ class LlamaCppDialect(Dialect):
                     "/completion; use 'json_object' or 'json_schema'."
                 )
 
-    def request_fields(
-        self,
-        request: GenerationRequest,
-        route: Route,
-        *,
-        stream: bool,
-        extra_body: Mapping[str, Any],
+    def engine_fields(
+        self, request: GenerationRequest, route: Route, *, stream: bool
     ) -> dict[str, Any]:
         """Sampling as the request says it, timings per token when streaming."""
         # llama-server's defaults (top_k 40, min_p 0.05) would silently change sampling:
@@ -102,23 +97,12 @@ class LlamaCppDialect(Dialect):
         body: dict[str, Any] = {"top_k": request.top_k, "min_p": 0.0}
         if stream and self.live_stats:
             body["timings_per_token"] = True
-        body.update(extra_body)
         return body
 
-    def build_body(
-        self,
-        request: GenerationRequest,
-        route: Route,
-        *,
-        stream: bool,
-        model: str | None,
-        extra_body: Mapping[str, Any],
+    def native_body(
+        self, request: GenerationRequest, *, stream: bool, extra_body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """OpenAI chat body, or the native ``/completion`` body for prompt requests."""
-        if route != "native":
-            return super().build_body(
-                request, route, stream=stream, model=model, extra_body=extra_body
-            )
+        """The native ``/completion`` body of a prompt request."""
         assert request.prompt is not None
         body: dict[str, Any] = {
             "prompt": request.prompt,
@@ -135,7 +119,7 @@ class LlamaCppDialect(Dialect):
             schema = response_schema(request.response_format)
             if schema is not None:
                 body["json_schema"] = schema
-        body.update(self.request_fields(request, route, stream=stream, extra_body=extra_body))
+        body.update(self.request_fields(request, "native", stream=stream, extra_body=extra_body))
         body.update(request.extra)
         return body
 

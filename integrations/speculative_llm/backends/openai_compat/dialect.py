@@ -6,8 +6,8 @@ the clock) and asks its dialect for everything that differs between engines:
 
 * where a request goes (``route``: OpenAI chat, OpenAI completions or the engine's own
   endpoint; ``path``) and what the engine refuses (``check_request``);
-* the request body (``request_fields`` adds to OpenAI's bodies, ``build_body`` builds
-  the engine's own);
+* the request body (``engine_fields`` adds to OpenAI's bodies, ``native_body`` builds
+  the body of the engine's own endpoint);
 * what to read off the server around a request (``scrapes``: ``/metrics``, ``/slots``...)
   and what that says about the server (``absorb``);
 * the answer, whole (``parse_answer``) or streamed (``decoder``), and its statistics
@@ -129,6 +129,16 @@ class Dialect:
     def check_request(self, request: GenerationRequest, route: Route) -> None:
         """Refuse what the engine cannot do (after the client's own checks)."""
 
+    def engine_fields(
+        self, request: GenerationRequest, route: Route, *, stream: bool
+    ) -> dict[str, Any]:
+        """The engine's own fields for a request; ``extra_body`` and ``request.extra`` win.
+
+        ``request_fields`` merges them with ``extra_body``; an engine that adds fields
+        overrides this one (plain OpenAI adds none).
+        """
+        return {}
+
     def request_fields(
         self,
         request: GenerationRequest,
@@ -137,11 +147,11 @@ class Dialect:
         stream: bool,
         extra_body: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """Fields added to an OpenAI body: the engine's, and the user's ``extra_body``.
+        """Fields added to an OpenAI body: the engine's, then the user's ``extra_body``.
 
         The request's own ``extra`` is merged after these and wins.
         """
-        return dict(extra_body)
+        return {**self.engine_fields(request, route, stream=stream), **extra_body}
 
     def build_body(
         self,
@@ -152,10 +162,24 @@ class Dialect:
         model: str | None,
         extra_body: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """The JSON body of a request (engines with a ``native`` route build that one)."""
+        """The JSON body of a request: OpenAI's, or ``native_body`` on the ``native`` route."""
+        if route == "native":
+            return self.native_body(request, stream=stream, extra_body=extra_body)
         builder = build_chat_body if route == "chat" else build_completion_body
         fields = self.request_fields(request, route, stream=stream, extra_body=extra_body)
         return builder(request, model=model, stream=stream, extra=fields)
+
+    def native_body(
+        self, request: GenerationRequest, *, stream: bool, extra_body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The body of the engine's own endpoint (an engine with a ``native_path`` builds it).
+
+        The engine decides where ``extra_body`` and ``request.extra`` go in its body.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} routes requests to 'native' but does not override "
+            "native_body to build their body."
+        )
 
     # ---- server facts ----
 
