@@ -161,6 +161,18 @@ def test_bad_schemas_are_config_errors_that_say_what_to_change() -> None:
         vocabulary.regex("(unclosed")
 
 
+def test_a_schema_xgrammar_refuses_is_one_line_with_its_reason_and_the_hint() -> None:
+    """xgrammar prefixes a time and a C++ source location and ends with a newline, which
+    the playground's one-line summary cut before the hint."""
+    vocabulary = GrammarVocabulary([b"a", b"b", b""], 3, [2])
+    with pytest.raises(ConfigError) as caught:
+        vocabulary.json_schema({"type": "object", "properties": {"x": {"type": "strin"}}})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert 'Unsupported type "strin"' in message and "Simplify the schema" in message
+    assert ".cc:" not in message and not re.search(r"\[\d\d:\d\d:\d\d\]", message)
+
+
 # ---- sampling: chi-squared on a 12-token vocabulary ---------------------------------------
 
 VOCAB = 12

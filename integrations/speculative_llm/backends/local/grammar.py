@@ -26,6 +26,7 @@ matcher and its bitmask are per request.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,6 +39,17 @@ __all__ = ["JSON_WHITESPACE", "Constraint", "GrammarVocabulary", "response_forma
 
 JSON_WHITESPACE = 2
 """Most whitespace characters between two JSON tokens in a schema's grammar."""
+
+# xgrammar's messages start with a time and a C++ source location ("[02:24:43]
+# /project/cpp/json_schema_converter.cc:5082: Unsupported type ...") and end with a
+# newline: neither says anything to a user, and the newline cut the hint after it.
+_NATIVE_PREFIX = re.compile(r"^\s*(?:\[\d{2}:\d{2}:\d{2}\]\s*)?(?:\S+\.(?:cc|cpp|h):\d+:\s*)?")
+
+
+def _native_reason(error: BaseException) -> str:
+    """The reason xgrammar gives, in one line, without its time stamp and source location."""
+    reason = " ".join(_NATIVE_PREFIX.sub("", str(error)).split())
+    return reason.rstrip(".") or type(error).__name__
 
 
 def _xgrammar() -> Any:
@@ -124,9 +136,9 @@ class GrammarVocabulary:
                 )
             except (RuntimeError, ValueError, TypeError) as error:
                 raise ConfigError(
-                    f"The JSON schema cannot be turned into a grammar: {error}. Simplify the "
-                    "schema (xgrammar supports objects, arrays, strings, numbers, enums, const, "
-                    "anyOf/oneOf and local $ref), or ask without a schema.",
+                    f"The JSON schema cannot be turned into a grammar: {_native_reason(error)}. "
+                    "Simplify the schema (xgrammar supports objects, arrays, strings, numbers, "
+                    "enums, const, anyOf/oneOf and local $ref), or ask without a schema.",
                     field="response_format",
                 ) from error
 
@@ -146,7 +158,8 @@ class GrammarVocabulary:
                 return self._compiler.compile_regex(pattern)
             except (RuntimeError, ValueError) as error:
                 raise ConfigError(
-                    f"The regular expression cannot be turned into a grammar: {error}.",
+                    "The regular expression cannot be turned into a grammar: "
+                    f"{_native_reason(error)}.",
                     field="response_format",
                 ) from error
 
@@ -162,7 +175,8 @@ class GrammarVocabulary:
                 return self._compiler.compile_grammar(xgr.Grammar.from_ebnf(grammar))
             except (RuntimeError, ValueError) as error:
                 raise ConfigError(
-                    f"The grammar cannot be compiled: {error}.", field="response_format"
+                    f"The grammar cannot be compiled: {_native_reason(error)}.",
+                    field="response_format",
                 ) from error
 
 
