@@ -7,10 +7,24 @@ from typing import Any
 
 import pytest
 
-__all__ = ["GREEDY_PROMPTS", "RUNNERS", "plain_greedy", "require_llama_cpp"]
+__all__ = ["ADD_TOOL", "GREEDY_PROMPTS", "RUNNERS", "plain_greedy", "require_llama_cpp"]
 
 RUNNERS = ("transformers", "llamacpp")
 """The local engine's runners, for ``pytest.mark.parametrize``."""
+
+ADD_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+"""An OpenAI-style tool with typed integer arguments."""
 
 _CODE = """def moving_average(values, window):
     totals = []

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from fakeserver import FakeServer
+from local_runners import require_llama_cpp
+from speculative_llm import Backend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import MissingDependencyError
 from speculative_llm.servers import (
@@ -125,15 +127,22 @@ def vllm_python() -> Path:
 @pytest.fixture(scope="session")
 def vllm_server(vllm_python: Path, server_logs: Path) -> Iterator[VLLMServer]:
     """vLLM (CPU) serving SmolLM2-135M with n-gram speculation (k=4, lookup up to 4)."""
+    speculative = {"method": "ngram", "k": 4, "ngram_min": 1, "ngram_max": 4}
+    yield from _vllm(vllm_python, server_logs / "vllm-ngram.log", speculative)
+
+
+def _vllm(
+    python: Path, log_path: Path, speculative: SpecConfig | dict[str, object]
+) -> Iterator[VLLMServer]:
     model = vllm_model_dir()
     if not (model / "config.json").is_file():
         pytest.skip(f"SmolLM2 in safetensors format is missing at {model}: {VLLM_SETUP_HINT}")
     server = VLLMServer(
         model,
-        speculative={"method": "ngram", "k": 4, "ngram_min": 1, "ngram_max": 4},
-        python=vllm_python,
+        speculative=speculative,
+        python=python,
         served_model_name="smollm2-135m",
-        log_path=server_logs / "vllm-ngram.log",
+        log_path=log_path,
         quick_start=True,  # no torch.compile warm-up: minutes on a busy 2-core machine
         startup_timeout=420,
     )
@@ -152,22 +161,21 @@ def suffix_server(vllm_python: Path, server_logs: Path) -> Iterator[VLLMServer]:
 
     Its ``suffix`` method needs arctic-inference, which .ci/setup-vllm.sh builds.
     """
-    model = vllm_model_dir()
-    if not (model / "config.json").is_file():
-        pytest.skip(f"SmolLM2 in safetensors format is missing at {model}: {VLLM_SETUP_HINT}")
     if not _has_suffix_cache(vllm_python):
         pytest.skip(f"arctic-inference is not installed in vLLM's environment: {VLLM_SETUP_HINT}")
-    server = VLLMServer(
-        model,
-        speculative=SpecConfig(method="suffix", num_speculative_tokens=8),
-        python=vllm_python,
-        served_model_name="smollm2-135m",
-        log_path=server_logs / "vllm-suffix.log",
-        quick_start=True,  # no torch.compile warm-up: minutes on a busy 2-core machine
-        startup_timeout=420,
-    )
-    with server:
-        yield server
+    speculative = SpecConfig(method="suffix", num_speculative_tokens=8)
+    yield from _vllm(vllm_python, server_logs / "vllm-suffix.log", speculative)
+
+
+@pytest.fixture(scope="module")
+def local(smollm2_gguf: Path) -> Iterator[Backend]:
+    """The in-process engine on the packaged SmolLM2, one thread (llama.cpp runner)."""
+    require_llama_cpp()
+    from speculative_llm.backends.local import LocalBackend
+
+    backend = LocalBackend(str(smollm2_gguf), threads=1)
+    yield backend
+    backend.close()
 
 
 @pytest.fixture

@@ -7,14 +7,11 @@ through the real agent and that its tally and statistics add up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("xgrammar", reason="tool calls on the local engine need xgrammar ('local')")
 
-from local_runners import require_llama_cpp
 from speculative_llm import Backend
 from speculative_llm.bench.agent_tasks import agent_prompts
 from speculative_llm.bench.agents import AgentContender
@@ -23,16 +20,6 @@ from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.config import SpecConfig
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def local(smollm2_gguf: Path) -> Iterator[Backend]:
-    require_llama_cpp()
-    from speculative_llm.backends.local import LocalBackend
-
-    backend = LocalBackend(str(smollm2_gguf), threads=1)
-    yield backend
-    backend.close()
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llama_index"])

@@ -9,8 +9,6 @@ model gives well-formed calls and objects; what the model chooses to say is its 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +16,6 @@ from pydantic import BaseModel, Field
 
 pytest.importorskip("xgrammar", reason="tool calls on the local engine need xgrammar ('local')")
 
-from local_runners import require_llama_cpp
 from speculative_llm import Backend
 
 pytestmark = pytest.mark.integration
@@ -36,16 +33,6 @@ class City(BaseModel):
 
     name: str = Field(description="The city's name")
     country: str = Field(description="The country the city lies in")
-
-
-@pytest.fixture(scope="module")
-def local(smollm2_gguf: Path) -> Iterator[Backend]:
-    require_llama_cpp()
-    from speculative_llm.backends.local import LocalBackend
-
-    backend = LocalBackend(str(smollm2_gguf), threads=1)
-    yield backend
-    backend.close()
 
 
 def assert_plain_answer(text: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from local_runners import RUNNERS, plain_greedy, require_llama_cpp  # noqa: E402
+from local_runners import ADD_TOOL, RUNNERS, plain_greedy, require_llama_cpp  # noqa: E402
 from speculative_llm import (  # noqa: E402
     BackendError,
     Chunk,
@@ -327,18 +327,7 @@ def test_empty_prompt_and_bad_max_tokens() -> None:
 
 # ---- tool calling ------------------------------------------------------------------------
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+ADD = ADD_TOOL
 ECHO = {
     "type": "function",
     "function": {

@@ -12,25 +12,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from local_runners import RUNNERS, require_llama_cpp  # noqa: E402
+from local_runners import ADD_TOOL, RUNNERS, require_llama_cpp  # noqa: E402
 from speculative_llm import GenerationRequest, Message, SpecConfig, SpecStats  # noqa: E402
 from speculative_llm.backends.local import LocalBackend, tools  # noqa: E402
 from speculative_llm.backends.local.request_stats import RequestStats  # noqa: E402
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+ADD = ADD_TOOL
 
 
 @pytest.fixture(scope="module", params=RUNNERS)
