@@ -18,6 +18,7 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
     ) from _error
 
 from speculative_llm.backends.local.backend import DEFAULT_MODEL, DEFAULT_SPEC, LocalBackend
+from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_vocabulary
 from speculative_llm.backends.local.drafters import (
     Draft,
@@ -26,9 +27,7 @@ from speculative_llm.backends.local.drafters import (
     PromptLookupDrafter,
 )
 from speculative_llm.backends.local.engine import (
-    DraftLengthPolicy,
     StepCounters,
-    StepResult,
     generate_steps,
     prefill,
     speculative_step,
@@ -43,6 +42,7 @@ from speculative_llm.backends.local.model_sources import (
 from speculative_llm.backends.local.models import RUNNER_CHOICES, load_model
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.steps import StepResult
 from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter, SuffixTrie
 from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype
