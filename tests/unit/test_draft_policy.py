@@ -169,11 +169,12 @@ def test_on_a_machine_that_stays_slow_each_request_probes_once() -> None:
 
     for _ in range(8):
         request = Script(new_policy(cost, shared))
-        before = cost.probe_credit
+        before = cost.probe_credit  # at least 0: the new request forgave any debt
+        assert before >= 0.0
         lengths = request.run(96, busy)
         assert request.policy.limits.get("probe", 0) <= 1, lengths
-        if before >= 0:  # a probe's loss is at most r(3) + its earnings: 8 * 2 + 96 * 0.05
-            assert cost.probe_credit >= before - 8.0 * 2.0 - 96 * 0.05
+        # One 2-token probe loses at most its pass, r(3) = 8 x 2 one-token passes here.
+        assert cost.probe_credit >= before - 8.0 * 2.0
 
 
 def test_where_drafting_never_pays_it_still_probes_rarely() -> None:
