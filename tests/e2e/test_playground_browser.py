@@ -48,7 +48,7 @@ sync_api = pytest.importorskip(
 
 from speculative_llm.faults import VERIFY_DELAY_ENV  # noqa: E402
 from speculative_playground import build_app, launch  # noqa: E402
-from speculative_playground.backend_pool import BackendPool  # noqa: E402
+from speculative_playground.backend_pool import BackendPool, build_backend_by_name  # noqa: E402
 from speculative_playground.presets import CUSTOM, find_preset  # noqa: E402
 from speculative_playground.render import PROVENANCE_CLASSES  # noqa: E402
 from speculative_playground.settings import BACKEND_KINDS, RunSettings  # noqa: E402
@@ -204,8 +204,11 @@ def app_url(smollm2_gguf: Path) -> Iterator[str]:
 def one_thread_app_url(smollm2_gguf: Path) -> Iterator[str]:
     """The app on one thread: its verify passes cost what the rows compute, not what
     another process's load does to a 2-thread pass on a shared 2-core machine (there a
-    multi-row pass measured 15-60 one-token passes, and drafting rightly stops)."""
-    pool = BackendPool(local_options={"threads": 1})
+    multi-row pass measured 15-60 one-token passes, and drafting rightly stops).
+
+    In the app's process, not a worker: a worker copies the environment when it starts,
+    so the slow-verify hook a test sets and removes would stay on in it."""
+    pool = BackendPool(local_options={"threads": 1}, backend_factory=build_backend_by_name)
     app = build_app(pool=pool, defaults=RunSettings(model="smollm2-135m", max_tokens=96))
     _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)
     yield url
