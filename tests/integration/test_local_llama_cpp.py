@@ -13,6 +13,7 @@ greedy text that parts from the baseline does so at a near-tie.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,12 @@ pytest.importorskip("torch", reason="the local engine needs torch (extra 'local'
 from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.llama_cpp_runner import ThreadPlan, exact_verify_rows
+from speculative_llm.backends.local.llama_cpp_runner import (
+    ONE_TOKEN_FALLBACKS,
+    OneTokenFallback,
+    ThreadPlan,
+    exact_verify_rows,
+)
 from speculative_llm.divergence import explain_divergence
 
 pytestmark = pytest.mark.integration
@@ -162,16 +168,44 @@ def smollm2_two_threads(smollm2_gguf: Path) -> Iterator[LocalBackend]:
         yield local
 
 
+@pytest.mark.parametrize("fallback", ONE_TOKEN_FALLBACKS)
 def test_two_thread_verify_passes_are_exact_past_the_split_kv_threshold(
-    smollm2_two_threads: LocalBackend,
+    smollm2_two_threads: LocalBackend, fallback: OneTokenFallback
 ) -> None:
+    """Both ways of keeping one-token passes exact there: one thread, or a 2-row re-score."""
     model = smollm2_two_threads.model
+    probed = model.probes[model.layout]
+    assert probed.fallback == model.thread_plan.fallback
+    assert set(probed.fallback_ms) == set(ONE_TOKEN_FALLBACKS)
     runner = model.new_runner()
+    runner.thread_plan = dataclasses.replace(model.thread_plan, fallback=fallback)
+    assert runner.thread_plan.exact_below is not None and runner.thread_plan.exact_below < 700
     rows = runner.max_verify_tokens
     assert rows is not None and rows >= 11
     probe = [(index * 31 + 7) % model.vocab_size for index in range(700 + rows)]
     assert exact_verify_rows(runner, probe, rows) == rows
     runner.close()
+
+
+def test_rescored_baseline_and_prompt_lookup_are_token_identical_on_a_long_prompt(
+    smollm2_gguf: Path,
+) -> None:
+    """exact="bitwise" with the 2-row re-score: the n-gram text is the baseline's."""
+    require_llama_cpp()
+    with LocalBackend(str(smollm2_gguf), threads=2, exact="bitwise") as local:
+        # Whichever fallback the probe chose here, run the re-score.
+        runner = local._runner
+        runner.thread_plan = dataclasses.replace(runner.thread_plan, fallback="rescore")
+        model = local.model
+        prompt = "\n\n".join([GREEDY_PROMPTS["code_edit"]] * 3)
+        request = GenerationRequest(messages=(Message("user", prompt),), max_tokens=96)
+        assert len(local.encode_prompt(request)) > (model.thread_plan.exact_below or 0)
+        baseline = local.generate(request.replace(spec=SpecConfig.baseline()))
+        speculative = local.generate(
+            request.replace(spec=SpecConfig(method="ngram", num_speculative_tokens=12))
+        )
+        assert speculative.stats.accepted_tokens
+        assert speculative.text == baseline.text
 
 
 def test_the_default_policy_runs_every_pass_on_every_thread_and_explains_divergence(

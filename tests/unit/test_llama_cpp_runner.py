@@ -206,11 +206,12 @@ def test_a_layout_that_kills_its_probe_is_never_loaded(
 
 
 @pytest.mark.parametrize(
-    ("exact", "split_at", "plan", "limit"),
+    ("exact", "split_at", "fallback", "plan", "limit"),
     [
-        ("distribution", 256, ThreadPlan(2), None),
-        ("bitwise", 256, ThreadPlan(2, exact_below=256), 17),
-        ("bitwise", None, ThreadPlan(2), 17),
+        ("distribution", 256, "rescore", ThreadPlan(2), None),
+        ("bitwise", 256, "one_thread", ThreadPlan(2, exact_below=256), 17),
+        ("bitwise", 256, "rescore", ThreadPlan(2, exact_below=256, fallback="rescore"), 17),
+        ("bitwise", None, None, ThreadPlan(2), 17),
     ],
 )
 def test_the_exactness_policy_decides_threads_and_verify_rows(
@@ -219,12 +220,13 @@ def test_the_exactness_policy_decides_threads_and_verify_rows(
     monkeypatch: pytest.MonkeyPatch,
     exact: str,
     split_at: int | None,
+    fallback: str | None,
     plan: ThreadPlan,
     limit: int | None,
 ) -> None:
     """llama.cpp's multi-thread one-token kernel (split-KV) rounds unlike its batches."""
     skip_repacked_on_amx("repacked")  # both layouts tie here: repacked is kept
-    result = {"exact_rows": 17, "all_threads_exact_below": split_at}
+    result = {"exact_rows": 17, "all_threads_exact_below": split_at, "fallback": fallback}
     monkeypatch.setattr(llama_cpp_model, "probe_layouts", _probes(plain=result, repacked=result))
     loaded = LlamaCppModel(tiny_gguf, threads=2, exact=exact)  # type: ignore[arg-type]
     assert (loaded.thread_plan, loaded.verify_rows_limit) == (plan, limit)
@@ -254,6 +256,64 @@ def test_one_token_passes_switch_threads_at_the_plans_length(model: Any) -> None
     )
     assert ThreadPlan(1).describe() == "1 thread"
     runner.close()
+
+
+class _DecodeSizes:
+    """The binding, with the row count of every ``llama_decode`` written down."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+        self.sizes: list[int] = []
+
+    def llama_decode(self, context: Any, batch: Any) -> int:
+        self.sizes.append(int(batch.n_tokens))
+        return int(self._api.llama_decode(context, batch))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+
+def test_a_rescored_one_token_pass_is_a_two_row_batch_with_the_logits_of_a_verify_row(
+    model: Any,
+) -> None:
+    """Past the plan's length a one-token pass re-scores the token before it."""
+    runner = model.new_runner()
+    prompt, tail = list(range(10, 22)), [30, 31, 32, 33]
+    runner.reset()
+    runner.forward(prompt, 1)
+    batched = runner.forward(tail, len(tail)).clone()
+    runner.crop(len(prompt))
+    runner.thread_plan = ThreadPlan(2, exact_below=14, fallback="rescore")
+    spy = _DecodeSizes(runner._api)
+    runner._api = spy
+    rows = [runner.forward([token], 1)[0].clone() for token in tail]
+    # 12 and 13 cached tokens: plain one-token passes; from 14 on, 2-row re-scores.
+    assert spy.sizes == [1, 1, 2, 2]
+    assert runner.length == len(prompt) + len(tail)
+    assert all(torch.equal(row, want) for row, want in zip(rows, batched, strict=True))
+    # Cropped below and past the length again, the cache still holds the right tokens.
+    runner.crop(len(prompt) + 2)
+    again = runner.forward([tail[2]], 1)[0]
+    assert spy.sizes[-1] == 2 and torch.equal(again, batched[2])
+    assert not ThreadPlan(2, exact_below=0, fallback="rescore").rescores(0)
+    assert ThreadPlan(2, exact_below=256, fallback="rescore").describe() == (
+        "2 threads (one-token passes past 256 cached tokens re-score the token before, as 2 rows)"
+    )
+    runner.close()
+
+
+def test_the_probe_result_keeps_its_fallback_measurements() -> None:
+    probe = LayoutProbe(
+        "plain",
+        exact_rows=17,
+        all_threads_exact_below=256,
+        threads=2,
+        fallback="rescore",
+        fallback_ms={"one_thread": 20.5, "rescore": 16.8},
+        fallback_exact_rows={"one_thread": 17, "rescore": 17},
+    )
+    assert LayoutProbe.from_json(json.loads(json.dumps(probe.to_json()))) == probe
+    assert LayoutProbe.from_json({**probe.to_json(), "fallback": "two_threads"}) is None
 
 
 @pytest.mark.parametrize(

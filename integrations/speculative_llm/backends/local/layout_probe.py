@@ -17,6 +17,10 @@ Per layout, on ``threads`` threads, the child measures:
 - ``exact_rows``: rows one verify pass scores bitwise equal to one-token passes, at a
   short context and past ``all_threads_exact_below``, with one-token passes on the
   threads ``exact="bitwise"`` gives them (``ThreadPlan``).
+- ``fallback``: how one-token passes past ``all_threads_exact_below`` stay exact, one
+  thread or a 2-row re-score (``llama_cpp_runner.OneTokenFallback``): each is checked
+  for exact rows and timed there (``fallback_ms``); the one with the most exact rows
+  wins, the faster on a tie.
 
 The default ``exact="distribution"`` needs only to know that a layout survives, so it
 asks for the quick probe (``full=False``: the short context and one prompt-sized batch);
@@ -33,7 +37,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +74,7 @@ llama.cpp's split-KV length on the CPUs measured (the length is found, not assum
 PROBE_TIMEOUT_S = 600.0
 """A probe child that runs longer is killed (a hang, not a crash)."""
 
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 """Part of the probe cache key: results of an older probe are measured again."""
 
 _CHILD_MODULE = "speculative_llm.backends.local.layout_probe_child"
@@ -92,6 +96,11 @@ class LayoutProbe:
         seconds: How long the probe took.
         full: Whether it measured exactness past the short context and the split-KV
             length (what ``exact="bitwise"`` needs), or only survival and short rows.
+        fallback: How one-token passes past ``all_threads_exact_below`` stay exact
+            (``one_thread`` or ``rescore``; None when no split-KV length was found).
+        fallback_ms: Per fallback, the median milliseconds of a one-token pass at the
+            long probe context.
+        fallback_exact_rows: Per fallback, the exact rows measured with it.
     """
 
     layout: str
@@ -101,6 +110,9 @@ class LayoutProbe:
     threads: int = 1
     seconds: float = 0.0
     full: bool = True
+    fallback: str | None = None
+    fallback_ms: dict[str, float] = field(default_factory=dict)
+    fallback_exact_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
@@ -125,6 +137,14 @@ class LayoutProbe:
                 threads=int(value.get("threads", 1)),
                 seconds=float(value.get("seconds", 0.0)),
                 full=bool(value.get("full", True)),
+                fallback=_fallback(value.get("fallback")),
+                fallback_ms={
+                    str(name): float(ms) for name, ms in dict(value.get("fallback_ms", {})).items()
+                },
+                fallback_exact_rows={
+                    str(name): int(rows)
+                    for name, rows in dict(value.get("fallback_exact_rows", {})).items()
+                },
             )
         except (TypeError, ValueError):
             return None
@@ -132,6 +152,14 @@ class LayoutProbe:
 
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _fallback(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in ("one_thread", "rescore"):
+        raise ValueError(f"unknown one-token fallback {value!r}")
+    return str(value)
 
 
 def probe_layouts(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from speculative_llm.backends.local.layout_probe import (
 )
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
 from speculative_llm.backends.local.llama_cpp_runner import (
+    ONE_TOKEN_FALLBACKS,
     LlamaCppRunner,
     ThreadPlan,
     exact_verify_rows,
@@ -81,6 +83,33 @@ def _first_split_length(runner: LlamaCppRunner, ids: Sequence[int], start: int) 
     return high
 
 
+_TIMED_PASSES = 12
+"""One-token passes timed per fallback (their median is kept)."""
+
+
+def _one_token_ms(runner: LlamaCppRunner, ids: Sequence[int], context: int) -> float:
+    """Median milliseconds of a one-token pass after ``context`` cached tokens."""
+    runner.reset()
+    runner.forward(list(ids[:context]), 1)
+    runner.forward([ids[context]], 1)  # a new shape's first pass sets up its kernels
+    times = []
+    for _ in range(_TIMED_PASSES):
+        runner.crop(context)
+        started = time.perf_counter()
+        runner.forward([ids[context]], 1)
+        times.append(time.perf_counter() - started)
+    runner.reset()
+    return statistics.median(times) * 1000.0
+
+
+def _exact_rows(
+    runner: LlamaCppRunner, model: LlamaCppModel, contexts: Sequence[int], rows: int
+) -> int:
+    return min(
+        exact_verify_rows(runner, _probe_ids(model, context + rows), rows) for context in contexts
+    )
+
+
 def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) -> LayoutProbe:
     """Measure the loaded layout of ``model`` (see ``layout_probe``).
 
@@ -99,12 +128,29 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) 
         split_at = None
         if full and model.threads > 1 and long is not None:
             split_at = _first_split_length(runner, _probe_ids(model, long + rows + 1), short)
-        runner.thread_plan = ThreadPlan(model.threads, exact_below=split_at)
         contexts = [short] + ([long] if full and long is not None else [])
-        exact = min(
-            exact_verify_rows(runner, _probe_ids(model, context + rows), rows)
-            for context in contexts
-        )
+        fallback: str | None = None
+        fallback_ms: dict[str, float] = {}
+        fallback_rows: dict[str, int] = {}
+        if split_at is None or long is None:
+            runner.thread_plan = ThreadPlan(model.threads)
+            exact = _exact_rows(runner, model, contexts, rows)
+        else:
+            # Past the split-KV length either fallback is exact by construction for
+            # one-token passes; which one keeps more verify rows exact, and which is
+            # faster, depends on the model and the machine: measure both.
+            timing_ids = _probe_ids(model, long + 1)
+            for candidate in ONE_TOKEN_FALLBACKS:
+                runner.thread_plan = ThreadPlan(
+                    model.threads, exact_below=split_at, fallback=candidate
+                )
+                fallback_rows[candidate] = _exact_rows(runner, model, contexts, rows)
+                fallback_ms[candidate] = round(_one_token_ms(runner, timing_ids, long), 3)
+            fallback = max(
+                ONE_TOKEN_FALLBACKS,
+                key=lambda name: (fallback_rows[name], -fallback_ms[name]),
+            )
+            exact = fallback_rows[fallback]
         if not full:  # the largest batch a prompt decodes in
             runner.reset()
             runner.forward(_probe_ids(model, min(512, model.context_window)), 1)
@@ -117,6 +163,9 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) 
         threads=model.threads,
         seconds=time.perf_counter() - started,
         full=full,
+        fallback=fallback,
+        fallback_ms=fallback_ms,
+        fallback_exact_rows=fallback_rows,
     )
 
 

@@ -237,6 +237,14 @@ class _Choice:
     reason: str
 
 
+def _fallback_words(probe: LayoutProbe) -> str:
+    """``; past it one-token passes use rescore (one_thread 6.2 ms, rescore 4.1 ms)``."""
+    if probe.fallback is None:
+        return ""
+    timings = ", ".join(f"{name} {ms:.1f} ms" for name, ms in sorted(probe.fallback_ms.items()))
+    return f"; past it one-token passes use {probe.fallback} ({timings})"
+
+
 class LlamaCppModel:
     """A GGUF model loaded by llama.cpp; runners (contexts) are made from it.
 
@@ -428,7 +436,7 @@ class LlamaCppModel:
                     f"crashed ({signal_name(probe.crash_signal)})"
                     if probe.crash_signal is not None
                     else f"{probe.exact_rows} exact rows, split-KV from "
-                    f"{probe.all_threads_exact_below} cached tokens",
+                    f"{probe.all_threads_exact_below} cached tokens{_fallback_words(probe)}",
                     probe.seconds,
                 )
             found.update(measured)
@@ -487,7 +495,9 @@ class LlamaCppModel:
         else:
             reason = f"more exact rows ({probe.exact_rows})" if len(usable) > 1 else "probed"
         plan = ThreadPlan(
-            self.threads, exact_below=probe.all_threads_exact_below if bitwise else None
+            self.threads,
+            exact_below=probe.all_threads_exact_below if bitwise else None,
+            fallback="rescore" if bitwise and probe.fallback == "rescore" else "one_thread",
         )
         if bitwise and probe.exact_rows < 2:
             logger.warning(

@@ -15,7 +15,11 @@ decide it, so ``LlamaCppModel`` probes it per model and layout.
 Threads are chosen per pass (``ThreadPlan``): batches always run on every thread; a
 one-token pass runs on every thread too, except under ``exact="bitwise"`` past the
 cache length where llama.cpp's multi-thread one-token attention (split-KV) starts to
-round unlike its batched kernels, measured by the probe.
+round unlike its batched kernels, measured by the probe. There the plan's fallback
+either runs the pass on one thread (which never splits) or *re-scores* the token
+before it: the two tokens go in as a 2-row batch, which takes the batched kernels on
+every thread, and only the second row's logits are read. The probe measures both and
+keeps the faster exact one.
 """
 
 from __future__ import annotations
@@ -24,19 +28,33 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 
 from speculative_llm.errors import BackendError, ConfigError
 
-__all__ = ["LlamaCppRunner", "LlamaCppWeights", "ThreadPlan", "exact_verify_rows"]
+__all__ = [
+    "ONE_TOKEN_FALLBACKS",
+    "LlamaCppRunner",
+    "LlamaCppWeights",
+    "OneTokenFallback",
+    "ThreadPlan",
+    "exact_verify_rows",
+]
 
 _CPU = torch.device("cpu")
 
 _BATCH_CAPACITY = 512
 """Tokens per ``llama_decode`` (prompts are fed in chunks of this many)."""
+
+
+OneTokenFallback = Literal["one_thread", "rescore"]
+"""How a one-token pass past ``ThreadPlan.exact_below`` stays bitwise exact: on one
+thread, or as a 2-row batch that re-scores the token before it (see the module)."""
+
+ONE_TOKEN_FALLBACKS: tuple[OneTokenFallback, ...] = ("one_thread", "rescore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,27 +63,42 @@ class ThreadPlan:
 
     Attributes:
         threads: Threads of every batch, and of one-token passes below ``exact_below``.
-        exact_below: Cache length from which one-token passes take ``fallback_threads``
-            (None: never; every pass runs on ``threads``).
-        fallback_threads: Threads of one-token passes from ``exact_below`` on.
+        exact_below: Cache length from which one-token passes take the ``fallback``
+            (None: never; every pass runs on ``threads`` as llama.cpp runs it).
+        fallback: ``one_thread``: the pass runs on ``fallback_threads``; ``rescore``: it
+            runs on every thread as a 2-row batch with the token before it.
+        fallback_threads: Threads of one-token passes from ``exact_below`` on, under the
+            ``one_thread`` fallback.
     """
 
     threads: int
     exact_below: int | None = None
+    fallback: OneTokenFallback = "one_thread"
     fallback_threads: int = 1
+
+    def _past(self, cached_tokens: int) -> bool:
+        return self.exact_below is not None and cached_tokens >= self.exact_below
 
     def one_token_threads(self, cached_tokens: int) -> int:
         """Threads of a one-token pass after ``cached_tokens`` tokens."""
-        if self.exact_below is None or cached_tokens < self.exact_below:
-            return self.threads
-        return self.fallback_threads
+        if self._past(cached_tokens) and self.fallback == "one_thread":
+            return self.fallback_threads
+        return self.threads
+
+    def rescores(self, cached_tokens: int) -> bool:
+        """Whether a one-token pass after ``cached_tokens`` tokens re-scores the one before."""
+        return self.fallback == "rescore" and cached_tokens >= 1 and self._past(cached_tokens)
 
     def describe(self) -> str:
         """``2 threads``, or ``2 threads (1 for one-token passes past 256 cached tokens)``."""
         line = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
-        if self.exact_below is None or self.fallback_threads == self.threads:
+        if self.exact_below is None:
             return line
         where = "" if self.exact_below == 0 else f" past {self.exact_below} cached tokens"
+        if self.fallback == "rescore":
+            return f"{line} (one-token passes{where} re-score the token before, as 2 rows)"
+        if self.fallback_threads == self.threads:
+            return line
         return f"{line} ({self.fallback_threads} for one-token passes{where})"
 
 
@@ -168,6 +201,8 @@ class LlamaCppRunner:
             self._batch.seq_id[index][0] = 0
         self._vocab_size = model.vocab_size
         self._length = 0
+        self._history: list[int] = []
+        """The cached tokens: a re-scoring pass feeds the last one again."""
         self.kernel_seconds = 0.0
         """Seconds inside ``llama_decode`` after each sequence's first pass, added up
         (the prompt's pass is time to first token, not decoding)."""
@@ -208,6 +243,7 @@ class LlamaCppRunner:
         self._check_open()
         self._api.llama_memory_clear(self._memory, True)
         self._length = 0
+        self._history.clear()
         self._prompt_pass = True
 
     def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
@@ -231,6 +267,8 @@ class LlamaCppRunner:
                 field="max_tokens",
             )
         if count == 1:
+            if self.thread_plan.rescores(self._length):
+                return self._rescore(tokens[0])
             self._set_one_token_threads(self.thread_plan.one_token_threads(self._length))
         for start in range(0, count, self._capacity):
             chunk = tokens[start : start + self._capacity]
@@ -244,9 +282,39 @@ class LlamaCppRunner:
             self._batch.n_tokens = size
             self._decode()
             self._length += size
+        self._history.extend(tokens)
         self._prompt_pass = False
+        return self._logit_rows(num_logits)
+
+    def _logit_rows(self, num_logits: int) -> torch.Tensor:
         rows = self._api.llama_get_logits(self._context)
         return torch.from_numpy(np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size)))
+
+    def _rescore(self, token: int) -> torch.Tensor:
+        """Decode ``token`` as a 2-row batch after the last cached token, fed again.
+
+        The last cached token leaves the cache and comes back in the batch's first row
+        (its keys and values come out bitwise the same: the batched kernels wrote them
+        or agree with the kernel that did, which the probe checks), so the new token is
+        scored by the batched kernels on every thread, as a verify row would be.
+        """
+        previous = self._length - 1
+        self._set_one_token_threads(self.thread_plan.threads)
+        self._api.llama_memory_seq_rm(self._memory, 0, previous, -1)
+        self._tokens[:2] = (self._history[-1], token)
+        self._positions[:2] = (previous, previous + 1)
+        self._outputs[:2] = (0, 1)
+        self._batch.n_tokens = 2
+        self._length = previous
+        try:
+            self._decode()
+        except BackendError:
+            del self._history[previous:]  # the cache lost the re-scored token too
+            raise
+        self._length = previous + 2
+        self._history.append(token)
+        self._prompt_pass = False
+        return self._logit_rows(1)
 
     def _set_one_token_threads(self, threads: int) -> None:
         if threads != self._one_token_threads:
@@ -292,6 +360,7 @@ class LlamaCppRunner:
                 "hybrid architecture): decode it with method='none'."
             )
         self._length = length
+        del self._history[length:]
 
     def close(self) -> None:
         """Free the context (the model stays loaded)."""
