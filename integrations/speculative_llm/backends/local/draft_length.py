@@ -55,7 +55,7 @@ class DraftLengthPolicy:
     ``probe_max_credit``), a probe runs only when the credit covers its expected loss
     (``draft_cost.probe_loss``, which prices a size not measured recently as new), and
     it is charged what it actually lost. A request starts with any debt of earlier
-    requests forgiven (``VerifyCost.start_request``). So probing costs at most about 5 %
+    requests forgiven (``VerifyCost.start_request``). So probing costs at most about 2 %
     of the decode time plus one short probe per request, even where a busy machine makes
     a verify pass 40 one-token passes, and after a slow period the next request
     re-measures within ``probe_every`` steps of the slow times aging out.
@@ -71,10 +71,10 @@ class DraftLengthPolicy:
     cost: VerifyCost | None = None
     cost_aware: bool = False
     acceptance: PositionAcceptance = field(default_factory=PositionAcceptance)
-    probe_length: int = 2
+    probe_length: int = 1
     probe_every: int = 16
     probe_max_every: int = 128
-    probe_budget: float = 0.05
+    probe_budget: float = 0.02
     probe_max_credit: float = 8.0
     limits: dict[str, int] = field(default_factory=dict)
     _layered: LayeredAcceptance = field(init=False, repr=False)
