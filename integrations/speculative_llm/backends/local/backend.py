@@ -112,8 +112,9 @@ class LocalBackend(Backend):
         exact: ``distribution`` (the default: every pass on every thread, as plain
             llama.cpp decodes; output distributed exactly as the target's, greedy text
             may differ from the baseline only where two tokens' logits tie within
-            rounding) or ``bitwise`` (token-identical to the baseline, at the cost of
-            one thread for one-token passes past llama.cpp's split-KV length).
+            rounding) or ``bitwise`` (token-identical to the baseline; past llama.cpp's
+            split-KV length one-token passes run on one thread or re-score the token
+            before as a 2-row batch, whichever the load-time probe measured faster).
         fast_paths: Transformers runner: ``auto`` (faster CPU kernels wherever a probe
             shows the model's logits unchanged) or ``off`` (transformers' own forward).
         progress: Show download progress when a packaged model is fetched.
