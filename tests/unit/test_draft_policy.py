@@ -173,7 +173,7 @@ def test_on_a_machine_that_stays_slow_each_request_probes_once() -> None:
         assert before >= 0.0
         lengths = request.run(96, busy)
         assert request.policy.limits.get("probe", 0) <= 1, lengths
-        # One 2-token probe loses at most its pass, r(3) = 8 x 2 one-token passes here.
+        # A probe (1 token) loses at most its pass, below 8 x 2 one-token passes here.
         assert cost.probe_credit >= before - 8.0 * 2.0
 
 

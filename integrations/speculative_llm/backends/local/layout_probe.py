@@ -18,7 +18,7 @@ Per layout, on ``threads`` threads, the child measures:
   short context and past ``all_threads_exact_below``, with one-token passes on the
   threads ``exact="bitwise"`` gives them (``ThreadPlan``).
 - ``fallback``: how one-token passes past ``all_threads_exact_below`` stay exact, one
-  thread or a 2-row re-score (``llama_cpp_runner.OneTokenFallback``): each is checked
+  thread or a 2-row re-score (``OneTokenFallback``): each is checked
   for exact rows and timed there (``fallback_ms``); the one with the most exact rows
   wins, the faster on a tie.
 
@@ -39,7 +39,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from speculative_llm import children
 from speculative_llm.children import signal_name
@@ -48,9 +48,11 @@ from speculative_llm.errors import BackendError, ModelNotFoundError
 
 __all__ = [
     "LONG_PROBE_CONTEXT",
+    "ONE_TOKEN_FALLBACKS",
     "PROBE_ROWS",
     "PROBE_VERSION",
     "LayoutProbe",
+    "OneTokenFallback",
     "cached_probes",
     "probe_cache_path",
     "probe_key",
@@ -70,6 +72,12 @@ SHORT_PROBE_CONTEXT = 48
 LONG_PROBE_CONTEXT = 600
 """Tokens before the rows of the long probe, and the end of the split-KV search: past
 llama.cpp's split-KV length on the CPUs measured (the length is found, not assumed)."""
+
+OneTokenFallback = Literal["one_thread", "rescore"]
+"""How a one-token pass past the split-KV length stays bitwise exact: on one thread, or
+as a 2-row batch that re-scores the token before it (``llama_cpp_runner.ThreadPlan``)."""
+
+ONE_TOKEN_FALLBACKS: tuple[OneTokenFallback, ...] = ("one_thread", "rescore")
 
 PROBE_TIMEOUT_S = 600.0
 """A probe child that runs longer is killed (a hang, not a crash)."""
@@ -110,7 +118,7 @@ class LayoutProbe:
     threads: int = 1
     seconds: float = 0.0
     full: bool = True
-    fallback: str | None = None
+    fallback: OneTokenFallback | None = None
     fallback_ms: dict[str, float] = field(default_factory=dict)
     fallback_exact_rows: dict[str, int] = field(default_factory=dict)
 
@@ -154,12 +162,13 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _fallback(value: Any) -> str | None:
+def _fallback(value: Any) -> OneTokenFallback | None:
     if value is None:
         return None
-    if value not in ("one_thread", "rescore"):
-        raise ValueError(f"unknown one-token fallback {value!r}")
-    return str(value)
+    for name in ONE_TOKEN_FALLBACKS:
+        if value == name:
+            return name
+    raise ValueError(f"unknown one-token fallback {value!r}")
 
 
 def probe_layouts(

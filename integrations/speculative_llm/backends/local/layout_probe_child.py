@@ -20,12 +20,13 @@ import torch
 
 from speculative_llm.backends.local.layout_probe import (
     LONG_PROBE_CONTEXT,
+    ONE_TOKEN_FALLBACKS,
     SHORT_PROBE_CONTEXT,
     LayoutProbe,
+    OneTokenFallback,
 )
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel
 from speculative_llm.backends.local.llama_cpp_runner import (
-    ONE_TOKEN_FALLBACKS,
     LlamaCppRunner,
     ThreadPlan,
     exact_verify_rows,
@@ -129,7 +130,7 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) 
         if full and model.threads > 1 and long is not None:
             split_at = _first_split_length(runner, _probe_ids(model, long + rows + 1), short)
         contexts = [short] + ([long] if full and long is not None else [])
-        fallback: str | None = None
+        fallback: OneTokenFallback | None = None
         fallback_ms: dict[str, float] = {}
         fallback_rows: dict[str, int] = {}
         if split_at is None or long is None:
@@ -146,11 +147,11 @@ def measure_layout(model: LlamaCppModel, layout: str, rows: int, *, full: bool) 
                 )
                 fallback_rows[candidate] = _exact_rows(runner, model, contexts, rows)
                 fallback_ms[candidate] = round(_one_token_ms(runner, timing_ids, long), 3)
-            fallback = max(
+            chosen = max(
                 ONE_TOKEN_FALLBACKS,
                 key=lambda name: (fallback_rows[name], -fallback_ms[name]),
             )
-            exact = fallback_rows[fallback]
+            fallback, exact = chosen, fallback_rows[chosen]
         if not full:  # the largest batch a prompt decodes in
             runner.reset()
             runner.forward(_probe_ids(model, min(512, model.context_window)), 1)

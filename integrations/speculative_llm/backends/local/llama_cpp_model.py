@@ -497,7 +497,7 @@ class LlamaCppModel:
         plan = ThreadPlan(
             self.threads,
             exact_below=probe.all_threads_exact_below if bitwise else None,
-            fallback="rescore" if bitwise and probe.fallback == "rescore" else "one_thread",
+            fallback=probe.fallback if bitwise and probe.fallback else "one_thread",
         )
         if bitwise and probe.exact_rows < 2:
             logger.warning(

@@ -28,11 +28,12 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from speculative_llm.backends.local.layout_probe import ONE_TOKEN_FALLBACKS, OneTokenFallback
 from speculative_llm.errors import BackendError, ConfigError
 
 __all__ = [
@@ -48,13 +49,6 @@ _CPU = torch.device("cpu")
 
 _BATCH_CAPACITY = 512
 """Tokens per ``llama_decode`` (prompts are fed in chunks of this many)."""
-
-
-OneTokenFallback = Literal["one_thread", "rescore"]
-"""How a one-token pass past ``ThreadPlan.exact_below`` stays bitwise exact: on one
-thread, or as a 2-row batch that re-scores the token before it (see the module)."""
-
-ONE_TOKEN_FALLBACKS: tuple[OneTokenFallback, ...] = ("one_thread", "rescore")
 
 
 @dataclass(frozen=True, slots=True)
