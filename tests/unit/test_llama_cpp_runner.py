@@ -19,7 +19,12 @@ from speculative_llm import (  # noqa: E402
     ModelNotFoundError,
     SpecConfig,
 )
-from speculative_llm.backends.local import LocalBackend, layout_probe, llama_cpp_model  # noqa: E402
+from speculative_llm.backends.local import (  # noqa: E402
+    LocalBackend,
+    layout_probe,
+    llama_cpp_lib,
+    llama_cpp_model,
+)
 from speculative_llm.backends.local.layout_probe import LayoutProbe  # noqa: E402
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel  # noqa: E402
 from speculative_llm.backends.local.llama_cpp_runner import (  # noqa: E402
@@ -28,6 +33,7 @@ from speculative_llm.backends.local.llama_cpp_runner import (  # noqa: E402
 )
 from speculative_llm.backends.local.model_sources import resolve_model  # noqa: E402
 from speculative_llm.backends.local.models import choose_runner  # noqa: E402
+from speculative_llm.cpu_features import has_amx  # noqa: E402
 from speculative_llm.faults import CRASH_ENV  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
     DECODE_PROMPT,
@@ -167,7 +173,11 @@ def test_the_probe_runs_in_a_child_once_per_file_and_configuration(
         "plain",
         "repacked",
     ]
-    assert all(entry["probe"]["crash_signal"] is None for entry in cached.values())
+    # The plain layout never crashes; the repacked one only where llama.cpp's AMX kernels
+    # take it (llama.cpp issue 20824), and the loads above survived either way.
+    amx = has_amx(llama_cpp_lib.load().system_info)
+    crashed = {e["probe"]["layout"] for e in cached.values() if e["probe"]["crash_signal"]}
+    assert crashed <= ({"repacked"} if amx else set())
     again = LlamaCppModel(tiny_gguf, threads=1, exact="bitwise")  # from the cache
     quick = LlamaCppModel(tiny_gguf, threads=1)  # a full probe answers a quick one too
     assert len(calls) == 2 and again.exact_rows == second.exact_rows
