@@ -127,6 +127,10 @@ class SpecStats:
         source: ``exact``, ``derived`` or ``unavailable`` (see ``StatsSource``).
         num_speculative_tokens: Draft length k (the starting k when adaptive).
         prompt_tokens: Tokens in the prompt.
+        cached_prompt_tokens: Leading prompt tokens whose keys and values the backend's
+            prompt cache already held (the prefix shared with an earlier request), so
+            the prompt's pass skipped them; part of ``prompt_tokens``. None where a
+            backend does not report it.
         generated_tokens: Tokens generated (the completion length).
         draft_tokens: Tokens proposed by the drafter.
         accepted_tokens: Proposed tokens accepted by the target.
@@ -177,6 +181,7 @@ class SpecStats:
     source: StatsSource
     num_speculative_tokens: int | None = None
     prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
     generated_tokens: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
@@ -401,6 +406,7 @@ class SpecStats:
             name: _sum_optional(getattr(r, name) for r in items)
             for name in (
                 "prompt_tokens",
+                "cached_prompt_tokens",
                 "generated_tokens",
                 "draft_tokens",
                 "accepted_tokens",

@@ -21,6 +21,7 @@ from speculative_llm.backends.local.engine import (  # noqa: E402
     StepCounters,
     StepResult,
     generate_steps,
+    reusable_prefix,
 )
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
@@ -248,3 +249,83 @@ def test_adaptive_k_reaches_its_bounds_in_a_real_run(target: Any) -> None:
     drafted = [step.num_drafted for step in steps]
     assert max(drafted) > 1  # grew after full acceptances
     assert max(drafted) <= 6
+
+
+@pytest.mark.parametrize(
+    ("cached", "prompt", "kept"),
+    [
+        ([], [1, 2, 3], 0),
+        ([1, 2, 3, 4, 5], [1, 2, 3, 9], 3),  # the shared prefix
+        ([1, 2, 3], [1, 2, 3, 4, 5], 3),  # the whole cache: the prompt goes on from it
+        ([1, 2, 3], [1, 2, 3], 2),  # the same prompt: its last token's pass gives the logits
+        ([1, 2, 3], [1], 0),
+        ([7, 2, 3], [1, 2, 3], 0),
+    ],
+)
+def test_a_prompt_keeps_the_prefix_it_shares_with_the_cache_short_of_its_last_token(
+    cached: list[int], prompt: list[int], kept: int
+) -> None:
+    assert reusable_prefix(cached, prompt) == kept
+
+
+class _PrefixRunner(TransformersRunner):
+    """A transformers runner that knows its cached tokens (``PrefixReuse``)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(model)
+        self.tokens: list[int] = []
+        self.fed: list[int] = []
+
+    @property
+    def cached_tokens(self) -> list[int]:
+        return self.tokens
+
+    def restart_from(self, length: int) -> None:
+        if length == 0:
+            self.reset()
+        else:
+            self.crop(length)
+
+    def reset(self) -> None:
+        super().reset()
+        self.tokens = []
+
+    def forward(self, tokens: list[int], num_logits: int) -> Any:
+        self.fed.append(len(tokens))
+        self.tokens.extend(tokens)
+        return super().forward(tokens, num_logits)
+
+    def crop(self, length: int) -> None:
+        super().crop(length)
+        del self.tokens[length:]
+
+
+def test_the_loop_feeds_only_what_the_cache_lacks_and_says_how_much_it_kept(target: Any) -> None:
+    runner = _PrefixRunner(target)
+
+    def run(prompt: list[int], reuse: bool) -> tuple[list[int], StepCounters]:
+        counters, tokens = StepCounters(), []
+        runner.fed.clear()
+        for step in generate_steps(
+            runner,
+            PromptLookupDrafter(1, 3),
+            prompt,
+            max_new_tokens=12,
+            params=SamplingParams(),
+            draft_length=DraftLengthPolicy(3),
+            reuse_prefix=reuse,
+        ):
+            counters.record(step)
+            tokens.extend(step.tokens)
+        return tokens, counters
+
+    first, counted = run(PROMPT, True)
+    assert counted.cached_prompt_tokens == 0 and runner.fed[0] == len(PROMPT)
+    follow_up = [*PROMPT, *first, 50, 51]
+    reused, counted = run(follow_up, True)
+    # The cache held the prompt and all but the last emitted token.
+    kept = len(PROMPT) + len(first) - 1
+    assert counted.cached_prompt_tokens == kept and runner.fed[0] == len(follow_up) - kept
+    fresh, counted = run(follow_up, False)
+    assert counted.cached_prompt_tokens == 0 and runner.fed[0] == len(follow_up)
+    assert reused == fresh

@@ -399,6 +399,64 @@ def test_draft_model_on_llama_cpp_is_exact(tiny_gguf: Path, tiny_draft_gguf: Pat
         assert completion.stats.method == "draft_model" and completion.stats.accepted_tokens
 
 
+def test_a_restarted_sequence_keeps_its_prefix_and_the_logits_of_a_fresh_one(model: Any) -> None:
+    """``restart_from`` keeps the shared prefix; the rest of a prompt scores as from scratch."""
+    reused, fresh = model.new_runner(), model.new_runner()
+    first_prompt = [*DECODE_PROMPT, 5, 6, 7]
+    reused.forward(first_prompt, 1)
+    assert list(reused.cached_tokens) == first_prompt
+    before = reused.kernel_seconds
+    reused.restart_from(len(DECODE_PROMPT))
+    assert list(reused.cached_tokens) == DECODE_PROMPT and reused.length == len(DECODE_PROMPT)
+    rows = reused.forward([9, 10], 1)[0].clone()
+    # The rest of the prompt is that sequence's prompt pass: time to first token.
+    assert reused.kernel_seconds == before
+    assert torch.equal(rows, fresh.forward([*DECODE_PROMPT, 9, 10], 1)[0])
+    assert list(reused.cached_tokens) == [*DECODE_PROMPT, 9, 10]
+    reused.restart_from(0)
+    assert reused.length == 0 and not reused.cached_tokens
+    reused.close()
+    fresh.close()
+
+
+def test_a_request_starts_from_the_prefix_the_last_one_left(tiny_gguf: Path) -> None:
+    """An agent's next call repeats its last prompt: only the new tokens get a pass."""
+    first = GenerationRequest(prompt="def add(a, b):\n    return a + b\n", max_tokens=12)
+    with LocalBackend(str(tiny_gguf), threads=1) as backend:
+        assert backend.prompt_cache
+        answer = backend.generate(first)
+        assert answer.stats.cached_prompt_tokens == 0
+        follow_up = first.replace(prompt=f"{first.prompt}{answer.text}\ndef sub(")
+        cached = backend.generate(follow_up)
+        shared = len(backend.encode_prompt(first))
+        assert cached.stats.cached_prompt_tokens is not None
+        assert cached.stats.cached_prompt_tokens >= shared
+        assert cached.stats.prompt_tokens > cached.stats.cached_prompt_tokens
+        uncached = backend.generate(follow_up.replace(extra={"cache_prompt": False}))
+        assert uncached.stats.cached_prompt_tokens == 0
+        assert [t.id for t in cached.tokens] == [t.id for t in uncached.tokens]
+        # The same prompt again: everything but its last token comes from the cache.
+        again = backend.generate(follow_up)
+        assert again.stats.cached_prompt_tokens == cached.stats.prompt_tokens - 1
+        assert [t.id for t in again.tokens] == [t.id for t in uncached.tokens]
+    with LocalBackend(str(tiny_gguf), threads=1, prompt_cache=False) as backend:
+        backend.generate(first)
+        assert backend.generate(first).stats.cached_prompt_tokens == 0
+
+
+def test_bitwise_keeps_no_prompt_cache(tiny_gguf: Path) -> None:
+    request = GenerationRequest(prompt="def add(a, b):\n", max_tokens=4)
+    with LocalBackend(str(tiny_gguf), threads=1, exact="bitwise") as backend:
+        assert not backend.prompt_cache
+        backend.generate(request)
+        assert backend.generate(request).stats.cached_prompt_tokens == 0
+        with pytest.raises(ConfigError, match="bitwise") as caught:
+            backend.generate(request.replace(extra={"cache_prompt": True}))
+        assert caught.value.field == "cache_prompt"
+        with pytest.raises(ConfigError, match="true or false"):
+            backend.generate(request.replace(extra={"cache_prompt": "on"}))
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 
@@ -455,6 +513,7 @@ def test_a_lone_surrogate_is_a_config_error(model: Any) -> None:
         ({"threads": 0}, "threads"),
         ({"weight_layout": "packed"}, "weight_layout"),
         ({"exact": "roughly"}, "exact"),
+        ({"prompt_cache": "yes"}, "prompt_cache"),
     ],
 )
 def test_bad_options(tiny_gguf: Path, options: dict[str, Any], field: str) -> None:

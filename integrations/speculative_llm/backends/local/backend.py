@@ -65,6 +65,8 @@ class _Job:
     """The compiled grammar the output must follow, or None."""
     tools: ToolPlan | None = None
     """How the request's tools were offered, when it has any."""
+    reuse_prefix: bool = False
+    """Whether the prompt starts from the prefix it shares with the KV cache."""
 
 
 class LocalBackend(Backend):
@@ -117,6 +119,13 @@ class LocalBackend(Backend):
             before as a 2-row batch, whichever the load-time probe measured faster).
         fast_paths: Transformers runner: ``auto`` (faster CPU kernels wherever a probe
             shows the model's logits unchanged) or ``off`` (transformers' own forward).
+        prompt_cache: llama.cpp runner: start each prompt from the prefix it shares with
+            what the KV cache holds (the previous request's prompt and output), as
+            llama-server's ``cache_prompt`` does: an agent's next call repeats its
+            system message, tools and earlier turns, and only its new tokens need a
+            pass. A request's ``extra={"cache_prompt": False}`` turns it off for that
+            request. Never under ``exact="bitwise"``: keys and values computed in
+            another batch are not bitwise those of the baseline's prompt pass.
         progress: Show download progress when a packaged model is fetched.
 
     Raises:
@@ -143,12 +152,17 @@ class LocalBackend(Backend):
         weight_layout: str = "auto",
         exact: str = "distribution",
         fast_paths: str = "auto",
+        prompt_cache: bool = True,
         progress: bool = True,
     ) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
             raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}.", field="threads")
+        if not isinstance(prompt_cache, bool):
+            raise ConfigError(
+                f"prompt_cache must be True or False, got {prompt_cache!r}.", field="prompt_cache"
+            )
         self._default_spec = default_spec(speculative, draft_model)
         self._options: dict[str, Any] = {
             "device": device,
@@ -169,6 +183,7 @@ class LocalBackend(Backend):
             **self._options,
         )
         self._exact = exact
+        self._prompt_cache = prompt_cache and exact != "bitwise"
         self._model_name = model
         self._runner: Runner = self._target.new_runner()
         logger.info("local engine: %s", self._target.description)
@@ -208,6 +223,11 @@ class LocalBackend(Backend):
     def exact(self) -> str:
         """The exactness policy: ``distribution`` or ``bitwise``."""
         return self._exact
+
+    @property
+    def prompt_cache(self) -> bool:
+        """Whether prompts start from the prefix the KV cache shares with them by default."""
+        return self._prompt_cache
 
     @property
     def model_name(self) -> str:
@@ -372,7 +392,31 @@ class LocalBackend(Backend):
             else None
         )
         drafter = self._make_drafter(spec)
-        return _Job(request, spec, prompt_tokens, drafter, params, grammar, tools)
+        reuse = self._reuses_prefix(request)
+        return _Job(request, spec, prompt_tokens, drafter, params, grammar, tools, reuse)
+
+    def _reuses_prefix(self, request: GenerationRequest) -> bool:
+        """The backend's ``prompt_cache``, unless the request's ``cache_prompt`` says otherwise.
+
+        Raises:
+            ConfigError: ``cache_prompt`` is not a bool, or asks for the cache under
+                ``exact="bitwise"``.
+        """
+        asked = request.extra.get("cache_prompt")
+        if asked is None:
+            return self._prompt_cache
+        if not isinstance(asked, bool):
+            raise ConfigError(
+                f"cache_prompt must be true or false, got {asked!r}.", field="cache_prompt"
+            )
+        if asked and self._exact == "bitwise":
+            raise ConfigError(
+                'cache_prompt cannot be on under exact="bitwise": a cached prefix\'s keys '
+                "and values are not bitwise those the baseline computes. Leave it out, or "
+                'load the backend with exact="distribution".',
+                field="cache_prompt",
+            )
+        return asked
 
     def _grammar_vocabulary(self) -> GrammarVocabulary:
         """The target's vocabulary for grammars, built on the first constrained request."""
@@ -497,6 +541,7 @@ class LocalBackend(Backend):
             generator=generator,
             max_length=target.context_window,
             constraint=constraint,
+            reuse_prefix=job.reuse_prefix,
         )
         output: list[int] = []
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.runner import Runner, common_prefix_length
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local.grammar import Constraint
@@ -260,14 +260,9 @@ class DraftModelDrafter:
 
     def _shared_prefix(self, sequence: Sequence[int]) -> int:
         """Length of the longest common prefix of the cached tokens and ``sequence``."""
-        cached = self._cached_tokens
-        limit = min(len(cached), len(sequence))
         # The sequence only grows, so what it held at the previous proposal is shared;
         # only the draft region after it needs comparing.
-        shared = min(self._confirmed, limit)
-        while shared < limit and cached[shared] == sequence[shared]:
-            shared += 1
-        return shared
+        return common_prefix_length(self._cached_tokens, sequence, start=self._confirmed)
 
     def _fit_vocab(self, probs: torch.Tensor) -> torch.Tensor:
         width = probs.shape[-1]

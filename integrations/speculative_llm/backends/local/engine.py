@@ -26,7 +26,7 @@ import torch
 
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.drafters import Draft, Drafter
-from speculative_llm.backends.local.runner import Runner
+from speculative_llm.backends.local.runner import PrefixReuse, Runner, common_prefix_length
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local.grammar import Constraint
@@ -50,6 +50,7 @@ __all__ = [
     "StepResult",
     "generate_steps",
     "prefill",
+    "reusable_prefix",
     "speculative_step",
 ]
 
@@ -97,10 +98,13 @@ class StepCounters:
     drafted_per_position: list[int] = field(default_factory=list)
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    cached_prompt_tokens: int = 0
     _steps: list[_Counted] = field(default_factory=list, repr=False)
 
     def record(self, step: StepResult) -> None:
         """Add one step."""
+        if step.prefill:
+            self.cached_prompt_tokens = step.cached_prompt_tokens
         counted = _Counted(
             len(step.tokens),
             step.num_drafted,
@@ -175,6 +179,15 @@ def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Gener
     return sample_from(logits_to_probs(logits, params), generator)
 
 
+def reusable_prefix(cached_tokens: Sequence[int], prompt_tokens: Sequence[int]) -> int:
+    """Leading prompt tokens a cache holding ``cached_tokens`` can keep for this prompt.
+
+    The shared prefix, short of the prompt's last token: its pass gives the logits of
+    the first generated token.
+    """
+    return common_prefix_length(cached_tokens, prompt_tokens[:-1])
+
+
 @torch.inference_mode()
 def prefill(
     target: Runner,
@@ -182,15 +195,24 @@ def prefill(
     params: SamplingParams,
     generator: torch.Generator | None,
     constraint: Constraint | None = None,
+    *,
+    reuse_prefix: bool = False,
 ) -> StepResult:
     """Process the prompt with the target and choose the first token.
 
-    The target cache is reset and then holds the whole prompt. With a ``constraint``,
-    the first token is chosen from the masked distribution.
+    The target cache then holds the whole prompt: computed anew, or, with
+    ``reuse_prefix`` and a runner that supports it (``PrefixReuse``), only past the
+    prefix it shares with what the cache held. With a ``constraint``, the first token
+    is chosen from the masked distribution.
     """
     started = time.perf_counter()
-    target.reset()
-    logits = target.forward(list(prompt_tokens), 1)
+    cached = 0
+    if reuse_prefix and isinstance(target, PrefixReuse):
+        cached = reusable_prefix(target.cached_tokens, prompt_tokens)
+        target.restart_from(cached)
+    else:
+        target.reset()
+    logits = target.forward(list(prompt_tokens[cached:]), 1)
     grammar_s = 0.0
     if constraint is not None:
         masking = time.perf_counter()
@@ -201,7 +223,14 @@ def prefill(
     if constraint is not None:
         constraint.commit(0, token)
     return StepResult(
-        [token], 0, 0, 0.0, time.perf_counter() - started, prefill=True, grammar_s=grammar_s
+        [token],
+        0,
+        0,
+        0.0,
+        time.perf_counter() - started,
+        prefill=True,
+        grammar_s=grammar_s,
+        cached_prompt_tokens=cached,
     )
 
 
@@ -315,6 +344,7 @@ def generate_steps(
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
     constraint: Constraint | None = None,
+    reuse_prefix: bool = False,
 ) -> Generator[StepResult, None, None]:
     """Generate speculatively, yielding one ``StepResult`` per target forward pass.
 
@@ -338,6 +368,9 @@ def generate_steps(
         constraint: A grammar the output must follow (see ``grammar``), or None. The
             generation stops once the grammar accepts a stop token; when
             ``max_new_tokens`` comes first the output is a prefix of a sentence of it.
+        reuse_prefix: Keep the prefix the prompt shares with the target's cache (the
+            previous request's prompt and output) instead of computing it again; see
+            ``prefill``.
 
     Raises:
         ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
@@ -360,7 +393,8 @@ def generate_steps(
     verify_limit = target.max_verify_tokens or max_new_tokens + 1
     if drafter is not None:
         drafter.reset(sequence)
-    step = _cut_at_eos(prefill(target, sequence, params, generator, constraint), eos_token_ids)
+    first = prefill(target, sequence, params, generator, constraint, reuse_prefix=reuse_prefix)
+    step = _cut_at_eos(first, eos_token_ids)
     generated = 1
     while True:
         sequence.extend(step.tokens)

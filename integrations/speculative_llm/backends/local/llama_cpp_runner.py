@@ -276,7 +276,8 @@ class LlamaCppRunner:
             self._batch.n_tokens = size
             self._decode()
             self._length += size
-        self._history.extend(tokens)
+            # Per chunk: a later chunk that fails leaves this one cached and known.
+            self._history.extend(chunk)
         self._prompt_pass = False
         return self._logit_rows(num_logits)
 
@@ -355,6 +356,19 @@ class LlamaCppRunner:
             )
         self._length = length
         del self._history[length:]
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        """The tokens the cache holds, in order (``PrefixReuse``)."""
+        return self._history
+
+    def restart_from(self, length: int) -> None:
+        """Start a new sequence on the first ``length`` cached tokens (``PrefixReuse``)."""
+        if length == 0:
+            self.reset()
+            return
+        self.crop(length)
+        self._prompt_pass = True
 
     def close(self) -> None:
         """Free the context (the model stays loaded)."""

@@ -88,6 +88,7 @@ class RequestStats:
             source="exact",
             num_speculative_tokens=self._k,
             prompt_tokens=self._prompt_tokens,
+            cached_prompt_tokens=counters.cached_prompt_tokens,
             generated_tokens=counters.generated_tokens,
             draft_tokens=counters.draft_tokens,
             accepted_tokens=counters.accepted_tokens,

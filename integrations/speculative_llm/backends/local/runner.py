@@ -9,6 +9,10 @@ The decoding loop (``engine``) and the draft-model drafter only ever ask a runne
   drafts leave the cache; the prefix is never recomputed);
 * ``reset()``: start a new sequence with an empty cache.
 
+A runner that knows which tokens its cache holds (``PrefixReuse``) lets a new prompt
+keep the prefix it shares with them: an agent's next call repeats its system message,
+tools and earlier turns, and only the new tokens need a pass.
+
 Two runners implement it: ``TransformersRunner`` (Hugging Face models, any torch
 device) and ``LlamaCppRunner`` (GGUF files on llama.cpp's kernels). A runner whose
 multi-token passes give the same logits as one-token passes only up to some size says
@@ -18,7 +22,7 @@ greedy speculative output identical to greedy decoding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,7 +31,7 @@ import torch
 from speculative_llm.backends.local.model_sources import ModelSource
 from speculative_llm.backends.local.tokenizers import Tokenizer
 
-__all__ = ["LoadedModel", "Runner", "RunnerName"]
+__all__ = ["LoadedModel", "PrefixReuse", "Runner", "RunnerName", "common_prefix_length"]
 
 RunnerName = str
 """A runner's name: ``llamacpp``, ``transformers`` or a registered one
@@ -85,6 +89,35 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Free the cache (the runner is unusable afterwards)."""
+        ...
+
+
+def common_prefix_length(first: Sequence[int], second: Sequence[int], *, start: int = 0) -> int:
+    """Length of the longest common prefix of two token sequences.
+
+    ``start``: a length already known to be shared (only what follows is compared).
+    """
+    limit = min(len(first), len(second))
+    shared = min(start, limit)
+    while shared < limit and first[shared] == second[shared]:
+        shared += 1
+    return shared
+
+
+@runtime_checkable
+class PrefixReuse(Protocol):
+    """A runner that can start a new sequence on a prefix already in its cache."""
+
+    @property
+    def cached_tokens(self) -> Sequence[int]:
+        """The tokens whose keys and values the cache holds, in order (read only)."""
+        ...
+
+    def restart_from(self, length: int) -> None:
+        """Start a new sequence that keeps the first ``length`` cached tokens.
+
+        The next ``forward`` is that sequence's prompt pass (time to first token).
+        """
         ...
 
 

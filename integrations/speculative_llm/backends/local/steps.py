@@ -33,6 +33,8 @@ class StepResult:
         draft_source: The draft's ``Draft.source`` (suffix decoding's trie), if any.
         asked: The draft length the drafter was asked for (after the token budget).
         num_proposed: Tokens the drafter proposed, before any was cut.
+        cached_prompt_tokens: Prefill only: leading prompt tokens the target's cache
+            already held from the previous request (no pass computed them).
     """
 
     tokens: list[int]
@@ -47,3 +49,4 @@ class StepResult:
     draft_source: str | None = None
     asked: int = 0
     num_proposed: int = 0
+    cached_prompt_tokens: int = 0
