@@ -256,6 +256,9 @@ class RunSettings:
             seed=self.seed,
             model=(self.model.strip() or None) if self.backend == "url" else None,
             response_format=self.response_format(),
+            # Each side processes its whole prompt: the local engine would otherwise start
+            # from what its cache kept of the side that ran before it on the same engine.
+            extra={"cache_prompt": False} if self.backend == "local" else {},
         )
 
     def describe_backend(self) -> str:

@@ -85,6 +85,9 @@ def test_request_carries_the_prompt_and_limits() -> None:
     assert request.model is None
     url = RunSettings(backend="url", method="server", server_url="http://h:1", model="qwen")
     assert url.request("Hi").model == "qwen"
+    # Neither side starts from what the other left in a shared local engine's cache.
+    assert request.extra == {"cache_prompt": False}
+    assert url.request("Hi").extra == {}
     with pytest.raises(ConfigError, match="prompt"):
         RunSettings().request("   ")
 
