@@ -38,6 +38,7 @@ from speculative_llm.backends.prometheus import parse_prometheus_text
 
 def test_llamacpp_stats_from_timings() -> None:
     timings = {
+        "cache_n": 12,
         "prompt_n": 20,
         "prompt_ms": 50.0,
         "predicted_n": 40,
@@ -51,6 +52,8 @@ def test_llamacpp_stats_from_timings() -> None:
     assert stats.verify_steps == 40 - 24
     assert stats.decode_s == pytest.approx(0.4) and stats.ttft_s == pytest.approx(0.05)
     assert stats.acceptance_rate == pytest.approx(24 / 30)
+    assert stats.cached_prompt_tokens == 12  # what the prompt cache held: cache_n
+    assert llamacpp_stats({"predicted_n": 1}).cached_prompt_tokens is None  # not said
 
 
 def test_llamacpp_absent_draft_fields_mean_zero_drafts() -> None:
@@ -158,6 +161,7 @@ def test_llamacpp_real_chat_answer() -> None:
     assert completion.stats.generated_tokens == timings["predicted_n"]
     assert completion.stats.verify_steps == timings["predicted_n"] - timings["draft_n_accepted"]
     assert completion.stats.decode_s == pytest.approx(timings["predicted_ms"] / 1000)
+    assert completion.stats.cached_prompt_tokens == timings["cache_n"]
 
 
 def test_llamacpp_real_plain_answer_reports_zero_drafts() -> None:

@@ -170,6 +170,8 @@ def llamacpp_stats(
         method=method,
         source="exact",
         prompt_tokens=prompt_tokens,
+        # Prompt tokens its prompt cache held (cache_prompt); the rest were prompt_n.
+        cached_prompt_tokens=count(timings.get("cache_n")),
         generated_tokens=generated,
         draft_tokens=drafted,
         accepted_tokens=accepted,
