@@ -34,11 +34,10 @@ from typing import Any
 import torch
 
 from speculative_llm.errors import ConfigError, MissingDependencyError
+from speculative_llm.json_gbnf import JSON_WHITESPACE
 
 __all__ = ["JSON_WHITESPACE", "Constraint", "GrammarVocabulary", "response_format_grammar"]
 
-JSON_WHITESPACE = 2
-"""Most whitespace characters between two JSON tokens in a schema's grammar."""
 
 # xgrammar's messages start with a time and a C++ source location ("[02:24:43]
 # /project/cpp/json_schema_converter.cc:5082: Unsupported type ...") and end with a
