@@ -28,6 +28,7 @@ from speculative_llm.bench.agents import (
     AgentContender,
     RecordingBackend,
     SessionResult,
+    agent_call_preparer,
     open_agent_session,
 )
 from speculative_llm.bench.contenders import BackendContender
@@ -43,6 +44,7 @@ from speculative_llm.bench.runner import (
 )
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
+from speculative_llm.json_gbnf import JSON_WHITESPACE, json_schema_gbnf
 from speculative_llm.types import Message
 
 CUT = "CUT:"
@@ -247,6 +249,73 @@ def test_recording_backend_records_finished_streams() -> None:
     assert asyncio.run(consume()) == "b"
     taken = recorder.take()
     assert [o.text for o in taken] == ["a", "b"] and recorder.take() == []
+
+
+def test_recording_backend_sends_every_call_as_prepared() -> None:
+    inner = ScriptedAgentBackend(["a"])
+    recorder = RecordingBackend(
+        inner, prepare=lambda request: request.replace(extra={**request.extra, "mark": 1})
+    )
+    request = GenerationRequest(prompt="p", max_tokens=4, extra={"seed_hint": 1})
+
+    async def async_calls() -> None:
+        await recorder.agenerate(request)
+        [chunk async for chunk in recorder.astream(request)]
+
+    recorder.generate(request)
+    list(recorder.stream(request))
+    asyncio.run(async_calls())
+    assert [r.extra for r in inner.requests] == [{"seed_hint": 1, "mark": 1}] * 4
+    assert len(recorder.take()) == 4
+
+
+class _Named(ScriptedAgentBackend):
+    """A scripted backend under another backend's name (and its ``exact`` policy)."""
+
+    def __init__(self, name: str, exact: str = "distribution") -> None:
+        super().__init__(["a"])
+        self.name = name  # type: ignore[misc]
+        self.exact = exact
+
+
+_TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {"tool": {"const": "get_weather"}, "arguments": {"type": "object"}},
+    "required": ["tool", "arguments"],
+}
+_JSON_REQUEST = GenerationRequest(
+    prompt="p",
+    max_tokens=4,
+    extra={"seed_hint": 1},
+    response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": _TOOL_SCHEMA}},
+)
+
+
+@pytest.mark.parametrize(("exact", "cached"), [("distribution", True), ("bitwise", False)])
+def test_agent_calls_use_the_local_prompt_cache_unless_bitwise(exact: str, cached: bool) -> None:
+    prepare = agent_call_preparer(_Named("local", exact))
+    assert prepare is not None
+    sent = prepare(_JSON_REQUEST)
+    assert sent.extra == {"seed_hint": 1, "cache_prompt": cached}
+    assert sent.response_format == _JSON_REQUEST.response_format  # the engine's own grammar
+
+
+def test_agent_calls_reach_llama_server_cached_under_the_local_json_grammar() -> None:
+    prepare = agent_call_preparer(_Named("llama-server"))
+    assert prepare is not None
+    sent = prepare(_JSON_REQUEST)
+    assert sent.response_format is None
+    assert sent.extra == {
+        "seed_hint": 1,
+        "cache_prompt": True,
+        "grammar": json_schema_gbnf(_TOOL_SCHEMA, max_whitespace=JSON_WHITESPACE),
+    }
+    plain = prepare(_JSON_REQUEST.replace(response_format=None))
+    assert plain.extra == {"seed_hint": 1, "cache_prompt": True} and plain.response_format is None
+
+
+def test_agent_calls_reach_other_servers_as_they_are() -> None:
+    assert agent_call_preparer(_Named("vllm")) is None
 
 
 def test_run_samples_gives_sessions_only_to_contenders_that_run_agents() -> None:

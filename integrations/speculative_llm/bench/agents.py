@@ -8,10 +8,19 @@ framework's agent over our wrapper of that backend: ``ChatSpeculative`` or
 (framework included); a ``RecordingBackend`` between the wrapper and the backend keeps
 every request's statistics, which add up to the session's tokens and ``SpecStats``.
 
+Every call uses the prompt cache, on every contender that has one, as a user's agent
+does: llama-server's ``cache_prompt`` and the local engine's ``prompt_cache`` keep the
+prefix a call shares with the one before (within a session its whole last prompt; at a
+session's start the system message and tools, the same for every session and every
+contender, so our variants sharing one engine start from the same prefix either way).
+
 Tools reach the model as the backend does it best: the in-process engine's own tool
 calling (a grammar over its tool-call JSON), and ``tool_calling="json_schema"`` on
 servers (the same tool descriptions, the answer constrained by ``response_format``), so
-every contender sees the same prompt and the same JSON format.
+every contender sees the same prompt and the same JSON format. llama-server gets the
+local engine's JSON grammar as GBNF (``json_gbnf``) in place of its own conversion of
+the schema, which allows other whitespace: a small model then writes other JSON there,
+and the two sides would do different work.
 
 A session never crashes the run: a step cap, a call cut at ``max_tokens`` or any error
 inside the framework ends it, and its tally says why (``AgentTally.error``).
@@ -25,13 +34,15 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
-from speculative_llm.backends.registry import IN_PROCESS_BACKENDS
+from speculative_llm.backends.openai_compat.requests import response_schema
+from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, resolve_backend_name
 from speculative_llm.bench.agent_tasks import AGENT_MAX_STEPS, AGENT_SYSTEM_PROMPT, AGENT_TOOLS
 from speculative_llm.bench.contenders import BackendContender
 from speculative_llm.bench.outcomes import Contender, Outcome, outcome_of
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import AgentTally
 from speculative_llm.config import SpecConfig
+from speculative_llm.json_gbnf import JSON_WHITESPACE, json_schema_gbnf
 from speculative_llm.json_tools import TOOL_KEY
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest
@@ -41,6 +52,7 @@ __all__ = [
     "AgentSession",
     "RecordingBackend",
     "SessionResult",
+    "agent_call_preparer",
     "framework_missing",
     "open_agent_session",
     "session_outcome",
@@ -83,10 +95,18 @@ class RecordingBackend(Backend):
 
     Args:
         inner: The backend that generates (not closed by this one).
+        prepare: What the inner backend gets for each request (see
+            ``agent_call_preparer``); None passes requests as they are.
     """
 
-    def __init__(self, inner: Backend) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        *,
+        prepare: Callable[[GenerationRequest], GenerationRequest] | None = None,
+    ) -> None:
         self.inner = inner
+        self._prepare = prepare or (lambda request: request)
         # The wrappers decide by the backend's name (in-process or server): keep the inner's.
         self.name = inner.name  # type: ignore[misc]
         self._lock = threading.Lock()
@@ -122,13 +142,13 @@ class RecordingBackend(Backend):
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate through the inner backend and record the completion."""
-        completion = self.inner.generate(request)
+        completion = self.inner.generate(self._prepare(request))
         self._record(completion)
         return completion
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
-        completion = await self.inner.agenerate(request)
+        completion = await self.inner.agenerate(self._prepare(request))
         self._record(completion)
         return completion
 
@@ -140,7 +160,7 @@ class RecordingBackend(Backend):
         """Stream from the inner backend; the finished stream is recorded."""
         seen: list[Chunk] = []
         try:
-            for chunk in self.inner.stream(request):
+            for chunk in self.inner.stream(self._prepare(request)):
                 seen.append(chunk)
                 yield chunk
         finally:
@@ -150,11 +170,44 @@ class RecordingBackend(Backend):
         """Async twin of ``stream``."""
         seen: list[Chunk] = []
         try:
-            async for chunk in self.inner.astream(request):
+            async for chunk in self.inner.astream(self._prepare(request)):
                 seen.append(chunk)
                 yield chunk
         finally:
             self._record_chunks(seen)
+
+
+def _with_extra(request: GenerationRequest, **fields: Any) -> GenerationRequest:
+    return request.replace(extra={**request.extra, **fields})
+
+
+def _with_json_grammar(request: GenerationRequest) -> GenerationRequest:
+    """A JSON-constrained request with the local engine's grammar as GBNF instead."""
+    schema = response_schema(request.response_format)
+    if schema is None:
+        return request
+    grammar = json_schema_gbnf(schema, max_whitespace=JSON_WHITESPACE)
+    return _with_extra(request.replace(response_format=None), grammar=grammar)
+
+
+def agent_call_preparer(
+    backend: Backend,
+) -> Callable[[GenerationRequest], GenerationRequest] | None:
+    """How the bench sends an agent's calls to ``backend`` (None: as they are).
+
+    With the prompt cache where the backend has one: the local engine's (off under
+    ``exact="bitwise"``, where asking for it is an error) and llama-server's
+    ``cache_prompt`` (the bench's managed servers are started with it off). llama-server
+    also gets the local engine's JSON grammar (see the module docstring). Other servers
+    keep their own prefix caches.
+    """
+    name = resolve_backend_name(backend.name)
+    if name in IN_PROCESS_BACKENDS:
+        cached = getattr(backend, "exact", None) != "bitwise"
+        return lambda request: _with_extra(request, cache_prompt=cached)
+    if name == "llamacpp":
+        return lambda request: _with_json_grammar(_with_extra(request, cache_prompt=True))
+    return None
 
 
 class SessionResult:
@@ -378,7 +431,7 @@ class AgentContender:
     ) -> None:
         self.inner = inner
         self.variant = inner.variant
-        self.recorder = RecordingBackend(inner.backend)
+        self.recorder = RecordingBackend(inner.backend, prepare=agent_call_preparer(inner.backend))
         self._sessions = {
             framework: opener(
                 framework, self.recorder, inner.spec, loop=loop, max_tokens=max_tokens

@@ -115,6 +115,9 @@ def _local_backend(
         dtype=options.dtype,
         threads=options.threads,
         exact=options.exact,
+        # Every timed prompt is processed whole, as managed llama-servers do with
+        # cache_prompt off; agent sessions turn it on for their calls (bench.agents).
+        prompt_cache=False,
         progress=options.progress,
     )
 
