@@ -278,6 +278,7 @@ def test_a_server_killed_mid_stream_is_named_with_its_signal_and_the_partial_tex
     with LlamaServer(smollm2_gguf, threads=1, log_path=log) as server:
         pid = server.pid
         assert pid is not None
+        repacked = server.repack.repack  # off on AMX CPUs (llama.cpp issue 20824)
         received: list[str] = []
         request = chat("Write a long story about a lighthouse keeper.", max_tokens=1500)
         started = time.monotonic()
@@ -292,7 +293,8 @@ def test_a_server_killed_mid_stream_is_named_with_its_signal_and_the_partial_tex
         assert time.monotonic() - started < 60, "the client hung after the server died"
     assert caught.value.signal_number == signal_number
     assert signal.Signals(signal_number).name in str(caught.value)
-    assert "--no-repack" in str(caught.value)  # what to try
+    # What to try: --no-repack, unless the server already ran without repacked weights.
+    assert ("--no-repack" if repacked else "without repacked weights") in str(caught.value)
     partial = "".join(received)
     assert partial.strip()
     assert caught.value.partial_text.startswith(partial[: len(caught.value.partial_text)])
