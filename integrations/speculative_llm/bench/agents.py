@@ -17,10 +17,8 @@ contender, so our variants sharing one engine start from the same prefix either 
 Tools reach the model as the backend does it best: the in-process engine's own tool
 calling (a grammar over its tool-call JSON), and ``tool_calling="json_schema"`` on
 servers (the same tool descriptions, the answer constrained by ``response_format``), so
-every contender sees the same prompt and the same JSON format. llama-server gets the
-local engine's JSON grammar as GBNF (``json_gbnf``) in place of its own conversion of
-the schema, which allows other whitespace: a small model then writes other JSON there,
-and the two sides would do different work.
+every contender sees the same prompt and the same JSON format; llama-server also gets
+the local engine's JSON grammar (``bench.same_work``).
 
 A session never crashes the run: a step cap, a call cut at ``max_tokens`` or any error
 inside the framework ends it, and its tally says why (``AgentTally.error``).
@@ -34,15 +32,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
-from speculative_llm.backends.openai_compat.requests import response_schema
 from speculative_llm.backends.registry import IN_PROCESS_BACKENDS, resolve_backend_name
 from speculative_llm.bench.agent_tasks import AGENT_MAX_STEPS, AGENT_SYSTEM_PROMPT, AGENT_TOOLS
 from speculative_llm.bench.contenders import BackendContender
 from speculative_llm.bench.outcomes import Contender, Outcome, outcome_of
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import AgentTally
+from speculative_llm.bench.same_work import as_the_local_engine_asks
 from speculative_llm.config import SpecConfig
-from speculative_llm.json_gbnf import JSON_WHITESPACE, json_schema_gbnf
 from speculative_llm.json_tools import TOOL_KEY
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest
@@ -181,15 +178,6 @@ def _with_extra(request: GenerationRequest, **fields: Any) -> GenerationRequest:
     return request.replace(extra={**request.extra, **fields})
 
 
-def _with_json_grammar(request: GenerationRequest) -> GenerationRequest:
-    """A JSON-constrained request with the local engine's grammar as GBNF instead."""
-    schema = response_schema(request.response_format)
-    if schema is None:
-        return request
-    grammar = json_schema_gbnf(schema, max_whitespace=JSON_WHITESPACE)
-    return _with_extra(request.replace(response_format=None), grammar=grammar)
-
-
 def agent_call_preparer(
     backend: Backend,
 ) -> Callable[[GenerationRequest], GenerationRequest] | None:
@@ -198,15 +186,15 @@ def agent_call_preparer(
     With the prompt cache where the backend has one: the local engine's (off under
     ``exact="bitwise"``, where asking for it is an error) and llama-server's
     ``cache_prompt`` (the bench's managed servers are started with it off). llama-server
-    also gets the local engine's JSON grammar (see the module docstring). Other servers
-    keep their own prefix caches.
+    also gets the local engine's JSON grammar (``same_work.as_the_local_engine_asks``).
+    Other servers keep their own prefix caches.
     """
     name = resolve_backend_name(backend.name)
     if name in IN_PROCESS_BACKENDS:
         cached = getattr(backend, "exact", None) != "bitwise"
         return lambda request: _with_extra(request, cache_prompt=cached)
     if name == "llamacpp":
-        return lambda request: _with_json_grammar(_with_extra(request, cache_prompt=True))
+        return lambda request: as_the_local_engine_asks(_with_extra(request, cache_prompt=True))
     return None
 
 

@@ -12,12 +12,14 @@
 * ``--compare-transformers``: transformers' ``generate`` on the local engine's model
   (loaded by the transformers runner).
 * ``--compare-llama-server``: managed llama-servers on the same GGUF and threads: plain,
-  and each n-gram spec type at every k.
+  and each n-gram spec type at every k, sent the local engine's prompts and grammars
+  (``same_work``) so that both sides do the same work.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from speculative_llm.backends.base import Backend
@@ -25,8 +27,10 @@ from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE, Benc
 from speculative_llm.bench.outcomes import Contender, Outcome, outcome_of
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import OURS, Variant
+from speculative_llm.bench.same_work import as_the_local_engine_asks
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
+from speculative_llm.types import GenerationRequest
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local import LocalBackend
@@ -70,6 +74,9 @@ class BackendContender:
             ``owns_backend``).
         spec: The request's ``SpecConfig`` (None: the backend's or server's default).
         owns_backend: Close the backend in ``close``.
+        prepare: What the backend gets for a prompt's request (None: the request as it
+            is); llama-servers compared with the local engine get
+            ``same_work.as_the_local_engine_asks``.
     """
 
     def __init__(
@@ -79,15 +86,20 @@ class BackendContender:
         spec: SpecConfig | None,
         *,
         owns_backend: bool = False,
+        prepare: Callable[[GenerationRequest], GenerationRequest] | None = None,
     ) -> None:
         self.variant = variant
         self.backend = backend
         self.spec = spec
         self._owns_backend = owns_backend
+        self._prepare = prepare
 
     def run(self, prompt: BenchPrompt, max_tokens: int) -> Outcome:
         """Generate through the backend (non-streaming); timings from its ``SpecStats``."""
-        return outcome_of(self.backend.generate(prompt.request(max_tokens, self.spec)))
+        request = prompt.request(max_tokens, self.spec)
+        if self._prepare is not None:
+            request = self._prepare(request)
+        return outcome_of(self.backend.generate(request))
 
     def forget_outputs(self) -> None:
         """Empty the backend's memory of earlier outputs (suffix decoding's global trie)."""
@@ -278,6 +290,8 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
         # stopped with the run (llama-server cannot switch speculation per request).
         backends = _managed_llama_contenders(options, servers, stack)
         contenders.extend(
-            BackendContender(v, b, None) for v, b in zip(servers, backends, strict=True)
+            # The local engine's prompts and grammars, so that both sides do the same work.
+            BackendContender(v, b, None, prepare=as_the_local_engine_asks)
+            for v, b in zip(servers, backends, strict=True)
         )
     return contenders
