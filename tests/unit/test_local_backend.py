@@ -463,6 +463,47 @@ def test_close_during_an_open_stream_does_not_block(model_path: Path, runner_nam
 # ---- concurrency and cancellation -------------------------------------------------------
 
 
+def test_every_pass_runs_on_the_one_engine_thread(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Passes from several threads give OpenMP one pool each: half speed (engine_thread)."""
+    threads: set[str] = set()
+    forward = type(backend._runner).forward
+
+    def recording(runner: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.current_thread().name)
+        return forward(runner, *args, **kwargs)
+
+    monkeypatch.setattr(type(backend._runner), "forward", recording)
+
+    async def async_calls() -> None:
+        await backend.agenerate(_request())
+        [chunk async for chunk in backend.astream(_request())]
+
+    backend.generate(_request())
+    list(backend.stream(_request()))
+    asyncio.run(async_calls())
+    elsewhere = threading.Thread(target=lambda: backend.generate(_request()))
+    elsewhere.start()
+    elsewhere.join()
+    backend.logit_margin(_request(), [])
+    assert len(threads) == 1 and threads.pop().startswith("speculative-llm-engine")
+
+
+async def test_a_refused_request_raises_at_once_or_at_its_first_chunk(
+    backend: LocalBackend,
+) -> None:
+    refused = _request(spec=SpecConfig(method="eagle"))
+    with pytest.raises(UnsupportedFeatureError, match="eagle"):
+        backend.stream(refused)  # before any chunk is asked for
+    with pytest.raises(UnsupportedFeatureError, match="eagle"):
+        await backend.agenerate(refused)
+    with pytest.raises(UnsupportedFeatureError, match="eagle"):
+        [chunk async for chunk in backend.astream(refused)]
+    assert not backend._lock.locked()
+    assert backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
+
+
 def test_closing_a_stream_frees_the_engine(backend: LocalBackend) -> None:
     stream = backend.stream(_request(max_tokens=200))
     first = next(stream)

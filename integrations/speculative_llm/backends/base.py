@@ -6,6 +6,7 @@ import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import ClassVar, Self, TypeVar
 
@@ -196,12 +197,18 @@ class Backend(ABC):
 _DONE = object()
 
 
-async def iterate_in_thread(make_iterator: Callable[[], Iterator[_Item]]) -> AsyncIterator[_Item]:
+async def iterate_in_thread(
+    make_iterator: Callable[[], Iterator[_Item]], *, executor: Executor | None = None
+) -> AsyncIterator[_Item]:
     """Run a blocking iterator in a worker thread and yield its items asynchronously.
 
     The event loop never blocks. When the consumer stops early (break, cancellation),
     the worker is told to stop and the iterator is closed in its own thread, so a
     generator's ``finally`` (releasing an engine lock, for instance) always runs.
+
+    Args:
+        make_iterator: Makes the iterator (called in the worker thread).
+        executor: Runs the worker (None: a new thread for this iterator).
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
@@ -232,8 +239,10 @@ async def iterate_in_thread(make_iterator: Callable[[], Iterator[_Item]]) -> Asy
                 close()
             deliver(_DONE)
 
-    worker = threading.Thread(target=produce, name="speculative-llm-stream", daemon=True)
-    worker.start()
+    if executor is not None:
+        executor.submit(produce)
+    else:
+        threading.Thread(target=produce, name="speculative-llm-stream", daemon=True).start()
     try:
         while True:
             item = await queue.get()

@@ -12,13 +12,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from speculative_llm.backends.base import Backend, Capabilities, ModelInfo, iterate_in_thread
+from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
 from speculative_llm.backends.local.engine import StepCounters, generate_steps
+from speculative_llm.backends.local.engine_thread import (
+    aiterate_on_engine_thread,
+    call_on_engine_thread,
+    iterate_on_engine_thread,
+)
 from speculative_llm.backends.local.grammar import (
     Constraint,
     GrammarVocabulary,
@@ -363,14 +368,18 @@ class LocalBackend(Backend):
             ConfigError: The prompt and ``generated`` do not fit the context window.
         """
         tokens = [*self.encode_prompt(request), *generated]
-        with self._lock:
-            self._runner.reset()
-            try:
-                logits = self._runner.forward(tokens, 1)[0].float()
-                top = torch.topk(logits, 2).values
-                return float(top[0] - top[1])
-            finally:
+
+        def score() -> float:
+            with self._lock:
                 self._runner.reset()
+                try:
+                    logits = self._runner.forward(tokens, 1)[0].float()
+                    top = torch.topk(logits, 2).values
+                    return float(top[0] - top[1])
+                finally:
+                    self._runner.reset()
+
+        return call_on_engine_thread(score)
 
     def _prepare(self, request: GenerationRequest) -> _Job:
         """Check and encode ``request`` once: what every later stage of it reads."""
@@ -449,16 +458,26 @@ class LocalBackend(Backend):
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
-        """Async twin of ``generate``: runs the engine in a worker thread."""
+        """Async twin of ``generate``: the engine's thread generates, the loop never blocks."""
         chunks = [
             chunk
-            async for chunk in iterate_in_thread(lambda: self._stream(request, live_stats=False))
+            async for chunk in aiterate_on_engine_thread(
+                lambda: self._answer_request(request, live_stats=False)
+            )
         ]
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
     def _stream(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
-        """``stream``, with statistics on every chunk (``live_stats``) or on the last only."""
+        """``stream``, with statistics on every chunk (``live_stats``) or on the last only.
+
+        The request is checked here; its passes run on the engine's thread (see
+        ``engine_thread``).
+        """
         job = self._prepare(request)
+        return iterate_on_engine_thread(lambda: self._answer(job, live_stats=live_stats))
+
+    def _answer(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
+        """The chunks of a checked request (a tool call parsed at the end)."""
         chunks = self._run(job, live_stats=live_stats)
         return chunks if job.tools is None else self._tool_answer(chunks)
 
@@ -479,8 +498,12 @@ class LocalBackend(Backend):
         yield final_chunk_of(json_tool_completion(completion))
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
-        """Async twin of ``stream``: runs the engine in a worker thread."""
-        return iterate_in_thread(lambda: self.stream(request))
+        """Async twin of ``stream``: the engine's thread generates, the loop never blocks."""
+        return aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=True))
+
+    def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
+        """The chunks of ``request``, checked first (an error reaches the reader)."""
+        return self._answer(self._prepare(request), live_stats=live_stats)
 
     def _run(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         with self._lock:
