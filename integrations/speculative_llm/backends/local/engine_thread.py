@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import TypeVar
 
 from speculative_llm.backends.base import iterate_in_thread
@@ -36,8 +36,6 @@ _Result = TypeVar("_Result")
 ENGINE_THREAD_NAME = "speculative-llm-engine"
 """The name of the engine's thread (``threading.current_thread().name`` starts with it)."""
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
 _DONE = object()
 
 
@@ -48,12 +46,49 @@ class _Failure:
         self.error = error
 
 
-def _engine() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=ENGINE_THREAD_NAME)
-        return _executor
+class _EngineThread(Executor):
+    """One daemon thread running submitted calls in order.
+
+    A daemon, unlike a ``ThreadPoolExecutor``'s worker: the interpreter does not wait at
+    exit for a generation nobody reads any more (the stream threads before it were
+    daemons too).
+    """
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._serve, name=ENGINE_THREAD_NAME, daemon=True).start()
+
+    def submit(  # type: ignore[override]
+        self, function: Callable[[], _Result], /
+    ) -> Future[_Result]:
+        """Queue ``function()``; its future holds what it returns or raises."""
+        future: Future[_Result] = Future()
+        self._calls.put((function, future))  # type: ignore[arg-type]
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            function, future = self._calls.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function())
+            except BaseException as error:  # the caller's to handle, through the future
+                future.set_exception(error)
+
+
+_engine_thread: _EngineThread | None = None
+_engine_thread_lock = threading.Lock()
+
+
+def _engine() -> _EngineThread:
+    global _engine_thread
+    with _engine_thread_lock:
+        if _engine_thread is None:
+            _engine_thread = _EngineThread()
+        return _engine_thread
 
 
 def on_engine_thread() -> bool:
