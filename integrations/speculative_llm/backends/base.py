@@ -15,7 +15,16 @@ from speculative_llm.config import SpecConfig
 from speculative_llm.errors import UnsupportedFeatureError, UnsupportedMethodError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
-__all__ = ["TOOL_CAPABLE_BACKENDS", "Backend", "Capabilities", "ModelInfo", "iterate_in_thread"]
+__all__ = [
+    "PUMP_DONE",
+    "TOOL_CAPABLE_BACKENDS",
+    "Backend",
+    "Capabilities",
+    "ModelInfo",
+    "PumpFailure",
+    "iterate_in_thread",
+    "pump_iterator",
+]
 
 _Item = TypeVar("_Item")
 
@@ -194,7 +203,8 @@ class Backend(ABC):
         await self.aclose()
 
 
-_DONE = object()
+PUMP_DONE = object()
+"""Delivered by ``pump_iterator`` after the last item."""
 
 
 async def iterate_in_thread(
@@ -223,21 +233,7 @@ async def iterate_in_thread(
         return True
 
     def produce() -> None:
-        iterator: Iterator[_Item] | None = None
-        try:
-            # Inside the try: a request refused when the stream is made (a backend's
-            # checks) must reach the consumer, not end this thread unseen.
-            iterator = make_iterator()
-            for item in iterator:
-                if not deliver(item) or stop.is_set():
-                    break
-        except BaseException as error:  # handed to the consumer, re-raised there
-            deliver(_Failure(error))
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-            deliver(_DONE)
+        pump_iterator(make_iterator, deliver, stop)
 
     if executor is not None:
         executor.submit(produce)
@@ -246,17 +242,48 @@ async def iterate_in_thread(
     try:
         while True:
             item = await queue.get()
-            if item is _DONE:
+            if item is PUMP_DONE:
                 break
-            if isinstance(item, _Failure):
+            if isinstance(item, PumpFailure):
                 raise item.error
             yield item  # type: ignore[misc]
     finally:
         stop.set()
 
 
-class _Failure:
+class PumpFailure:
+    """What ``pump_iterator`` hands over when the iterator raised: re-raise ``error``."""
+
     __slots__ = ("error",)
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+def pump_iterator(
+    make_iterator: Callable[[], Iterator[_Item]],
+    deliver: Callable[[object], object],
+    stop: threading.Event,
+) -> None:
+    """Hand every item of ``make_iterator()`` to ``deliver``, in the calling thread.
+
+    Stops early once ``stop`` is set or ``deliver`` returns False (nobody reads any
+    more). An error, raised by the iterator or by making it, is delivered as a
+    ``PumpFailure``; the iterator is closed here (a generator's ``finally`` runs in this
+    thread), and ``PUMP_DONE`` is delivered last.
+    """
+    iterator: Iterator[_Item] | None = None
+    try:
+        # Inside the try: a request refused when the stream is made (a backend's
+        # checks) must reach the consumer, not end this thread unseen.
+        iterator = make_iterator()
+        for item in iterator:
+            if deliver(item) is False or stop.is_set():
+                break
+    except BaseException as error:  # handed to the consumer, re-raised there
+        deliver(PumpFailure(error))
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+        deliver(PUMP_DONE)

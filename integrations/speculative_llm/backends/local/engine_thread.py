@@ -20,7 +20,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, Future
 from typing import TypeVar
 
-from speculative_llm.backends.base import iterate_in_thread
+from speculative_llm.backends.base import (
+    PUMP_DONE,
+    PumpFailure,
+    iterate_in_thread,
+    pump_iterator,
+)
 
 __all__ = [
     "ENGINE_THREAD_NAME",
@@ -35,15 +40,6 @@ _Result = TypeVar("_Result")
 
 ENGINE_THREAD_NAME = "speculative-llm-engine"
 """The name of the engine's thread (``threading.current_thread().name`` starts with it)."""
-
-_DONE = object()
-
-
-class _Failure:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
 
 
 class _EngineThread(Executor):
@@ -118,28 +114,15 @@ def iterate_on_engine_thread(make_iterator: Callable[[], Iterator[_Item]]) -> It
     stop = threading.Event()
 
     def produce() -> None:
-        iterator: Iterator[_Item] | None = None
-        try:
-            iterator = make_iterator()
-            for item in iterator:
-                items.put(item)
-                if stop.is_set():
-                    break
-        except BaseException as error:  # handed to the reader, raised there
-            items.put(_Failure(error))
-        finally:
-            close = getattr(iterator, "close", None)
-            if close is not None:
-                close()
-            items.put(_DONE)
+        pump_iterator(make_iterator, items.put, stop)
 
     produced = _engine().submit(produce)
     try:
         while True:
             item = items.get()
-            if item is _DONE:
+            if item is PUMP_DONE:
                 return
-            if isinstance(item, _Failure):
+            if isinstance(item, PumpFailure):
                 raise item.error
             yield item  # type: ignore[misc]
     finally:
