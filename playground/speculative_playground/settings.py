@@ -48,8 +48,14 @@ SERVER_KINDS: dict[str, str] = {
 """Names accepted by ``create_backend`` for servers reached by URL, and their labels."""
 
 DEFAULT_MODEL = "smollm2-135m"
-PACKAGED_MODELS: tuple[str, ...] = ("smollm2-135m", "gemma3-270m")
-"""Models shipped as PyPI packages: they load with no model hub."""
+PACKAGED_MODELS: tuple[str, ...] = (
+    "smollm2-135m",
+    "gemma3-270m",
+    "smollm2-135m-f16",
+    "gemma3-270m-f16",
+)
+"""Models shipped as PyPI packages, and their F16 variants made from them on first use
+(llama-quantize, no download): they load with no model hub."""
 
 _METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
     "local": ("ngram", "suffix", "draft_model"),

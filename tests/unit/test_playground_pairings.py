@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from speculative_playground.pairings import draft_candidates, draft_note
+from speculative_playground.pairings import draft_candidates, draft_note, model_note
 from speculative_playground.settings import PACKAGED_MODELS
 
 
 def test_no_packaged_model_drafts_for_another_or_for_itself() -> None:
-    for target in PACKAGED_MODELS:
+    for target in ("smollm2-135m", "gemma3-270m"):
         assert draft_candidates(target, PACKAGED_MODELS) == ()
         note = draft_note(target, (), custom_allowed=True)
         assert f"No draft model ships for {target}" in note and "prompt lookup" in note
+
+
+def test_a_packaged_model_drafts_for_its_f16_variant_not_the_other_way() -> None:
+    assert draft_candidates("smollm2-135m-f16", PACKAGED_MODELS) == ("smollm2-135m",)
+    assert draft_candidates("gemma3-270m-f16", PACKAGED_MODELS) == ("gemma3-270m",)
+    # The F16 variant decodes one token at about half the speed: never a draft of its base.
+    assert "smollm2-135m-f16" not in draft_candidates("smollm2-135m", PACKAGED_MODELS)
+
+
+def test_an_f16_variant_says_what_regime_it_stands_for() -> None:
+    note = draft_note("smollm2-135m-f16", ("smollm2-135m",), custom_allowed=False)
+    assert note.startswith("For the draft") and "0.24" in note and "AMD EPYC" in note
+    assert model_note("gemma3-270m-f16") and not model_note("gemma3-270m")
 
 
 def test_operator_models_are_offered_and_checked_when_they_load() -> None:
