@@ -14,9 +14,10 @@ Definitions (the same for every backend):
 * ``tokens_per_step``: the run's own tokens per verify step (``mean_accepted_length``,
   or ``generated / (generated - accepted)`` where the backend does not count steps:
   every step emits exactly one token of the target's own).
-* ``expected_speedup()``: Leviathan's wall-time factor for the measured acceptance,
-  averaged over the draft lengths proposed, and never above what the run's own steps
-  yield: ``min(E[tokens/step], tokens_per_step) / (mean draft length * c + 1)``.
+* ``mean_draft_length = draft_tokens / verify_steps``.
+* ``expected_speedup()``: ``T / (1 + (r + c) * d)`` with the run's tokens per step T,
+  mean draft length d, the measured cost r of one more verify row and c of drafting
+  one token, both in one-token passes (see ``speculative_llm.prediction``).
 
 A missing figure is ``None``: numbers are never invented.
 """
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from speculative_llm.prediction import expectation
 
 __all__ = [
     "SpecStats",
@@ -58,14 +61,21 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_walltime_factor(alpha: float, k: int, cost_ratio: float) -> float:
-    """Leviathan et al. (2023), theorem 3.8: expected wall-time improvement factor.
+def expected_walltime_factor(
+    alpha: float, k: int, cost_ratio: float, verify_row_cost: float = 0.0
+) -> float:
+    """Leviathan et al. (2023), theorem 3.8, with the verify pass's own cost added.
 
-    factor = (1 - a^(k+1)) / ((1 - a) (k c + 1)), with c = draft cost / target cost.
+    factor = (1 - a^(k+1)) / ((1 - a) (1 + k (c + r))), with c = draft cost per token and
+    r = the cost of one more verify row, both over a one-token pass. The paper's r = 0
+    (a verify pass of k + 1 rows costs one plain pass) holds on a GPU at batch 1, not on
+    a small CPU (r ~ 0.5 there; see ``speculative_llm.prediction``).
     """
     if cost_ratio < 0:
         raise ValueError(f"cost_ratio must be >= 0, got {cost_ratio}")
-    return expected_tokens_per_step(alpha, k) / (k * cost_ratio + 1.0)
+    if verify_row_cost < 0:
+        raise ValueError(f"verify_row_cost must be >= 0, got {verify_row_cost}")
+    return expected_tokens_per_step(alpha, k) / (1.0 + k * (cost_ratio + verify_row_cost))
 
 
 def _mean_expected_tokens(alpha: float, steps_by_length: dict[int, int]) -> float:
@@ -88,6 +98,14 @@ def _sum_optional(values: Iterable[int | float | None]) -> Any:
     if not items or any(v is None for v in items):
         return None
     return sum(items)  # type: ignore[arg-type]
+
+
+def _weighted_mean(values: Sequence[float | None], weights: Sequence[int]) -> float | None:
+    """The mean of ``values`` weighted by ``weights``; None when any value is missing."""
+    if not values or any(v is None for v in values):
+        return None
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights, strict=True) if v is not None) / total
 
 
 def _sum_positions(rows: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
@@ -166,6 +184,20 @@ class SpecStats:
         grammar_s: Seconds this request spent on its grammar (cutting drafts, masking
             rows, following the tokens; part of ``verify_s`` and ``ttft_s``). None
             without a grammar, and on servers.
+        verify_row_cost: r: what one more row of a verify pass costs, in one-token
+            passes, as the engine measured it for this model, thread count and context
+            (the local engine; None on servers, which do not say).
+        draft_token_cost: c: what drafting one token costs, in one-token passes
+            (``draft_s / draft_tokens`` over a one-token pass: a draft model's passes,
+            next to nothing for prompt lookup). None when not measured or nothing was
+            drafted.
+        one_token_pass_s: Seconds of a one-token target pass as the engine measured it
+            during this request (the unit of ``verify_row_cost`` and
+            ``draft_token_cost``). None on servers.
+        cpu_s: CPU seconds the decoding process spent while this request's decoding
+            steps ran (all its threads; the prompt's pass left out). None where not
+            measured (servers, accelerators).
+        cpu_threads: CPU threads the engine decodes with (the unit of ``cpu_share``).
         requests: Number of generations aggregated in this record.
         note: Caveat about the figures (for example how derived figures were obtained).
         draft_policy_reason: Why drafts were short or absent, in one sentence (the local
@@ -203,6 +235,11 @@ class SpecStats:
     verify_s: float | None = None
     kernel_s: float | None = None
     grammar_s: float | None = None
+    verify_row_cost: float | None = None
+    draft_token_cost: float | None = None
+    one_token_pass_s: float | None = None
+    cpu_s: float | None = None
+    cpu_threads: int | None = None
     requests: int = 1
     note: str | None = None
     draft_policy_reason: str | None = None
@@ -277,18 +314,31 @@ class SpecStats:
         return self.verify_steps - self.requests
 
     @property
-    def cost_ratio(self) -> float | None:
-        """C of Leviathan et al.: time to draft one token / time of one verify step.
+    def mean_draft_length(self) -> float | None:
+        """d: draft tokens per verify step (a step that proposed nothing counts as 0).
 
-        One step costs ``verify_s / decoding_steps`` (``verify_s`` leaves out the
-        prompt's pass).
+        ``draft_tokens / verify_steps``; where the backend counts no steps,
+        ``draft_tokens / (generated - accepted)`` (every step emits one target token).
         """
-        decoding_steps = self.decoding_steps
-        if not (
-            self.draft_s is not None and self.draft_tokens and self.verify_s and decoding_steps
-        ):
+        if self.draft_tokens is None:
             return None
-        return (self.draft_s / self.draft_tokens) / (self.verify_s / decoding_steps)
+        if self.verify_steps:
+            return self.draft_tokens / self.verify_steps
+        if self.generated_tokens is None or self.accepted_tokens is None:
+            return None
+        return _ratio(self.draft_tokens, self.generated_tokens - self.accepted_tokens)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """``cpu_s / ((verify_s + draft_s) * cpu_threads)``: the CPU the decoding got.
+
+        About 1 when the process had its cores to itself while its passes ran; well
+        below when another process held them. None where not measured.
+        """
+        if self.cpu_s is None or not self.cpu_threads or self.verify_s is None:
+            return None
+        busy = self.verify_s + (self.draft_s or 0.0)
+        return _ratio(self.cpu_s, busy * self.cpu_threads)
 
     @property
     def steps_by_draft_length(self) -> tuple[int, ...] | None:
@@ -336,37 +386,27 @@ class SpecStats:
         return _mean_expected_tokens(alpha, lengths)
 
     def expected_speedup(
-        self, cost_ratio: float | None = None, k: int | None = None
+        self, verify_row_cost: float | None = None, draft_token_cost: float | None = None
     ) -> float | None:
-        """The expected wall-time factor of this run: one definition for every backend.
+        """The expected decode-rate ratio over the baseline: one definition everywhere.
 
-        ``min(E[tokens/step], tokens_per_step) / (mean draft length * c + 1)``:
-        Leviathan et al.'s theorem 3.8 for the measured a, averaged over the draft
-        lengths actually proposed when they are known (as in
-        ``expected_tokens_per_step``), and never above the run's own tokens per verify
-        step: a pass that verifies a draft yields only what it accepted, so the formula's
-        figure for drafts the run did not make (steps without a prompt-lookup match, a
-        server that drafted less than its k) is not promised.
+        ``T / (1 + (r + c) * d)``: the run's tokens per verify step T
+        (``tokens_per_step``), its mean draft length d (``mean_draft_length``), the cost r
+        of one more verify row and c of drafting one token, both in one-token passes
+        (``verify_row_cost``, ``draft_token_cost``). See ``speculative_llm.prediction``
+        and docs/statistics.md.
 
         Args:
-            cost_ratio: c; defaults to the measured ``cost_ratio``, or 0 when the drafter's
-                cost was not measured (prompt lookup costs next to nothing).
-            k: A what-if: every step proposes k tokens (the paper's model, not bounded by
-                this run's steps).
+            verify_row_cost: r to use instead of the measured one (a what-if).
+            draft_token_cost: c to use instead of the measured one.
+
+        Returns:
+            The factor, or None when r (servers do not report it) or T is unknown.
         """
-        alpha, lengths = self.alpha, self._draft_lengths(k)
-        if alpha is None or lengths is None:
-            return None
-        c = cost_ratio if cost_ratio is not None else (self.cost_ratio or 0.0)
-        if c < 0:
-            raise ValueError(f"cost_ratio must be >= 0, got {c}")
-        mean_length = sum(d * n for d, n in lengths.items()) / sum(lengths.values())
-        tokens = _mean_expected_tokens(alpha, lengths)
-        measured = self.tokens_per_step
-        if k is None and measured is not None:
-            tokens = min(tokens, measured)
-        # Leviathan et al., theorem 3.8, with the mean draft length in place of a fixed k.
-        return tokens / (mean_length * c + 1.0)
+        found = expectation(
+            self, verify_row_cost=verify_row_cost, draft_token_cost=draft_token_cost
+        )
+        return None if found is None else found.speedup
 
     def speedup_over(self, baseline: SpecStats) -> float | None:
         """Measured speedup: this run's tokens/s divided by the baseline's."""
@@ -396,7 +436,7 @@ class SpecStats:
             name: getattr(first, name)
             if all(getattr(r, name) == getattr(first, name) for r in items)
             else None
-            for name in ("num_speculative_tokens",)
+            for name in ("num_speculative_tokens", "cpu_threads")
         }
         backends = sorted({r.backend for r in items})
         methods = sorted({r.method for r in items})
@@ -426,8 +466,10 @@ class SpecStats:
                 "verify_s",
                 "kernel_s",
                 "grammar_s",
+                "cpu_s",
             )
         }
+        weights = [r.verify_steps or 1 for r in items]
         return cls(
             backend=",".join(backends),
             method=",".join(methods),
@@ -438,6 +480,9 @@ class SpecStats:
             note="; ".join(notes) or None,
             draft_policy_reason=reasons.pop() if len(reasons) == 1 else None,
             draft_policy_steps=_sum_limits(r.draft_policy_steps for r in items),
+            verify_row_cost=_weighted_mean([r.verify_row_cost for r in items], weights),
+            draft_token_cost=_weighted_mean([r.draft_token_cost for r in items], weights),
+            one_token_pass_s=_weighted_mean([r.one_token_pass_s for r in items], weights),
             **same,
             **summed,
         )
@@ -459,9 +504,9 @@ class SpecStats:
                 acceptance_rate=self.acceptance_rate,
                 mean_accepted_length=self.mean_accepted_length,
                 tokens_per_second=self.tokens_per_second,
-                alpha=self.alpha,
                 tokens_per_step=self.tokens_per_step,
-                expected_tokens_per_step=self.expected_tokens_per_step(),
+                mean_draft_length=self.mean_draft_length,
+                cpu_share=self.cpu_share,
                 expected_speedup=self.expected_speedup(),
             )
         return record

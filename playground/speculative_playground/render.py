@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
+from speculative_llm.prediction import FORMULA, expectation
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Token
 from speculative_playground.measure import Finding, Measurement, check
@@ -384,17 +385,13 @@ def speedup_cards_html(
         if measurement is not None
         else []
     )
-    if stats is not None and expected is not None:
-        cost = stats.cost_ratio or 0.0
-        per_step = stats.tokens_per_step
-        expected_details = [
-            f"Leviathan et al.: α={format_number(stats.alpha, '.2f')}, "
-            f"k={stats.num_speculative_tokens}, c={cost:.2f}",
-            f"at most the run's {format_number(per_step, '.2f')} tokens per verify step",
-            "α: accepted / checked draft tokens (a draft is checked up to its first rejection)",
-        ]
+    found = expectation(stats) if stats is not None else None
+    if found is not None and found.speedup is not None:
+        expected_details = [FORMULA, found.inputs()]
     elif stats is not None and stats.draft_tokens == 0:
         expected_details = [stats.draft_policy_reason or "no draft tokens in this run"]
+    elif found is not None and found.missing:
+        expected_details = [found.missing]
     elif stats is not None:
         expected_details = [f"the {stats.backend} backend reports no acceptance figures"]
     else:

@@ -135,8 +135,9 @@ def stats(
     steps: int | None = None,
     rejected: int = 0,
     k: int = 4,
+    row_cost: float | None = 0.5,
 ) -> SpecStats:
-    """A final statistics record with consistent figures."""
+    """A final statistics record with consistent figures (r = ``row_cost``, c = 0)."""
     return SpecStats(
         backend="scripted",
         method=method,
@@ -151,6 +152,8 @@ def stats(
         drafted_per_position=(max(draft, 1), 0, 0, 0) if method != "none" else (),
         ttft_s=0.01,
         decode_s=decode_s,
+        verify_row_cost=row_cost,
+        draft_token_cost=0.0 if method != "none" else None,
     )
 
 

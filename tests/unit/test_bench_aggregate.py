@@ -16,7 +16,7 @@ from speculative_llm.bench.aggregate import (
 )
 from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
 from speculative_llm.bench.records import ALL_CATEGORIES, OURS, Sample, Variant
-from speculative_llm.stats import SpecStats, expected_walltime_factor
+from speculative_llm.stats import SpecStats
 
 BASE = Variant(OURS, "none")
 NGRAM = Variant(OURS, "ngram", 4)
@@ -32,6 +32,7 @@ def _stats(
     rejected: int,
     decode_s: float,
     k: int | None = 4,
+    row_cost: float | None = 0.5,
 ) -> SpecStats:
     return SpecStats(
         backend="local",
@@ -46,6 +47,8 @@ def _stats(
         decode_s=decode_s,
         accepted_per_position=(3, 1, 0, 0) if drafted else (),
         drafted_per_position=(4, 3, 1, 1) if drafted else (),
+        verify_row_cost=row_cost,
+        draft_token_cost=0.0 if drafted else None,
     )
 
 
@@ -209,17 +212,9 @@ def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() 
     assert (code.stats.draft_tokens, code.stats.accepted_tokens) == (32, 24)
     assert code.acceptance_rate == pytest.approx(24 / 32)
     assert code.mean_accepted_length == pytest.approx(40 / 16)
-    alpha = 24 / (24 + 8)
-    # Per repeat, drafted_per_position (4, 3, 1, 1) over 8 steps: 4 steps proposed
-    # nothing, 1 one token, 2 two tokens, 1 four tokens; the expectation averages
-    # Leviathan's formula over those lengths (c = 0: no draft time measured).
-    mixed = (
-        4 * 1.0
-        + expected_walltime_factor(alpha, 1, 0.0)
-        + 2 * expected_walltime_factor(alpha, 2, 0.0)
-        + expected_walltime_factor(alpha, 4, 0.0)
-    ) / 8
-    assert code.expected_speedup == pytest.approx(mixed)
+    # T = 40 / 16 tokens per step, d = 32 / 16 draft tokens per step, r = 0.5, c = 0:
+    # S = T / (1 + (r + c) d).
+    assert code.expected_speedup == pytest.approx(2.5 / (1 + 0.5 * 2.0))
     assert code.measured_over_expected == pytest.approx(
         code.decode_speedup / code.expected_speedup  # type: ignore[operator]
     )
@@ -263,11 +258,11 @@ def test_step_cost_needs_exact_statistics_with_decoding_steps() -> None:
     assert cell.step_cost is None
 
 
-def test_expectation_uses_k_on_every_step_when_the_backend_gives_no_positions() -> None:
-    # Servers report totals, neither per-position counts nor always their k: the
-    # paper's formula for the variant's k on every step.
-    server_stats = _stats("ngram", 20, 16, 12, 8, 4, 1.5, k=None).replace(
-        accepted_per_position=None, drafted_per_position=None
+def test_no_expectation_where_the_backend_gives_no_pass_costs() -> None:
+    # Servers report totals, not what their verify rows cost: no expected speedup,
+    # their tokens per step alone.
+    server_stats = _stats("ngram", 20, 16, 12, 8, 4, 1.5, k=None, row_cost=None).replace(
+        accepted_per_position=None, drafted_per_position=None, draft_token_cost=None
     )
     samples = [
         _sample(
@@ -284,7 +279,8 @@ def test_expectation_uses_k_on_every_step_when_the_backend_gives_no_positions() 
     ]
     cell = summarize(samples).cell(NGRAM, "code_edit")
     assert cell is not None
-    assert cell.expected_speedup == pytest.approx(expected_walltime_factor(12 / 16, 4, 0.0))
+    assert cell.expected_speedup is None
+    assert cell.mean_accepted_length == pytest.approx(20 / 8)
 
 
 def test_cells_without_stats_or_decode_times_report_none_not_zero() -> None:

@@ -139,10 +139,11 @@ def test_a_stopped_run_headlines_no_speedup_unless_labelled_partial() -> None:
     assert "Stopped" in status and "speculative stopped after 5 tokens" in status
 
 
-def test_the_alpha_of_the_expected_figure_is_explained() -> None:
+def test_the_expected_figure_shows_its_formula_and_inputs() -> None:
     final = finished_comparison()
     cards = speedup_cards_html(final)
-    assert "α=0.75" in cards and "checked up to its first rejection" in cards
+    assert "S = T / (1 + (r + c) × d)" in cards
+    assert "r = 0.50, c = 0.00" in cards
     assert "3 of 4 proposed draft tokens accepted" in cards
 
 

@@ -26,8 +26,14 @@ def test_leviathan_walltime_factor_divides_by_cost() -> None:
     assert expected_walltime_factor(0.8, 4, 0.25) == pytest.approx(
         expected_tokens_per_step(0.8, 4) / 2.0
     )
+    # The verify rows' own cost adds to the drafts': 1 + k (c + r).
+    assert expected_walltime_factor(0.8, 4, 0.25, verify_row_cost=0.5) == pytest.approx(
+        expected_tokens_per_step(0.8, 4) / 4.0
+    )
     with pytest.raises(ValueError):
         expected_walltime_factor(0.5, 4, -1)
+    with pytest.raises(ValueError):
+        expected_walltime_factor(0.5, 4, 0.0, verify_row_cost=-0.1)
     with pytest.raises(ValueError):
         expected_tokens_per_step(1.5, 4)
 
@@ -43,6 +49,8 @@ def test_derived_figures() -> None:
         decode_s=2.0,
         draft_s=0.1,
         verify_s=1.0,
+        verify_row_cost=0.5,
+        draft_token_cost=0.05,
     )
     assert stats.acceptance_rate == 0.5
     assert stats.mean_accepted_length == 3.0
@@ -51,15 +59,46 @@ def test_derived_figures() -> None:
     assert stats.decoding_steps == 9
     assert dataclasses.replace(stats, verify_steps=1).decoding_steps is None  # prompt only
     assert dataclasses.replace(stats, verify_steps=None).decoding_steps is None
-    # c = (0.1 / 40) / (1.0 / 9): verify_s covers the 9 passes after the prompt's
-    assert stats.cost_ratio == pytest.approx(0.0225)
-    # Aggregated over two requests: two prompt passes among the 10 steps.
-    assert dataclasses.replace(stats, requests=2).cost_ratio == pytest.approx(0.02)
+    assert stats.mean_draft_length == 4.0
     assert stats.expected_tokens_per_step() == pytest.approx(expected_tokens_per_step(20 / 28, 4))
-    assert stats.expected_speedup() == pytest.approx(expected_walltime_factor(20 / 28, 4, 0.0225))
-    assert stats.expected_speedup(cost_ratio=0.0, k=2) == pytest.approx(
-        expected_tokens_per_step(20 / 28, 2)
+    # S = T / (1 + (r + c) d) = 3 / (1 + 0.55 * 4)
+    assert stats.expected_speedup() == pytest.approx(3.0 / 3.2)
+    # What-ifs: free verify rows and free drafts give T itself.
+    assert stats.expected_speedup(verify_row_cost=0.0, draft_token_cost=0.0) == pytest.approx(3.0)
+
+
+def test_expected_speedup_needs_the_row_cost() -> None:
+    # A server reports tokens and acceptance but not what its verify rows cost.
+    server = SpecStats(
+        backend="llamacpp",
+        method="server",
+        source="exact",
+        num_speculative_tokens=5,
+        generated_tokens=182,
+        draft_tokens=100,
+        accepted_tokens=82,
     )
+    assert server.tokens_per_step == pytest.approx(182 / 100)
+    assert server.mean_draft_length == pytest.approx(1.0)
+    assert server.expected_speedup() is None
+    # With an assumed r (a what-if for that hardware) the same formula applies; c is
+    # unknown for a server and taken as 0.
+    assert server.expected_speedup(verify_row_cost=0.1, draft_token_cost=0.0) == pytest.approx(
+        1.82 / 1.1
+    )
+
+
+def test_expected_speedup_without_drafts_is_the_tokens_per_step() -> None:
+    # Nothing drafted (the cost-aware policy found no draft worth verifying): S = T = 1.
+    idle = make(generated_tokens=10, verify_steps=10, draft_tokens=0, accepted_tokens=0)
+    assert idle.expected_speedup(verify_row_cost=0.5) == pytest.approx(1.0)
+
+
+def test_cpu_share() -> None:
+    stats = make(verify_s=1.5, draft_s=0.5, cpu_s=3.0, cpu_threads=2)
+    assert stats.cpu_share == pytest.approx(0.75)
+    assert make(verify_s=1.0, cpu_s=1.0).cpu_share is None  # threads unknown
+    assert make(cpu_threads=2, cpu_s=1.0).cpu_share is None  # no pass time
 
 
 def test_steps_by_draft_length_from_per_position_counts() -> None:
@@ -72,7 +111,7 @@ def test_steps_by_draft_length_from_per_position_counts() -> None:
     assert make(verify_steps=2, drafted_per_position=(1, 3)).steps_by_draft_length is None
 
 
-def test_expectation_follows_the_draft_lengths_actually_proposed() -> None:
+def test_leviathan_expectation_follows_the_draft_lengths_actually_proposed() -> None:
     alpha = 0.6
     # Half the steps found nothing to propose (one token each); half proposed k = 4.
     stats = make(
@@ -82,17 +121,12 @@ def test_expectation_follows_the_draft_lengths_actually_proposed() -> None:
         rejected_steps=20,
         draft_tokens=20,
         drafted_per_position=(5, 5, 5, 5),
-        draft_s=0.2,
-        verify_s=1.0,
     )
     assert stats.alpha == pytest.approx(alpha)
     mixed = (5 * 1.0 + 5 * expected_tokens_per_step(alpha, 4)) / 10
     assert stats.expected_tokens_per_step() == pytest.approx(mixed)
-    # c = (0.2 / 20) / (1.0 / 9); the mean draft length is 2, not k = 4.
-    assert stats.expected_speedup() == pytest.approx(mixed / (2 * 0.09 + 1))
     # An explicit k keeps the paper's model: k tokens proposed on every step.
     assert stats.expected_tokens_per_step(k=4) == pytest.approx(expected_tokens_per_step(alpha, 4))
-    assert stats.expected_speedup(k=4) == pytest.approx(expected_walltime_factor(alpha, 4, 0.09))
     # When every step proposes k tokens both agree.
     full = stats.replace(drafted_per_position=(10, 10, 10, 10), draft_tokens=40)
     assert full.expected_tokens_per_step() == pytest.approx(full.expected_tokens_per_step(k=4))
@@ -194,37 +228,18 @@ def test_ignored_draft_tokens_add_up_and_survive_a_round_trip() -> None:
     assert unknown is not None and unknown.ignored_draft_tokens is None
 
 
-def test_expected_speedup_never_exceeds_the_runs_own_tokens_per_step() -> None:
-    # A llama-server-like record: no verify steps, alpha 0.8 at k 5, yet most steps had
-    # no draft: 1.82 tokens per step (the case of x3.69 expected against 1.82).
-    server = SpecStats(
-        backend="llamacpp",
-        method="server",
-        source="exact",
-        num_speculative_tokens=5,
-        generated_tokens=182,
-        draft_tokens=100,
-        accepted_tokens=82,
-    )
-    assert server.tokens_per_step == pytest.approx(182 / 100)
-    assert server.expected_tokens_per_step() == pytest.approx(expected_tokens_per_step(0.82, 5))
-    assert server.expected_speedup() == pytest.approx(1.82)
-    # The what-if at a given k stays the paper's formula.
-    assert server.expected_speedup(k=5) == pytest.approx(expected_tokens_per_step(0.82, 5))
-    # Where the formula is below the run's tokens per step, it is the formula.
-    local = SpecStats(
-        backend="local",
-        method="ngram",
-        source="exact",
-        num_speculative_tokens=2,
-        generated_tokens=30,
-        verify_steps=10,
-        draft_tokens=20,
-        accepted_tokens=20,
-        rejected_steps=10,
-    )
-    assert local.tokens_per_step == pytest.approx(3.0)
-    assert local.expected_speedup() == pytest.approx(expected_tokens_per_step(2 / 3, 2))
+def test_pass_costs_aggregate_as_step_weighted_means() -> None:
+    first = make(verify_steps=30, verify_row_cost=0.5, draft_token_cost=0.0, cpu_s=1.0)
+    second = make(verify_steps=10, verify_row_cost=0.3, draft_token_cost=0.2, cpu_s=2.0)
+    total = SpecStats.aggregate([first, second])
+    assert total is not None
+    assert total.verify_row_cost == pytest.approx((30 * 0.5 + 10 * 0.3) / 40)
+    assert total.draft_token_cost == pytest.approx(10 * 0.2 / 40)
+    assert total.cpu_s == pytest.approx(3.0)
+    # One record without a figure: the aggregate does not invent one.
+    missing = SpecStats.aggregate([first, make(verify_steps=5)])
+    assert missing is not None and missing.verify_row_cost is None
+    assert SpecStats.from_dict(first.to_dict()) == first
 
 
 def test_draft_policy_fields_round_trip_and_add_up() -> None:

@@ -185,7 +185,7 @@ def _pool(
         decode_speedup=decode_speedup,
         stats=stats,
         expected_speedup=(
-            None if stats is None or variant.is_baseline else _expected_speedup(stats, variant.k)
+            None if stats is None or variant.is_baseline else stats.expected_speedup()
         ),
         step_cost=step_cost,
         equal_outputs=sum(1 for r in compared if r.matches_baseline),
@@ -195,13 +195,6 @@ def _pool(
         grammar_s=grammar_s,
         grammar_share=grammar_share,
     )
-
-
-def _expected_speedup(stats: SpecStats, k: int | None) -> float | None:
-    """Leviathan's factor for the draft lengths the run proposed, else for k on every step."""
-    if stats.steps_by_draft_length is not None:
-        return stats.expected_speedup()
-    return stats.expected_speedup(k=k)
 
 
 def summarize(samples: Sequence[Sample]) -> BenchSummary:

@@ -20,6 +20,7 @@ from speculative_llm.commands.local_engine import add_local_engine_arguments, lo
 from speculative_llm.config import Method, SpecConfig
 from speculative_llm.divergence import Divergence, explain_divergence
 from speculative_llm.errors import ConfigError
+from speculative_llm.prediction import FORMULA, expectation
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
@@ -145,6 +146,16 @@ def _fmt(value: float | None, pattern: str = "{:.2f}", unit: str = "") -> str:
     return "n/a" if value is None else pattern.format(value) + unit
 
 
+def _expected_line(stats: SpecStats) -> str:
+    """The expected speedup with its inputs, or why there is none."""
+    found = expectation(stats)
+    if found is None:
+        return "expected speedup       n/a (tokens per step unknown)"
+    if found.speedup is None:
+        return f"expected speedup       n/a: {found.missing}"
+    return f"expected speedup       x{found.speedup:.2f} from {FORMULA}, {found.inputs()}"
+
+
 def format_stats(stats: SpecStats) -> str:
     """Human-readable statistics of one generation."""
     lines = [
@@ -157,9 +168,8 @@ def format_stats(stats: SpecStats) -> str:
         lines += [
             f"drafted / accepted     {stats.draft_tokens} / {stats.accepted_tokens} "
             f"(acceptance rate {_fmt(stats.acceptance_rate, '{:.1%}')})",
-            f"mean accepted length   {_fmt(stats.mean_accepted_length)} tokens per target pass "
-            f"(Leviathan expects {_fmt(stats.expected_tokens_per_step())} at "
-            f"alpha={_fmt(stats.alpha)})",
+            f"mean accepted length   {_fmt(stats.mean_accepted_length)} tokens per target pass",
+            _expected_line(stats),
         ]
         by_position = stats.acceptance_by_position
         if by_position:

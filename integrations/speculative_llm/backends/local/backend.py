@@ -31,6 +31,7 @@ from speculative_llm.backends.local.grammar import (
 )
 from speculative_llm.backends.local.model_sources import resolve_model
 from speculative_llm.backends.local.models import load_model
+from speculative_llm.backends.local.pass_costs import calibrate
 from speculative_llm.backends.local.prompts import encode_request
 from speculative_llm.backends.local.request_stats import RequestStats
 from speculative_llm.backends.local.runner import LoadedModel, Runner
@@ -132,6 +133,10 @@ class LocalBackend(Backend):
             request. Never under ``exact="bitwise"``: keys and values computed in
             another batch are not bitwise those of the baseline's prompt pass.
         progress: Show download progress when a packaged model is fetched.
+        calibrate_costs: Time target passes of 1 to 13 rows once at load (about a
+            second for a small model; cached on disk per model, runner, threads and
+            CPU), so that ``SpecStats.verify_row_cost`` and the cost-aware policy start
+            from what a verify row costs on this machine rather than a guess.
 
     Raises:
         ModelNotFoundError: A model name does not resolve.
@@ -159,6 +164,7 @@ class LocalBackend(Backend):
         fast_paths: str = "auto",
         prompt_cache: bool = True,
         progress: bool = True,
+        calibrate_costs: bool = True,
     ) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
             raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
@@ -194,8 +200,9 @@ class LocalBackend(Backend):
         logger.info("local engine: %s", self._target.description)
         # Verify-pass timings of this model on this machine, and the acceptance learned
         # per method, shared by every request: cost-aware requests choose their draft
-        # lengths from them.
-        self._verify_cost = VerifyCost()
+        # lengths from them. The timings start from a calibration (cached on disk per
+        # model and machine), so the first request already knows what a row costs.
+        self._verify_cost = self._calibrated_cost(calibrate_costs)
         self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
         self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
@@ -203,6 +210,16 @@ class LocalBackend(Backend):
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self._draft_drafter(self._default_spec)
+
+    def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
+        """The cost model, started from the model's measured pass costs when asked."""
+        if not calibrate_costs:
+            return VerifyCost()
+        target, runner = self._loaded(), self._runner
+        costs = call_on_engine_thread(lambda: calibrate(target, runner))
+        if costs is None:
+            return VerifyCost()
+        return VerifyCost.calibrated(costs.row_cost, costs.one_token_s)
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -552,6 +569,7 @@ class LocalBackend(Backend):
             constraint=constraint,
             runners=runners,
             started=started,
+            cpu_threads=target.cpu_threads,
         )
         steps = generate_steps(
             self._runner,

@@ -97,8 +97,12 @@ class VerifyCost:
         window: Recent observations kept per size.
         stale_after: Passes (of any size) for which an observation is recent.
         prior_row_cost: Cost of an extra verify row, in one-token passes, before any
-            multi-row pass is measured (measured: 0.4-0.6 on 2 threads, 0.9 on one).
+            multi-row pass is measured: the backend's load-time calibration
+            (``pass_costs``) when it has one (``calibrated``), else a typical small-CPU
+            figure (0.4-0.6 on 2 threads, 0.9 on one).
         probe_credit: The probe budget's starting balance, in one-token passes.
+        calibrated_one_token_s: A one-token pass's seconds from the calibration, used
+            until requests have measured their own.
     """
 
     window: int = 9
@@ -108,6 +112,7 @@ class VerifyCost:
     """One-token passes the draft-length policies may still lose on probes (shared by
     the backend's requests: a property of the machine's state, like the times). A
     negative balance is a debt that ``start_request`` forgives."""
+    calibrated_one_token_s: float | None = None
     samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
     draft_samples: deque[float] = field(init=False)
     passes: int = 0
@@ -121,6 +126,16 @@ class VerifyCost:
 
     def __post_init__(self) -> None:
         self.draft_samples = deque(maxlen=self.window)
+
+    @classmethod
+    def calibrated(cls, row_cost: float, one_token_s: float) -> VerifyCost:
+        """A cost model that starts from a load-time measurement (``pass_costs``)."""
+        return cls(prior_row_cost=row_cost, calibrated_one_token_s=one_token_s)
+
+    def one_token_seconds(self) -> float | None:
+        """A one-token pass's seconds: measured by requests, else the calibration's."""
+        measured = self.seconds(1)
+        return measured if measured is not None else self.calibrated_one_token_s
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one pass of ``tokens`` tokens that took ``seconds``."""
@@ -221,7 +236,7 @@ class VerifyCost:
 
     def draft_ratio(self) -> float:
         """Drafting time per token over a one-token target pass (0 when unmeasured)."""
-        one = self.seconds(1)
+        one = self.one_token_seconds()
         if not one or self._draft_median is None:
             return 0.0
         return self._draft_median / one

@@ -67,6 +67,7 @@ class _Counted:
     prefill: bool
     grammar_s: float = 0.0
     source: str | None = None
+    cpu_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class StepCounters:
     draft_s: float = 0.0
     verify_s: float = 0.0
     grammar_s: float = 0.0
+    cpu_s: float = 0.0
     accepted_per_position: list[int] = field(default_factory=list)
     drafted_per_position: list[int] = field(default_factory=list)
     drafted_by_source: dict[str, int] = field(default_factory=dict)
@@ -114,6 +116,7 @@ class StepCounters:
             step.prefill,
             step.grammar_s,
             step.draft_source,
+            step.cpu_s,
         )
         self._steps.append(counted)
         self._apply(counted, 1)
@@ -151,6 +154,7 @@ class StepCounters:
             # The prompt's pass is time to first token, not decoding: kept out of
             # verify_s so that verify_s / verify_steps estimates one decoding pass.
             self.verify_s += sign * counted.verify_s
+            self.cpu_s += sign * counted.cpu_s
         if counted.drafted:
             self.draft_steps += sign
             self.draft_tokens += sign * counted.drafted
@@ -273,7 +277,7 @@ def speculative_step(
             f"target cache holds {target.length} tokens, expected {length - 1}: "
             "the engine state is corrupt"
         )
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if drafter is None or k <= 0:
         draft = Draft([])
     elif constraint is None:
@@ -315,6 +319,7 @@ def speculative_step(
         draft_source=draft.source if draft_tokens else None,
         asked=max(k, 0),
         num_proposed=len(draft.tokens),
+        cpu_s=time.process_time() - cpu_started,
     )
 
 

@@ -89,6 +89,7 @@ class LlamaCppLoader:
             description=model.describe(),
             make_runner=model.new_runner,
             release=model.close,
+            cpu_threads=model.threads,
         )
 
     def load_vocabulary(self, source: ModelSource) -> Tokenizer:

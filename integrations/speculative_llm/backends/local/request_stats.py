@@ -45,6 +45,7 @@ class RequestStats:
         constraint: The grammar constraint, or None for free text.
         runners: The target's runner first, then the draft model's when there is one.
         started: ``time.perf_counter()`` when the request started.
+        cpu_threads: CPU threads the target decodes with (None: not on a CPU).
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class RequestStats:
         constraint: Constraint | None,
         runners: Sequence[Runner],
         started: float,
+        cpu_threads: int | None = None,
     ) -> None:
         self._backend = backend
         self._spec = spec
@@ -69,6 +71,7 @@ class RequestStats:
         self._constraint = constraint
         self._runners = tuple(runners)
         self._started = started
+        self._cpu_threads = cpu_threads
         self._first_token_at: float | None = None
         # Runners outlive requests: only what this request adds counts.
         self._kernel_before = _kernel_seconds(self._runners)
@@ -82,6 +85,7 @@ class RequestStats:
         """The request's statistics as of ``now`` (a ``time.perf_counter()`` reading)."""
         counters, constraint = self._counters, self._constraint
         first_token_at = self._first_token_at
+        row_cost, draft_cost, one_token_s = self._pass_costs()
         return SpecStats(
             backend=self._backend,
             method=self._spec.method,
@@ -111,7 +115,31 @@ class RequestStats:
             global_tree_accepted_tokens=self._by_tree(counters.accepted_by_source, "global"),
             draft_policy_reason=self._draft_length.explain(),
             draft_policy_steps=self._draft_length.limit_counts(),
+            cpu_s=counters.cpu_s if self._cpu_threads else None,
+            cpu_threads=self._cpu_threads,
+            verify_row_cost=row_cost,
+            draft_token_cost=draft_cost,
+            one_token_pass_s=one_token_s,
         )
+
+    def _pass_costs(self) -> tuple[float | None, float | None, float | None]:
+        """(r, c, one-token pass seconds): the costs ``expected_speedup`` counts in.
+
+        r comes from the backend's cost model, which the request's passes have just
+        refined (``VerifyCost``, started from the load-time calibration); c is this
+        request's own drafting time per draft token over a one-token pass.
+        """
+        cost = self._draft_length.cost
+        if cost is None:
+            return None, None, None
+        one = cost.one_token_seconds()
+        counters = self._counters
+        draft_cost = (
+            (counters.draft_s / counters.draft_tokens) / one
+            if one and counters.draft_tokens
+            else None
+        )
+        return cost.row_cost(), draft_cost, one
 
     def _by_tree(self, counts: dict[str, int], tree: str) -> int | None:
         """Suffix decoding's figure for one of its tries; None for other methods."""

@@ -136,6 +136,7 @@ class LoadedModel:
         description: One line for logs and the playground (runner, layout, dtype...).
         make_runner: Creates a runner (its own KV cache) over the shared weights.
         release: Frees the weights (None: garbage collection does).
+        cpu_threads: CPU threads its passes run on (None: not on a CPU, or unknown).
     """
 
     name: str
@@ -147,6 +148,7 @@ class LoadedModel:
     description: str
     make_runner: Callable[[], Runner]
     release: Callable[[], None] | None = None
+    cpu_threads: int | None = None
 
     def new_runner(self) -> Runner:
         """A runner with a cache of its own."""

@@ -35,6 +35,8 @@ class StepResult:
         num_proposed: Tokens the drafter proposed, before any was cut.
         cached_prompt_tokens: Prefill only: leading prompt tokens the target's cache
             already held from the previous request (no pass computed them).
+        cpu_s: CPU seconds this process spent during the step (all its threads):
+            next to ``draft_s + verify_s`` it tells whether the step had its cores.
     """
 
     tokens: list[int]
@@ -50,3 +52,4 @@ class StepResult:
     asked: int = 0
     num_proposed: int = 0
     cached_prompt_tokens: int = 0
+    cpu_s: float = 0.0

@@ -214,6 +214,7 @@ def load_transformers_model(
         context_window=_context_window(model),
         description=f"transformers, {source.name}, {dtype_name} on {device}; {paths.describe()}",
         make_runner=lambda: TransformersRunner(model, fast_paths=paths),
+        cpu_threads=torch.get_num_threads() if torch.device(device).type == "cpu" else None,
     )
 
 
