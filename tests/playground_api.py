@@ -28,6 +28,7 @@ COMPARE_DEFAULTS: dict[str, Any] = {
     "api_key": "",
     "json_schema": "",
     "seed": 0,
+    "exact": "distribution",
 }
 
 

@@ -53,10 +53,16 @@ from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import (
     BACKEND_KINDS,
     DEFAULT_MODEL,
+    EXACT_LABELS,
+    EXACTNESS_LABEL,
     MAX_RUNS,
+    METHOD_LABELS,
     PACKAGED_MODELS,
     SERVER_KINDS,
+    TIMING_LABELS,
     RunSettings,
+    greedy_hint,
+    page_methods,
 )
 from speculative_playground.theme import PLAYGROUND_CSS, playground_theme
 
@@ -64,30 +70,20 @@ __all__ = ["build_app", "launch"]
 
 logger = logging.getLogger(__name__)
 
-_METHOD_LABELS: dict[str, str] = {
-    "ngram": "Prompt lookup (n-gram)",
-    "suffix": "Suffix decoding (local engine)",
-    "draft_model": "Draft model",
-    "server": "As the server was started (running servers)",
-    "eagle": "EAGLE (running servers)",
-    "eagle3": "EAGLE-3 (running servers)",
-    "mtp": "MTP heads (running servers)",
-}
-# Every method stays a choice (Gradio checks API values against the choices); the
-# settings say clearly when a backend cannot use the one chosen.
-_METHOD_CHOICES = [(label, method) for method, label in _METHOD_LABELS.items()]
-_TIMING_CHOICES = [
-    ("Auto", "auto"),
-    ("Interleaved (local engine)", "interleaved"),
-    ("Fair (one after the other)", "fair"),
-    ("Concurrent", "concurrent"),
-]
+_TIMING_CHOICES = [(label, timing) for timing, label in TIMING_LABELS.items()]
+_EXACT_CHOICES = [(label, policy) for policy, label in EXACT_LABELS.items()]
+_EXACT_INFO = (
+    f"The local engine's, for both sides. {EXACT_LABELS['distribution']}: every pass at "
+    "full speed; greedy texts may part where the top two tokens nearly tie. "
+    f"{EXACT_LABELS['bitwise']}: greedy texts token-identical, slower on long texts."
+)
 # Shares of the table's width: every column fits at 1440 px with the sidebar open.
 _HISTORY_WIDTHS: list[str | int] = ["8%", "14%", "13%", "8%", "9%", "11%", "9%", "10%", "10%", "8%"]
 # (minimum, maximum, step, label, info) of the sidebar's sliders, by name.
 _SLIDERS: dict[str, tuple[float, float, float, str, str]] = {
     "k": (1, 16, 1, "Draft length k", "Longest draft per verify step."),
-    "temperature": (0.0, 1.5, 0.05, "Temperature", "0 = greedy: both sides agree."),
+    # Its hint says what greedy decoding promises: it follows the backend and exactness.
+    "temperature": (0.0, 1.5, 0.05, "Temperature", ""),
     "max_tokens": (1, 1024, 1, "Max tokens", "Tokens each side generates at most."),
 }
 
@@ -114,6 +110,7 @@ class _Sidebar:
     runs: Any
     json_schema: Any
     seed: Any
+    exact: Any
 
 
 @dataclass(frozen=True)
@@ -143,6 +140,22 @@ def _draft_picker(
         "choices": [("(none)", ""), *((m, m) for m in candidates)],
         "value": keep,
         "info": draft_note(target, candidates, custom_allowed=policy.custom_models_allowed),
+    }
+
+
+def _method_picker(
+    backend: str, target: str, method: str, policy: SecurityPolicy, offered: tuple[str, ...]
+) -> dict[str, Any]:
+    """Choices and value of the method picker: only the methods ``backend`` runs here.
+
+    The draft-model method only where a draft that pairs with ``target`` can be picked;
+    a method no longer offered gives way to the backend's first.
+    """
+    draft_pairs = bool(draft_candidates(target, offered)) or policy.custom_models_allowed
+    methods = page_methods(backend, draft_pairs=draft_pairs)
+    return {
+        "choices": [(METHOD_LABELS[m], m) for m in methods],
+        "value": method if method in methods else methods[0],
     }
 
 
@@ -209,15 +222,40 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 type="password",
                 placeholder="never shown or stored",
             )
+        picker = _method_picker(start.backend, start.model, start.method, policy, offered)
+        if start.method not in [value for _, value in picker["choices"]]:
+            # What the operator asked for on the command line stays choosable.
+            picker["choices"].append((METHOD_LABELS.get(start.method, start.method), start.method))
+            picker["value"] = start.method
         method = gr.Dropdown(
-            choices=_METHOD_CHOICES, value=start.method, label="Speculative method"
+            **picker,
+            label="Speculative method",
+            # Any value reaches the settings, which say in the page's words what a
+            # backend runs: an API caller naming another backend's method is not
+            # refused by the choices this page shows.
+            allow_custom_value=True,
+            elem_id="method",
         )
         sliders = {
             name: gr.Slider(
-                low, high, value=getattr(start, name), step=step, label=label, info=info
+                low,
+                high,
+                value=getattr(start, name),
+                step=step,
+                label=label,
+                info=info or greedy_hint(start.backend, start.exact),
+                elem_id=f"slider-{name}",
             )
             for name, (low, high, step, label, info) in _SLIDERS.items()
         }
+        exact = gr.Radio(
+            choices=_EXACT_CHOICES,
+            value=start.exact,
+            label=EXACTNESS_LABEL,
+            info=_EXACT_INFO,
+            visible=start.backend == "local",
+            elem_id="exactness",
+        )
         seed = gr.Number(
             value=start.seed,
             precision=0,
@@ -276,6 +314,7 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
         runs=runs,
         json_schema=json_schema,
         seed=seed,
+        exact=exact,
         **sliders,
     )
 
@@ -371,31 +410,54 @@ def _settings_events(
 ) -> None:
     """The page's own events: backend kind, the drafts a target pairs with, presets."""
 
-    def backend_changed(kind: str) -> dict[Any, Any]:
+    def backend_changed(kind: str, target: str, method: str, exact: str) -> dict[Any, Any]:
         url = kind == "url"
         return {
             sidebar.local_group: gr.Group(visible=not url),
             sidebar.url_group: gr.Group(visible=url),
-            sidebar.method: gr.Dropdown(value="server" if url else "ngram"),
+            # A running server's own configuration first; else what the kind runs.
+            sidebar.method: gr.Dropdown(
+                **_method_picker(kind, target, "server" if url else method, policy, offered)
+            ),
+            sidebar.exact: gr.Radio(visible=kind == "local"),
+            sidebar.temperature: gr.Slider(info=greedy_hint(kind, exact)),
         }
 
     def category_changed(category: str) -> dict[Any, Any]:
         names = preset_names(category)
         return {area.preset: gr.Dropdown(choices=[*names, CUSTOM], value=names[0])}
 
-    def target_changed(target: str, draft: str) -> dict[Any, Any]:
-        return {sidebar.draft_model: gr.Dropdown(**_draft_picker(target, draft, policy, offered))}
+    def target_changed(target: str, draft: str, kind: str, method: str) -> dict[Any, Any]:
+        return {
+            sidebar.draft_model: gr.Dropdown(**_draft_picker(target, draft, policy, offered)),
+            sidebar.method: gr.Dropdown(**_method_picker(kind, target, method, policy, offered)),
+        }
+
+    def exact_changed(kind: str, exact: str) -> dict[Any, Any]:
+        return {sidebar.temperature: gr.Slider(info=greedy_hint(kind, exact))}
 
     sidebar.model.change(
         target_changed,
-        inputs=[sidebar.model, sidebar.draft_model],
-        outputs=[sidebar.draft_model],
+        inputs=[sidebar.model, sidebar.draft_model, sidebar.backend, sidebar.method],
+        outputs=[sidebar.draft_model, sidebar.method],
         api_visibility="private",
     )
     sidebar.backend.change(
         backend_changed,
-        inputs=sidebar.backend,
-        outputs=[sidebar.local_group, sidebar.url_group, sidebar.method],
+        inputs=[sidebar.backend, sidebar.model, sidebar.method, sidebar.exact],
+        outputs=[
+            sidebar.local_group,
+            sidebar.url_group,
+            sidebar.method,
+            sidebar.exact,
+            sidebar.temperature,
+        ],
+        api_visibility="private",
+    )
+    sidebar.exact.change(
+        exact_changed,
+        inputs=[sidebar.backend, sidebar.exact],
+        outputs=[sidebar.temperature],
         api_visibility="private",
     )
     preset_fields = [area.prompt, area.tip, sidebar.json_schema, sidebar.max_tokens]

@@ -216,6 +216,11 @@ def build_backend_in_worker(name: str, **options: Any) -> Backend:
     return build_backend_by_name(name, **options)
 
 
+def _local_key(role: str, model: str, exact: str) -> tuple[str, str, str]:
+    """The cache key of a local engine: its role, target model and exactness policy."""
+    return (role, model, exact)
+
+
 def _close_backend(backend: Backend) -> None:
     backend.close()
 
@@ -251,8 +256,9 @@ class BackendPool:
     Args:
         policy: Deployment policy (which URLs and models users may type).
         offered_models: Models offered in the page (the only ones an exposed app loads).
-        local_options: Extra ``LocalBackend`` options (``device``, ``dtype``,
-            ``threads``).
+        local_options: Extra ``LocalBackend`` options (``runner``, ``device``,
+            ``dtype``, ``threads``). Not ``exact``: the exactness policy is a run
+            setting (``RunSettings.exact``), and each policy gets its own engines.
         capacity: Idle local backends and managed servers kept loaded.
         warm_up: Run a tiny generation after loading a local backend.
         backend_factory: Builds a backend from a name and options (default
@@ -275,6 +281,12 @@ class BackendPool:
         self.policy = policy or SecurityPolicy()
         self.offered_models = tuple(offered_models)
         self.local_options = dict(local_options or {})
+        if "exact" in self.local_options:
+            raise ConfigError(
+                "The exactness policy is a setting of each run (RunSettings.exact, the page's "
+                "Exactness), not a pool option: leave 'exact' out of local_options.",
+                field="local_options",
+            )
         self.warm_up = warm_up
         self._backend_factory = backend_factory
         self._server_factory = server_factory
@@ -287,7 +299,7 @@ class BackendPool:
         """Whether the model (or managed server) ``settings`` needs is already up."""
         if settings.backend == "local":
             loaded = self._local.keys()
-            return ("local", settings.model) in loaded
+            return _local_key("local", settings.model, settings.exact) in loaded
         if settings.backend == "managed":
             started = self._servers.keys()
             return any(
@@ -326,26 +338,34 @@ class BackendPool:
         if draft is not None:
             draft = self.policy.check_model(draft, self.offered_models)
         spec = settings.spec_config()
-        # One engine per target model: it loads draft models itself, on first use.
+        exact = settings.exact
+        # One engine per target model and exactness policy (both sides load with the
+        # same one): it loads draft models itself, on first use.
+        key = _local_key("local", model, exact)
         speculative = stack.enter_context(
-            self._local.lease(("local", model), lambda: self._load_local(model))
+            self._local.lease(key, lambda: self._load_local(model, exact))
         )
-        self._warm(("local", model), speculative, [SpecConfig.baseline(), spec])
+        self._warm(key, speculative, [SpecConfig.baseline(), spec])
         baseline = speculative
         if settings.timing_mode() in ("interleaved", "concurrent"):
             # One engine serves one stream at a time: sides that take turns or overlap
             # need an engine each (the same model, loaded twice).
+            key = _local_key("local-baseline", model, exact)
             baseline = stack.enter_context(
-                self._local.lease(("local-baseline", model), lambda: self._load_local(model))
+                self._local.lease(key, lambda: self._load_local(model, exact))
             )
-            self._warm(("local-baseline", model), baseline, [SpecConfig.baseline()])
+            self._warm(key, baseline, [SpecConfig.baseline()])
         return BackendPair.on_one_machine(
             baseline, speculative, spec, engine=_engine_line(speculative)
         )
 
-    def _load_local(self, model: str) -> Backend:
+    def _load_local(self, model: str, exact: str) -> Backend:
         return self._backend_factory(
-            "local", model=model, speculative=SpecConfig(method="ngram"), **self.local_options
+            "local",
+            model=model,
+            speculative=SpecConfig(method="ngram"),
+            exact=exact,
+            **self.local_options,
         )
 
     def _warm(self, key: Hashable, backend: Backend, specs: Sequence[SpecConfig | None]) -> None:

@@ -23,6 +23,7 @@ from speculative_llm.errors import (
     StreamInterruptedError,
 )
 from speculative_playground.security import redact
+from speculative_playground.settings import BACKEND_KINDS, METHOD_LABELS, SERVER_KINDS
 
 __all__ = ["DETAILS_IN_LOG", "browser_message"]
 
@@ -121,11 +122,40 @@ def browser_message(error: BaseException, secrets: Iterable[str | None] = ()) ->
 # Source locations of native code (``json_schema_converter.cc:5082``) say nothing to a
 # user; the core's parameter names become the page's words.
 _SOURCE_LOCATION = re.compile(r"\s*\(?[\w./-]+\.(?:cc|cpp|c|h|hpp):\d+\)?:?")
-_PAGE_WORDS = (("check base_url", "check the server URL"),)
+_PAGE_WORDS = (
+    ("check base_url", "check the server URL"),
+    ("Change the speculative method", "Change the Speculative method"),
+)
+# The core's words for a method a backend lacks, with the ids of both (``base.check_spec``).
+_UNSUPPORTED_METHOD = re.compile(
+    r"Backend '(?P<backend>[^']+)' does not support speculative method '(?P<method>[^']+)'; "
+    r"it supports: (?P<supported>[\w, ]+)\."
+)
+
+
+def _backend_label(name: str) -> str:
+    if name in SERVER_KINDS:
+        return f"The server ({SERVER_KINDS[name]})"
+    return f"The {BACKEND_KINDS[name]}" if name in BACKEND_KINDS else "This backend"
+
+
+def _method_label(name: str) -> str:
+    return METHOD_LABELS.get(name, "this speculative method")
+
+
+def _unsupported_method(match: re.Match[str]) -> str:
+    """The core's sentence with the page's labels instead of backend and method ids."""
+    names = match["supported"].replace(" ", "").split(",")
+    supported = [METHOD_LABELS[name] for name in names if name in METHOD_LABELS]
+    runs = f"; it runs {', '.join(supported)}" if supported else ""
+    return (
+        f"{_backend_label(match['backend'])} does not run {_method_label(match['method'])}{runs}."
+    )
 
 
 def _plain_words(message: str) -> str:
     message = _SOURCE_LOCATION.sub("", message)
+    message = _UNSUPPORTED_METHOD.sub(_unsupported_method, message)
     for internal, shown in _PAGE_WORDS:
         message = message.replace(internal, shown)
     return message

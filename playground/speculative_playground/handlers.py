@@ -93,7 +93,9 @@ class RunInputs:
     api_key: str
     json_schema: str
     seed: float
-    history: list[dict[str, Any]] | None
+    # Inputs added later come last, with a default: callers of the older API still work.
+    exact: str = "distribution"
+    history: list[dict[str, Any]] | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -123,6 +125,7 @@ class RunInputs:
             seed=int(self.seed or 0),
             runs=int(self.runs),
             json_schema=self.json_schema or "",
+            exact=self.exact or "distribution",  # type: ignore[arg-type]
         )
 
 
@@ -315,8 +318,12 @@ class Handlers:
             config.registry.finish(session, cancel)
 
     def _error(self, message: str) -> Updates:
+        """The error in the status line, and empty results: no earlier run's left standing."""
         # The status line is a live region: no toast repeating it over the controls.
-        return {self.views.status: status_html(None, message=message)}
+        return {
+            **_empty_results(self.views, Comparison(mode="fair")),
+            self.views.status: status_html(None, message=message),
+        }
 
 
 _NO_TYPED_URLS = (
@@ -329,6 +336,19 @@ _QUEUED_STOPPED = (
     '<div class="sp-status sp-status-warn">Stopped before it started: the run was '
     "waiting for its turn and has left the queue.</div>"
 )
+
+
+def _empty_results(views: ResultViews, empty: Comparison) -> Updates:
+    """Both panes, the cards, the statistics and the charts with nothing in them."""
+    return {
+        views.baseline_pane: _pane(empty, "baseline"),
+        views.speculative_pane: _pane(empty, "speculative"),
+        views.cards: speedup_cards_html(None),
+        views.basis: basis_html(None),
+        views.stats_table: stats_table_html(None),
+        views.timeline_chart: timeline_chart(None),
+        views.acceptance_chart: acceptance_chart(None),
+    }
 
 
 def _queued_html(position: int) -> str:
@@ -399,16 +419,9 @@ class _ComparisonViews:
                 "url": f"Connecting to {settings.describe_backend()}…",
             }[settings.backend]
         views = self.views
-        empty = Comparison(mode=settings.timing_mode())
         return {
             views.status: f'<div class="sp-status sp-status-running">{html.escape(what)}</div>',
-            views.baseline_pane: _pane(empty, "baseline"),
-            views.speculative_pane: _pane(empty, "speculative"),
-            views.cards: speedup_cards_html(None),
-            views.basis: basis_html(None),
-            views.stats_table: stats_table_html(None),
-            views.timeline_chart: timeline_chart(None),
-            views.acceptance_chart: acceptance_chart(None),
+            **_empty_results(views, Comparison(mode=settings.timing_mode())),
         }
 
     def progress(self, state: Comparison, runs: list[Comparison]) -> Updates:

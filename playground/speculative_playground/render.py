@@ -13,7 +13,7 @@ from speculative_llm.prediction import FORMULA, expectation
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Token
 from speculative_playground.measure import Finding, Measurement, check
-from speculative_playground.settings import TimingMode
+from speculative_playground.settings import BITWISE_ADVICE, TimingMode
 from speculative_playground.sides import Comparison, SideRun, SpeedupBasis
 
 __all__ = [
@@ -498,8 +498,7 @@ def status_html(
         elif divergence is not None:
             same = f" The texts part: {divergence.describe()}" + (
                 ", where the kernels of a verify pass and of a one-token pass may rank "
-                "the top two tokens the other way (start with --exact bitwise for "
-                "token-identical text)."
+                f"the top two tokens the other way ({BITWISE_ADVICE})."
                 if divergence.near_tie
                 else "."
             )

@@ -3,29 +3,40 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
-from speculative_llm.config import SpecConfig
+from speculative_llm.config import EXACT_POLICIES, SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
 
 __all__ = [
     "BACKEND_KINDS",
+    "BITWISE_ADVICE",
     "DEFAULT_MODEL",
+    "EXACTNESS_LABEL",
+    "EXACT_LABELS",
     "MAX_RUNS",
+    "METHODS_BY_KIND",
+    "METHOD_LABELS",
     "PACKAGED_MODELS",
     "SERVER_KINDS",
+    "TIMING_LABELS",
     "TIMING_MODES",
     "BackendKind",
+    "ExactPolicy",
     "RunSettings",
     "TimingChoice",
     "TimingMode",
+    "greedy_hint",
+    "page_methods",
 ]
 
 BackendKind = Literal["local", "managed", "url"]
+ExactPolicy = Literal["distribution", "bitwise"]
 TimingChoice = Literal["auto", "interleaved", "fair", "concurrent"]
 TimingMode = Literal["interleaved", "fair", "concurrent"]
 """``interleaved``: both sides on one machine, taking turns step by step, each timed over
@@ -57,11 +68,91 @@ PACKAGED_MODELS: tuple[str, ...] = (
 """Models shipped as PyPI packages, and their F16 variants made from them on first use
 (llama-quantize, no download): they load with no model hub."""
 
-_METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
+METHOD_LABELS: dict[str, str] = {
+    "ngram": "Prompt lookup (n-gram)",
+    "suffix": "Suffix decoding (local engine)",
+    "draft_model": "Draft model",
+    "server": "As the server was started (running servers)",
+    "eagle": "EAGLE (running servers)",
+    "eagle3": "EAGLE-3 (running servers)",
+    "mtp": "MTP heads (running servers)",
+}
+"""Speculative methods and their labels in the page (errors name methods by these)."""
+
+METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
     "local": ("ngram", "suffix", "draft_model"),
     "managed": ("ngram", "draft_model"),
     "url": ("server", "ngram", "draft_model", "eagle", "eagle3", "mtp"),
 }
+"""The methods each backend kind runs (what ``RunSettings`` accepts)."""
+
+TIMING_LABELS: dict[str, str] = {
+    "auto": "Auto",
+    "interleaved": "Interleaved (local engine)",
+    "fair": "Fair (one after the other)",
+    "concurrent": "Concurrent",
+}
+"""Timing choices and their labels in the page."""
+
+EXACTNESS_LABEL = "Exactness"
+"""The label of the exactness setting in the page."""
+
+EXACT_LABELS: dict[str, str] = {"distribution": "Distribution", "bitwise": "Bitwise"}
+"""The local engine's exactness policies (``LocalBackend(exact=...)``) and their labels."""
+
+BITWISE_ADVICE = (
+    f"for token-identical text, set {EXACTNESS_LABEL} to {EXACT_LABELS['bitwise']} in the settings"
+)
+"""What the page advises when greedy texts part at a near-tie under ``distribution``."""
+
+
+def _labels(names: Sequence[str], labels: dict[str, str]) -> str:
+    """``A, B or C``: the page's labels of ``names``."""
+    shown = [labels.get(name, name) for name in names]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+
+
+def _choices(labels: dict[str, str]) -> str:
+    """``A ("a"), B ("b") or C ("c")``: labels with the values an API caller sends."""
+    return _labels([f'{label} ("{value}")' for value, label in labels.items()], {})
+
+
+def page_methods(backend: str, *, draft_pairs: bool) -> tuple[str, ...]:
+    """The methods the page offers for ``backend``: those it runs and can be set there.
+
+    Args:
+        backend: A ``BACKEND_KINDS`` key.
+        draft_pairs: Whether a draft model that pairs with the target can be chosen
+            (``pairings.draft_candidates``, or a model the user may type).
+
+    Returns:
+        ``METHODS_BY_KIND[backend]`` without the draft-model method where no draft can be
+        picked: with no pairing model, or for running servers (the page has no draft
+        picker for them; the API still takes one).
+    """
+    methods = METHODS_BY_KIND.get(backend, ())
+    if backend == "url" or not draft_pairs:
+        methods = tuple(m for m in methods if m != "draft_model")
+    return methods
+
+
+def greedy_hint(backend: str, exact: str) -> str:
+    """What greedy decoding (temperature 0) promises with this backend and exactness.
+
+    Only ``exact="bitwise"`` on the local engine promises token-identical texts; under
+    ``distribution``, and on servers, which verify in batches with other kernels than
+    one-token passes, greedy texts may part where the top two tokens nearly tie.
+    """
+    if backend == "local":
+        policy = EXACT_LABELS.get(exact, exact)
+        promise = (
+            "both sides give the same text"
+            if exact == "bitwise"
+            else "the texts may part where two tokens nearly tie"
+        )
+        return f"0 = greedy. Under {policy} {EXACTNESS_LABEL.lower()} {promise}."
+    server = "llama-server verifies" if backend == "managed" else "Servers verify"
+    return f"0 = greedy. {server} in batches: the texts may part where two tokens nearly tie."
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +183,10 @@ class RunSettings:
         runs: How many times the comparison runs (the speedup is their median).
         json_schema: A JSON schema (as text) both sides' answers must follow; empty
             for free text. The local engine decodes under its grammar, drafts included.
+        exact: The local engine's exactness policy (``LocalBackend(exact=...)``), for
+            both sides: ``distribution`` (every pass at full speed; greedy texts may
+            part where two tokens nearly tie) or ``bitwise`` (greedy texts
+            token-identical). Servers ignore it.
     """
 
     backend: BackendKind = "local"
@@ -109,67 +204,66 @@ class RunSettings:
     seed: int = 0
     runs: int = 1
     json_schema: str = ""
+    exact: ExactPolicy = "distribution"
 
     def __post_init__(self) -> None:
+        # The messages name settings by their labels in the page: a page user never
+        # sees an internal id (values only an API caller can send are quoted too).
         if self.backend not in BACKEND_KINDS:
             raise ConfigError(
-                f"Unknown backend kind {self.backend!r}; choose one of {', '.join(BACKEND_KINDS)}.",
+                f"Unknown backend {self.backend!r}; choose {_choices(BACKEND_KINDS)}.",
                 field="backend",
             )
-        methods = _METHODS_BY_KIND[self.backend]
-        if self.method not in methods:
-            raise ConfigError(
-                f"Method {self.method!r} is not available with the "
-                f"{BACKEND_KINDS[self.backend]}; choose one of {', '.join(methods)}.",
-                field="method",
-            )
-        if self.method == "draft_model" and not (self.draft_model or "").strip():
-            raise ConfigError(
-                "The draft-model method needs a draft model with the target's vocabulary: "
-                "pick one under Draft model in the settings (it lists the models that pair "
-                "with the target), or choose Prompt lookup (n-gram), which needs none.",
-                field="draft_model",
-            )
+        self._check_method()
         if self.backend != "url" and not self.model.strip():
-            raise ConfigError("Choose a model.", field="model")
+            raise ConfigError("Choose a target model.", field="model")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 64:
-            raise ConfigError(f"k must be an integer from 1 to 64, got {self.k!r}.", field="k")
+            raise ConfigError(
+                f"Draft length k must be a whole number from 1 to 64, got {self.k!r}.",
+                field="k",
+            )
         if (
             isinstance(self.max_tokens, bool)
             or not isinstance(self.max_tokens, int)
             or self.max_tokens < 1
         ):
             raise ConfigError(
-                f"max tokens must be a positive integer, got {self.max_tokens!r}.",
+                f"Max tokens must be a whole number of at least 1, got {self.max_tokens!r}.",
                 field="max_tokens",
             )
         if self.temperature < 0:
             raise ConfigError(
-                f"temperature must be >= 0 (0 = greedy), got {self.temperature}.",
+                f"Temperature must be 0 or more (0 = greedy), got {self.temperature}.",
                 field="temperature",
             )
-        if self.timing not in ("auto", *TIMING_MODES):
+        if self.timing not in TIMING_LABELS:
             raise ConfigError(
-                f"Unknown timing mode {self.timing!r}; choose auto, {', '.join(TIMING_MODES)}.",
+                f"Unknown timing mode {self.timing!r}; choose {_choices(TIMING_LABELS)}.",
                 field="timing",
             )
         if self.timing == "interleaved" and self.backend != "local":
             raise ConfigError(
-                "Interleaved timing needs the local engine: a server generates on its own "
-                "schedule and cannot take turns. Choose fair (one side after the other) or, "
-                "for servers on two machines, concurrent.",
+                f"{TIMING_LABELS['interleaved']} timing needs the {BACKEND_KINDS['local']}: "
+                "a server generates on its own schedule and cannot take turns. Choose "
+                f"{TIMING_LABELS['fair']} or, for servers on two machines, "
+                f"{TIMING_LABELS['concurrent']}.",
                 field="timing",
             )
         if isinstance(self.runs, bool) or not isinstance(self.runs, int):
-            raise ConfigError(f"runs must be an integer, got {self.runs!r}.", field="runs")
+            raise ConfigError(f"Runs must be a whole number, got {self.runs!r}.", field="runs")
         if not 1 <= self.runs <= MAX_RUNS:
-            raise ConfigError(f"runs must be from 1 to {MAX_RUNS}, got {self.runs}.", field="runs")
+            raise ConfigError(f"Runs must be from 1 to {MAX_RUNS}, got {self.runs}.", field="runs")
+        if self.exact not in EXACT_POLICIES:
+            raise ConfigError(
+                f"Unknown {EXACTNESS_LABEL.lower()} policy {self.exact!r}; choose "
+                f"{_choices(EXACT_LABELS)}.",
+                field="exact",
+            )
         self.schema()  # a schema that is not a JSON object fails here, before any run
         if self.backend == "url":
             if self.server_kind not in SERVER_KINDS:
                 raise ConfigError(
-                    f"Unknown server kind {self.server_kind!r}; choose one of "
-                    f"{', '.join(SERVER_KINDS)}.",
+                    f"Unknown server type {self.server_kind!r}; choose {_choices(SERVER_KINDS)}.",
                     field="server_kind",
                 )
             if not self.server_url.strip():
@@ -177,6 +271,29 @@ class RunSettings:
                     "Enter the URL of the running server, for example http://127.0.0.1:8080.",
                     field="server_url",
                 )
+
+    def _check_method(self) -> None:
+        methods = METHODS_BY_KIND[self.backend]
+        backend = BACKEND_KINDS[self.backend]
+        if self.method not in METHOD_LABELS:
+            raise ConfigError(
+                f"Unknown speculative method {self.method!r}; the {backend} runs "
+                f"{_choices({m: METHOD_LABELS[m] for m in methods})}.",
+                field="method",
+            )
+        if self.method not in methods:
+            raise ConfigError(
+                f"{METHOD_LABELS[self.method]} does not run on the {backend}: choose "
+                f"{_labels(methods, METHOD_LABELS)} under Speculative method.",
+                field="method",
+            )
+        if self.method == "draft_model" and not (self.draft_model or "").strip():
+            raise ConfigError(
+                "The Draft model method needs a draft model with the target's vocabulary: "
+                "pick one under Draft model in the settings (it lists the models that pair "
+                f"with the target), or choose {METHOD_LABELS['ngram']}, which needs none.",
+                field="draft_model",
+            )
 
     @property
     def draft_model_used(self) -> str | None:

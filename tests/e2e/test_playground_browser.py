@@ -18,6 +18,8 @@ On the packaged SmolLM2 (interleaved timing, the local default):
   the structured preset sets its token budget; the prompt has a visible focus ring;
 * text and marks meet their contrast ratios (4.5:1, 3:1), computed from the page's
   styles, in the light and the dark theme;
+* the method picker offers only what the chosen backend runs, and the greedy hint only
+  what the chosen exactness promises; a run that fails leaves no earlier results standing;
 * the app writes no error or warning to the browser console.
 
 Screenshots go to ``test-artifacts/e2e/``; with ``SPECULATIVE_LLM_UPDATE_SCREENSHOTS=1``
@@ -51,7 +53,12 @@ from speculative_playground import build_app, launch  # noqa: E402
 from speculative_playground.backend_pool import BackendPool, build_backend_by_name  # noqa: E402
 from speculative_playground.presets import CUSTOM, find_preset  # noqa: E402
 from speculative_playground.render import PROVENANCE_CLASSES  # noqa: E402
-from speculative_playground.settings import BACKEND_KINDS, RunSettings  # noqa: E402
+from speculative_playground.settings import (  # noqa: E402
+    BACKEND_KINDS,
+    EXACT_LABELS,
+    METHOD_LABELS,
+    RunSettings,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -558,3 +565,68 @@ def choose_preset_in(page: Any, category: str, name: str) -> None:
     page.click("#preset-category input")
     page.get_by_role("option", name=category, exact=True).click()
     choose_preset(page, name)
+
+
+def method_options(page: Any) -> list[str]:
+    """The labels the method picker offers now."""
+    page.click("#method input")
+    page.wait_for_selector("[role='option']")
+    labels = [
+        " ".join(text.replace("✓", "").split())
+        for text in page.locator("[role='option']").all_inner_texts()
+    ]
+    page.keyboard.press("Escape")
+    return labels
+
+
+def test_methods_offered_follow_the_backend(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    local = [METHOD_LABELS["ngram"], METHOD_LABELS["suffix"]]  # no draft pairs a packaged model
+    assert method_options(page) == local
+    hint = "#slider-temperature .info-text"
+    assert "may part" in page.inner_text(hint)  # the default exactness, Distribution
+    page.get_by_label(EXACT_LABELS["bitwise"], exact=True).check()
+    page.wait_for_function(
+        f"() => document.querySelector({hint!r}).innerText.includes('same text')"
+    )
+
+    page.get_by_label(BACKEND_KINDS["managed"]).check()
+    page.wait_for_selector("#exactness", state="hidden")  # llama-server has no such policy
+    assert method_options(page) == [METHOD_LABELS["ngram"]]
+    assert "may part" in page.inner_text(hint)
+    page.get_by_label(BACKEND_KINDS["url"]).check()
+    page.wait_for_function(
+        "(label) => document.querySelector('#method input').value === label",
+        arg=METHOD_LABELS["server"],
+    )
+    assert method_options(page) == [
+        METHOD_LABELS[m] for m in ("server", "ngram", "eagle", "eagle3", "mtp")
+    ]
+    page.get_by_label(BACKEND_KINDS["local"]).check()
+    page.wait_for_selector("#exactness", state="visible")
+    assert method_options(page) == local
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def test_a_failed_run_clears_the_results_before_it(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    page.fill("input[aria-label='number input for Max tokens']", "8")
+    page.keyboard.press("Tab")
+    run_to_the_end(page)
+    assert page.locator("#baseline-pane .sp-placeholder").count() == 0
+    assert page.locator("#timeline-chart polyline[data-side]").count() == 2
+    page.get_by_text("Structured output", exact=True).click()
+    page.click("#json-schema .cm-content")
+    page.keyboard.type('{"type": ')
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .sp-status-error", timeout=60_000)
+    assert "JSON schema is not valid JSON" in page.inner_text("#run-status")
+    for side in ("baseline", "speculative"):  # the last run's texts are gone
+        assert page.locator(f"#{side}-pane .sp-placeholder").count() == 1
+    assert page.locator("#timeline-chart polyline[data-side]").count() == 0
+    assert page.locator("#acceptance-chart rect.sp-bar").count() == 0
+    assert "×" not in page.inner_text("#speedup-cards")
+    page.wait_for_function("() => !document.querySelector('#run-button').disabled")
+    assert page.spconsole.problems() == []
+    page.close()

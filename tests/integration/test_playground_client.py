@@ -126,6 +126,25 @@ def test_compare_takes_its_parameters_by_name(app_url: str, tiny_model: str) -> 
     assert record["seed"] == 0
 
 
+def test_callers_from_before_the_exactness_input_still_work(app_url: str, tiny_model: str) -> None:
+    """``exact`` came last, with a default: a caller that sends one argument less runs."""
+    names = [name for name in COMPARE_DEFAULTS if name != "exact"]
+    arguments = compare_args(tiny_model, max_tokens=8)
+    assert len(arguments) == len(names) + 1 and arguments[-1] == "distribution"
+    outputs = Client(app_url, verbose=False).predict(*arguments[:-1], api_name="/compare")
+    assert outputs[RECORD]["status"] == "done"
+
+
+def test_a_method_of_another_backend_is_refused_in_the_pages_words(
+    app_url: str, tiny_model: str
+) -> None:
+    """The API takes any method; the settings refuse it by its label, not Gradio's list."""
+    updates = run(Client(app_url, verbose=False), *compare_args(tiny_model, method="eagle"))
+    status = html.unescape(updates[-1][STATUS])
+    assert "sp-status-error" in status and "EAGLE (running servers) does not run" in status
+    assert "list of choices" not in status
+
+
 def test_both_sides_stream_and_greedy_texts_match(app_url: str, tiny_model: str) -> None:
     client = Client(app_url, verbose=False)
     updates = run(client, *compare_args(tiny_model))
@@ -291,6 +310,16 @@ def test_packaged_smollm2_run(app_url: str, smollm2_gguf: Path) -> None:
     assert spec_stats["accepted_tokens"] == sum(spec_stats["accepted_per_position"])
     assert len(distinct(updates, SPECULATIVE)) >= 3
     assert 'data-position="1"' in updates[-1][ACCEPTANCE]  # the chart has bars
+
+
+def test_bitwise_exactness_loads_both_sides_with_it(app_url: str, smollm2_gguf: Path) -> None:
+    client = Client(app_url, verbose=False)
+    prompt = find_preset("Code edit: add type hints").prompt
+    arguments = compare_args("smollm2-135m", prompt, max_tokens=24, exact="bitwise")
+    record = run(client, *arguments)[-1]
+    assert record[RECORD]["status"] == "done", record[STATUS]
+    assert record[RECORD]["baseline_text"] == record[RECORD]["speculative_text"]
+    assert "exact='bitwise'" in html.unescape(record[STATS])  # the engine's own line
 
 
 def test_json_schema_preset_constrains_both_sides(app_url: str, smollm2_gguf: Path) -> None:

@@ -94,6 +94,7 @@ def test_compare_reads_the_inputs_named_by_run_inputs_in_api_order() -> None:
         "API key (optional)",
         "JSON schema (optional)",
         "Seed",
+        "Exactness",
         None,  # the history, a gr.State (not part of the public API)
     ]
     assert len(compare.inputs) == len(RunInputs.names())
@@ -126,6 +127,7 @@ def test_the_compare_api_names_its_parameters() -> None:
         "api_key",
         "json_schema",
         "seed",
+        "exact",
     ]
 
 

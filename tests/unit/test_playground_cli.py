@@ -115,6 +115,31 @@ def test_runner_and_threads_reach_the_local_engine(monkeypatch: pytest.MonkeyPat
     assert pool.local_options["runner"] == "transformers" and pool.local_options["threads"] == 3
 
 
+def test_exact_sets_the_pages_exactness(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speculative_playground import backend_pool
+
+    assert command._settings(parse()).exact == "distribution"
+    assert command._settings(parse("--exact", "bitwise")).exact == "bitwise"
+    pools: list[Any] = []
+    apps: list[Any] = []
+
+    class RecordingPool(backend_pool.BackendPool):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            pools.append(self)
+
+    monkeypatch.setattr(backend_pool, "BackendPool", RecordingPool)
+    monkeypatch.setattr("speculative_playground.app.launch", lambda app, **o: apps.append(app))
+    assert main(["playground", "--no-browser", "--exact", "bitwise"]) == 0
+    (pool,) = pools
+    assert "exact" not in pool.local_options  # the page's setting decides, run by run
+    (app,) = apps
+    (exactness,) = [
+        block for block in app.blocks.values() if getattr(block, "label", None) == "Exactness"
+    ]
+    assert exactness.value == "bitwise"
+
+
 @pytest.mark.parametrize(
     ("flags", "factory"),
     [((), "build_backend_in_worker"), (("--in-process",), "build_backend_by_name")],

@@ -14,6 +14,7 @@ from speculative_llm.errors import (
     EngineCrashedError,
     MalformedResponseError,
     ModelNotFoundError,
+    UnsupportedMethodError,
     VocabularyMismatchError,
 )
 from speculative_playground.error_summary import DETAILS_IN_LOG, browser_message
@@ -109,3 +110,14 @@ def test_a_model_that_fails_to_load_is_named_without_llama_cpp_log_lines(tmp_pat
     assert "could not load" in message and "runner='transformers'" in message
     assert "gguf_init_from_reader" not in message and "llama_model_load" not in message
     assert DETAILS_IN_LOG in message
+
+
+def test_a_method_a_backend_lacks_is_named_by_the_pages_labels() -> None:
+    error = UnsupportedMethodError(
+        "Backend 'vllm' does not support speculative method 'eagle'; it supports: none, "
+        "server. Change the speculative method, or pick a backend that runs this one."
+    )
+    message = browser_message(error)
+    assert message.startswith("The server (vLLM) does not run EAGLE (running servers)")
+    assert "As the server was started" in message and "Speculative method" in message
+    assert "'eagle'" not in message and "'vllm'" not in message and "none" not in message

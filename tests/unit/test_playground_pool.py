@@ -105,6 +105,24 @@ def test_local_backends_are_cached_per_model_and_warmed_up() -> None:
     assert first.closed
 
 
+def test_each_exactness_policy_loads_both_sides_with_it() -> None:
+    factory = Factory()
+    pool = BackendPool(backend_factory=factory, warm_up=False)
+    for exact in ("distribution", "bitwise"):
+        settings = RunSettings(exact=exact)  # type: ignore[arg-type]
+        assert not pool.loaded(settings)
+        with pool.lease(settings) as pair:  # interleaved: an engine per side
+            assert pair.baseline is not pair.speculative
+        assert pool.loaded(settings)
+    loaded_with = [options["exact"] for _, options in factory.calls]
+    assert loaded_with == ["distribution", "distribution", "bitwise", "bitwise"]
+    with pool.lease(RunSettings(exact="bitwise")):  # kept: no engine loads again
+        assert len(factory.calls) == 4
+    # One source of the policy: the run's settings, never a pool-wide option.
+    with pytest.raises(ConfigError, match="Exactness"):
+        BackendPool(local_options={"exact": "bitwise"})
+
+
 @pytest.mark.parametrize("timing", ["interleaved", "concurrent"])
 def test_local_sides_that_overlap_get_an_engine_each(timing: str) -> None:
     factory = Factory()

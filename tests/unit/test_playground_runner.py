@@ -392,4 +392,6 @@ def test_greedy_texts_that_part_are_shown_with_the_margin_there(
     assert backend.scored == [[ord("a"), ord("b"), ord("c")]]  # the baseline's prefix
     assert final.divergence.near_tie is near_tie
     status = status_html(final, run_index=1, runs=1)
-    assert "at token 3" in status and ("--exact bitwise" in status) is near_tie
+    assert "at token 3" in status and "--exact" not in status  # no flag a page user can't set
+    # The advice names the page's own setting by its label.
+    assert ("set Exactness to Bitwise in the settings" in status) is near_tie

@@ -162,7 +162,7 @@ def test_agent_loop_presets_share_one_tool_call_shape() -> None:
     assert len({find_preset(name).schema for name in steps}) == 1  # the global trie's pattern
     spec = RunSettings(method="suffix").spec_config()
     assert spec is not None and spec.method == "suffix" and spec.cost_aware
-    with pytest.raises(ConfigError, match="not available"):
+    with pytest.raises(ConfigError, match="does not run on the Managed llama-server"):
         RunSettings(backend="managed", method="suffix")
 
 

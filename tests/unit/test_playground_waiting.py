@@ -90,6 +90,7 @@ def _inputs(**changes: Any) -> list[Any]:
         "api_key": "",
         "json_schema": "",
         "seed": 0,
+        "exact": "distribution",
         "history": [],
     }
     values.update(changes)

@@ -39,11 +39,19 @@ class RecordingBackend(Backend):
         events: File the log lines are appended to.
         model: Model name; ``missing`` raises ``ModelNotFoundError`` (a failed load).
         speculative: Accepted and ignored (the playground passes one to local engines).
+        exact: Accepted and ignored (the playground passes the run's exactness policy).
     """
 
     name = "recording"
 
-    def __init__(self, *, events: str, model: str = "recorded", speculative: object = None) -> None:
+    def __init__(
+        self,
+        *,
+        events: str,
+        model: str = "recorded",
+        speculative: object = None,
+        exact: str = "distribution",
+    ) -> None:
         if model == "missing":
             raise ModelNotFoundError(
                 f"No model named {model!r}: give a packaged alias or a path.", field="model"

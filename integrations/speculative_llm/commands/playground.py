@@ -124,6 +124,7 @@ def _settings(args: argparse.Namespace) -> Any:
             method=args.method or "server",
             k=args.k,
             max_tokens=args.max_tokens,
+            exact=args.exact,
         )
     if args.url or args.baseline_url:
         raise ConfigError(
@@ -138,6 +139,7 @@ def _settings(args: argparse.Namespace) -> Any:
         method=args.method or ("draft_model" if args.draft_model else "ngram"),
         k=args.k,
         max_tokens=args.max_tokens,
+        exact=args.exact,
     )
 
 
@@ -175,10 +177,14 @@ def run(args: argparse.Namespace) -> int:
     chosen = (settings.model, settings.draft_model) if settings.backend != "url" else ()
     custom = [name for name in chosen if name and name not in PACKAGED_MODELS]
     models = list(dict.fromkeys([*custom, *PACKAGED_MODELS, *policy.model_files()]))
+    # --exact is the page's initial Exactness (in the settings): each run loads its
+    # engines with the policy chosen there.
+    local_options = local_engine_options(args)
+    del local_options["exact"]
     pool = BackendPool(
         policy=policy,
         offered_models=models,
-        local_options=local_engine_options(args),
+        local_options=local_options,
         backend_factory=build_backend_by_name if args.in_process else build_backend_in_worker,
     )
     registry = CancelRegistry()
