@@ -77,8 +77,10 @@ _EXACT_INFO = (
     "full speed; greedy texts may part where the top two tokens nearly tie. "
     f"{EXACT_LABELS['bitwise']}: greedy texts token-identical, slower on long texts."
 )
-# Shares of the table's width: every column fits at 1440 px with the sidebar open.
-_HISTORY_WIDTHS: list[str | int] = ["8%", "14%", "13%", "8%", "9%", "11%", "9%", "10%", "10%", "8%"]
+_RUN_LABEL, _RUNNING_LABEL = "Run", "Running…"
+# Shares of the table's width (at least ``HISTORY_MIN_WIDTH``, the CSS's): every
+# header's longest word fits its column, so none is cut off.
+_HISTORY_WIDTHS: list[str | int] = ["7%", "14%", "13%", "8%", "8%", "10%", "9%", "11%", "11%", "9%"]
 # (minimum, maximum, step, label, info) of the sidebar's sliders, by name.
 _SLIDERS: dict[str, tuple[float, float, float, str, str]] = {
     "k": (1, 16, 1, "Draft length k", "Longest draft per verify step."),
@@ -335,7 +337,7 @@ def _prompt_area() -> _PromptArea:
             min_width=320,  # on a phone the buttons go below the prompt
         )
         with gr.Column(scale=1, min_width=150, elem_id="run-column"):
-            run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+            run_button = gr.Button(_RUN_LABEL, variant="primary", elem_id="run-button")
             stop_button = gr.Button("Stop", variant="stop", elem_id="stop-button")
     with gr.Row(equal_height=True, elem_id="preset-row"):
         pickers = (
@@ -489,20 +491,38 @@ def _comparison_events(
     views: ResultViews,
     concurrency_limit: int | None,
 ) -> None:
-    """Run (button, or Shift+Enter in the prompt) and Stop, by the names of ``RunInputs``."""
+    """Run (the button, which the prompt's shortcuts press) and Stop, by ``RunInputs``."""
     named = {f.name: getattr(sidebar, f.name) for f in dataclasses.fields(sidebar)}
     named.update(prompt=area.prompt, history=views.history)
     # Not limited by Gradio: comparisons wait in the handlers' own queue, where the
     # page shows their place and Stop cancels them (``run_queue``).
     handlers.config.queue.limit = concurrency_limit
-    gr.on(
-        triggers=[area.run_button.click, area.prompt.submit],
+    # Run is disabled (and says so) from the click until this session's comparison
+    # ends, fails or is stopped: a second click cannot be lost. ``then`` follows the
+    # comparison however it ended. Ctrl+Enter presses the same button (page script).
+    started = area.run_button.click(
+        _run_started,
+        inputs=None,
+        outputs=area.run_button,
+        queue=False,
+        api_visibility="private",
+        show_progress="hidden",
+    )
+    compared = started.then(
         fn=named_compare(handlers),
         inputs=[named[name] for name in RunInputs.names()],
         outputs=views.components(),
         api_name="compare",
         concurrency_limit=None,
         concurrency_id="compare",
+        show_progress="hidden",
+    )
+    compared.then(
+        _run_ended,
+        inputs=None,
+        outputs=area.run_button,
+        queue=False,
+        api_visibility="private",
         show_progress="hidden",
     )
     area.stop_button.click(
@@ -513,6 +533,14 @@ def _comparison_events(
         concurrency_limit=None,
         show_progress="hidden",
     )
+
+
+def _run_started() -> Any:
+    return gr.Button(_RUNNING_LABEL, interactive=False)
+
+
+def _run_ended() -> Any:
+    return gr.Button(_RUN_LABEL, interactive=True)
 
 
 def _header_html(policy: SecurityPolicy) -> str:

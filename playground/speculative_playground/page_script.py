@@ -1,6 +1,7 @@
 """The page's small browser-side script (Gradio 6 takes it in ``launch(js=...)``).
 
-* Ctrl+Enter (Cmd+Enter on a Mac) in the prompt presses Run.
+* Ctrl+Enter (Cmd+Enter on a Mac, or Shift+Enter) in the prompt presses Run, unless
+  Run is disabled: while this tab's comparison runs, a second one cannot start.
 * The settings sidebar starts closed (``gr.Sidebar(open=False)``) and opens on load
   only where the screen is wide enough to show it beside the panes: on a phone the
   prompt comes first, and the sidebar opens on demand.
@@ -40,7 +41,9 @@ PAGE_SCRIPT = """
     });
   }
   document.addEventListener("keydown", (event) => {
-    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) { return; }
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey || event.shiftKey)) {
+      return;
+    }
     if (!event.target.closest || !event.target.closest("#prompt-box")) { return; }
     event.preventDefault();
     const run = document.querySelector("#run-button");

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COLOURS", "PLAYGROUND_CSS", "playground_theme"]
+__all__ = ["COLOURS", "HISTORY_MIN_WIDTH", "PLAYGROUND_CSS", "playground_theme"]
 
 COLOURS: dict[str, dict[str, str]] = {
     "light": {
@@ -73,6 +73,11 @@ def playground_theme() -> Any:
         checkbox_label_background_fill_selected="*primary_600",
         checkbox_label_background_fill_selected_dark="*primary_600",
     )
+
+
+HISTORY_MIN_WIDTH = 900
+"""The History table's least width in CSS pixels: at its column shares (``app``) every
+header's longest word fits (narrower boxes scroll the table sideways)."""
 
 
 def _variables(theme: str) -> str:
@@ -200,6 +205,13 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-stats-wrap { max-width: 100%; overflow-x: auto; }
 .sp-status-error { border-color: #b91c1c; border-width: 2px; }
 #history-table th, #history-table td { font-size: 0.8rem; }
+/* History: headers wrap between words, never inside one, and are never cut off. Below
+   the width where every header's longest word fits its column (phones, tablets, a
+   narrow window with the settings open) the table keeps that width and scrolls
+   sideways in its box, inside the page. */
+#history-table th, #history-table th * { word-break: normal !important;
+  overflow-wrap: normal !important; white-space: normal !important; }
+#history-table .table-container { min-width: HISTORY_MIN_WIDTHpx; }
 .sp-sidebar-note { font-size: 0.8rem; color: var(--body-text-color-subdued); }
 /* Phones: the open sidebar covers the screen; keep its close control inside it. */
 @media (max-width: 768px) {
@@ -207,15 +219,11 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
   /* The panes stack: side by side they were 130 px each and code wrapped mid-word. */
   #panes { flex-direction: column !important; flex-wrap: wrap !important; }
   #panes > * { min-width: 100% !important; width: 100% !important; flex: 1 1 100% !important; }
-  /* History headers wrap between words, never one letter per line. */
-  #history-table th, #history-table th * { word-break: normal !important;
-    overflow-wrap: normal !important; white-space: nowrap; }
-  #history-table { overflow-x: auto; }
   .sp-stats { font-size: 0.8rem; }
   .sp-stats th, .sp-stats td { padding: 4px 6px; }
   /* A toggle a thumb can hit: 44 x 44 px at least. */
   #settings-sidebar .toggle-button { min-width: 44px !important; min-height: 44px !important; }
 }
 """
-)
+).replace("HISTORY_MIN_WIDTH", str(HISTORY_MIN_WIDTH))
 """CSS of the playground's own HTML (classes start with ``sp-``)."""

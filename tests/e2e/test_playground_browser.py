@@ -19,7 +19,9 @@ On the packaged SmolLM2 (interleaved timing, the local default):
 * text and marks meet their contrast ratios (4.5:1, 3:1), computed from the page's
   styles, in the light and the dark theme;
 * the method picker offers only what the chosen backend runs, and the greedy hint only
-  what the chosen exactness promises; a run that fails leaves no earlier results standing;
+  what the chosen exactness promises; Run is disabled while its comparison runs; a run
+  that fails leaves no earlier results standing; the History headers are readable at
+  phone width (no header cut off, overlapping or broken inside a word);
 * the app writes no error or warning to the browser console.
 
 Screenshots go to ``test-artifacts/e2e/``; with ``SPECULATIVE_LLM_UPDATE_SCREENSHOTS=1``
@@ -29,6 +31,7 @@ tracked files alone). No Playwright browser is downloaded: Debian's ``/usr/bin/c
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -51,6 +54,7 @@ sync_api = pytest.importorskip(
 from speculative_llm.faults import VERIFY_DELAY_ENV  # noqa: E402
 from speculative_playground import build_app, launch  # noqa: E402
 from speculative_playground.backend_pool import BackendPool, build_backend_by_name  # noqa: E402
+from speculative_playground.history import TABLE_HEADERS  # noqa: E402
 from speculative_playground.presets import CUSTOM, find_preset  # noqa: E402
 from speculative_playground.render import PROVENANCE_CLASSES  # noqa: E402
 from speculative_playground.settings import (  # noqa: E402
@@ -609,6 +613,30 @@ def test_methods_offered_follow_the_backend(app_url: str, browser: Any) -> None:
     page.close()
 
 
+def test_run_is_disabled_while_its_comparison_runs(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, DESKTOP, color_scheme="light")
+    box = page.locator("#prompt-box textarea")
+    box.fill("Count from 1 to 400, one number per line, and nothing else.")
+    page.fill("input[aria-label='number input for Max tokens']", "600")
+    page.keyboard.press("Tab")
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .sp-status-running", timeout=RUN_TIMEOUT_MS)
+    run = page.locator("#run-button")
+    assert run.is_disabled() and run.inner_text().startswith("Running")
+    box.press("Control+Enter")  # the shortcut presses the same, disabled, button
+    page.wait_for_timeout(1000)
+    assert page.locator("#run-status .sp-status-queued").count() == 0
+    page.click("#stop-button")
+    page.wait_for_function(
+        "() => document.querySelector('#run-status').innerText.startsWith('Stopped')",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    page.wait_for_function("() => !document.querySelector('#run-button').disabled")
+    assert run.inner_text() == "Run"
+    assert page.spconsole.problems() == []
+    page.close()
+
+
 def test_a_failed_run_clears_the_results_before_it(app_url: str, browser: Any) -> None:
     page = open_page(browser, app_url, DESKTOP, color_scheme="light")
     page.fill("input[aria-label='number input for Max tokens']", "8")
@@ -628,5 +656,41 @@ def test_a_failed_run_clears_the_results_before_it(app_url: str, browser: Any) -
     assert page.locator("#acceptance-chart rect.sp-bar").count() == 0
     assert "×" not in page.inner_text("#speedup-cards")
     page.wait_for_function("() => !document.querySelector('#run-button').disabled")
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+# Every header of the History table: its text's box and lines, its cell's box.
+HISTORY_HEADERS = """() => [...document.querySelectorAll('#history-table thead th')].map((th) => {
+  const text = th.querySelector('.header-content span') || th;
+  const range = document.createRange();
+  range.selectNodeContents(text);
+  const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  const cell = th.getBoundingClientRect(), box = text.getBoundingClientRect();
+  return {text: text.textContent.trim(), lines, left: cell.left, right: cell.right,
+    textRight: box.right, cut: text.scrollWidth - text.clientWidth};
+})"""
+
+
+def test_history_is_readable_at_phone_width(app_url: str, browser: Any) -> None:
+    page = open_page(browser, app_url, PHONE, is_mobile=True, has_touch=True)
+    page.click("#settings-sidebar .toggle-button")
+    page.wait_for_selector("#settings-sidebar.open")
+    page.fill("input[aria-label='number input for Max tokens']", "8")
+    page.keyboard.press("Tab")
+    page.click("#settings-sidebar .toggle-button")
+    page.wait_for_selector("#settings-sidebar:not(.open)")
+    run_to_the_end(page)
+    page.locator("#history-table").scroll_into_view_if_needed()
+    headers = page.evaluate(HISTORY_HEADERS)
+    assert [h["text"] for h in headers] == list(TABLE_HEADERS)
+    for header, following in itertools.pairwise(headers):
+        assert header["right"] <= following["left"] + 1, (header, following)  # no overlap
+    for header in headers:
+        assert header["cut"] <= 0 and header["textRight"] <= header["right"] + 1, header
+        assert header["lines"] <= len(header["text"].split()), header  # never inside a word
+    # The table scrolls sideways in its box; the page itself does not.
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    save_screenshot(page, "playground-phone-history.png")
     assert page.spconsole.problems() == []
     page.close()

@@ -1,8 +1,9 @@
-"""The page's controls: exactness, the methods offered, the words of errors.
+"""The page's controls: exactness, the methods offered, the words of errors, Run's state.
 
 What the page promises about greedy texts follows the exactness policy; the method
 picker offers only what the chosen backend runs; errors name settings by their labels;
-a failed run leaves no earlier run's results standing. No model, no socket.
+a failed run leaves no earlier run's results standing; Run is disabled while this
+session's comparison runs. No model, no socket.
 """
 
 from __future__ import annotations
@@ -255,3 +256,23 @@ def test_a_run_that_fails_clears_the_previous_results(tmp_path: Path) -> None:
     *_, last = _handlers(tmp_path, pool).compare(_Request(), *_inputs())  # type: ignore[arg-type]
     assert "The engine could not start" in last["view-0"] and "sp-status-error" in last["view-0"]
     _assert_cleared(last)
+
+
+# ---- Run while a comparison runs ---------------------------------------------------------
+
+
+def test_run_is_disabled_from_the_click_until_the_comparison_ends() -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    run = next(b for b in app.blocks.values() if getattr(b, "elem_id", None) == "run-button")
+    started, ended = _event(app, "_run_started"), _event(app, "_run_ended")
+    (compare,) = [fn for fn in app.fns.values() if fn.api_name == "compare"]
+    # The click disables Run at once (no queue); the comparison follows; Run comes back
+    # after it, however it ended (``then``, not ``success``).
+    assert started.targets == [(run._id, "click")]
+    assert started.queue is False and started.outputs == [run]
+    assert compare.trigger_after == started._id and not compare.trigger_only_on_success
+    assert ended.trigger_after == compare._id and not ended.trigger_only_on_success
+    assert ended.queue is False and ended.outputs == [run]
+    assert started.fn().interactive is False and ended.fn().interactive is True
+    # No other trigger starts a comparison behind the disabled button's back.
+    assert compare.targets == [(None, "then")]
