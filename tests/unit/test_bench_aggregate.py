@@ -204,7 +204,7 @@ def test_summarize_counts_equal_outputs_and_where_they_diverge() -> None:
     assert qa_result.divergence_at == 1
 
 
-def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() -> None:
+def test_cells_aggregate_stats_of_every_repeat_and_give_the_predicted_speedup() -> None:
     summary = summarize(_run())
     code = summary.cell(NGRAM, "code_edit")
     assert code is not None and code.stats is not None
@@ -213,13 +213,26 @@ def test_cells_aggregate_stats_of_every_repeat_and_give_leviathan_expectation() 
     assert code.acceptance_rate == pytest.approx(24 / 32)
     assert code.mean_accepted_length == pytest.approx(40 / 16)
     # T = 40 / 16 tokens per step, d = 32 / 16 draft tokens per step, r = 0.5, c = 0:
-    # S = T / (1 + (r + c) d).
-    assert code.expected_speedup == pytest.approx(2.5 / (1 + 0.5 * 2.0))
-    assert code.measured_over_expected == pytest.approx(
-        code.decode_speedup / code.expected_speedup  # type: ignore[operator]
-    )
+    # S = T / (1 + (r + c) d), beside the measured decode speedup.
+    assert code.predicted_speedup == pytest.approx(2.5 / (1 + 0.5 * 2.0))
+    measured = code.decode_speedup
+    assert measured is not None
+    assert measured == pytest.approx((20 / 1.1) / (20 / 3.1))
+    assert code.predicted_over_measured == pytest.approx(1.25 / measured)
+    found = code.prediction
+    assert found is not None
+    assert (found.tokens_per_step, found.mean_draft_length) == pytest.approx((2.5, 2.0))
+    assert (found.verify_row_cost, found.draft_token_cost) == pytest.approx((0.5, 0.0))
     assert code.acceptance_by_position == pytest.approx((6 / 8, 2 / 6, 0.0, 0.0))
-    assert summary.cell(BASE, "code_edit").expected_speedup is None  # type: ignore[union-attr]
+    base = summary.cell(BASE, "code_edit")
+    assert base is not None and base.predicted_speedup is None and base.prediction is None
+    # The row carries the figure, its inputs, and the old names for older scripts.
+    row = code.to_dict()
+    assert row["predicted_speedup"] == pytest.approx(1.25)
+    assert row["predicted_over_measured"] == pytest.approx(code.predicted_over_measured)
+    assert (row["tokens_per_step"], row["verify_row_cost"]) == pytest.approx((2.5, 0.5))
+    assert row["expected_speedup"] == row["predicted_speedup"]
+    assert row["measured_over_expected"] == pytest.approx(1 / row["predicted_over_measured"])
 
 
 def test_step_cost_compares_seconds_per_decoding_step_with_the_baseline() -> None:
@@ -258,8 +271,8 @@ def test_step_cost_needs_exact_statistics_with_decoding_steps() -> None:
     assert cell.step_cost is None
 
 
-def test_no_expectation_where_the_backend_gives_no_pass_costs() -> None:
-    # Servers report totals, not what their verify rows cost: no expected speedup,
+def test_no_prediction_where_the_backend_gives_no_pass_costs() -> None:
+    # Servers report totals, not what their verify rows cost: no predicted speedup,
     # their tokens per step alone.
     server_stats = _stats("ngram", 20, 16, 12, 8, 4, 1.5, k=None, row_cost=None).replace(
         accepted_per_position=None, drafted_per_position=None, draft_token_cost=None
@@ -279,8 +292,12 @@ def test_no_expectation_where_the_backend_gives_no_pass_costs() -> None:
     ]
     cell = summarize(samples).cell(NGRAM, "code_edit")
     assert cell is not None
-    assert cell.expected_speedup is None
+    assert cell.predicted_speedup is None and cell.predicted_over_measured is None
     assert cell.mean_accepted_length == pytest.approx(20 / 8)
+    found = cell.prediction
+    assert found is not None and found.verify_row_cost is None
+    assert found.tokens_per_step == pytest.approx(20 / 8)
+    assert cell.to_dict()["prediction_missing"] == found.missing
 
 
 def test_cells_without_stats_or_decode_times_report_none_not_zero() -> None:
@@ -293,7 +310,7 @@ def test_cells_without_stats_or_decode_times_report_none_not_zero() -> None:
     assert cell is not None
     assert cell.speedup == 2.0
     assert cell.decode_speedup is None
-    assert cell.stats is None and cell.acceptance_rate is None and cell.expected_speedup is None
+    assert cell.stats is None and cell.acceptance_rate is None and cell.predicted_speedup is None
     assert cell.to_dict()["acceptance_rate"] is None
 
 
@@ -409,3 +426,29 @@ def test_grammar_share_is_grammar_time_per_step_over_a_one_token_pass() -> None:
     assert cells[NGRAM].grammar_share == pytest.approx(0.02 / 0.09)
     without = [dataclasses.replace(sample, grammar_s=None) for sample in samples]
     assert all(cell.grammar_share is None for cell in summarize(without).cells)
+
+
+def test_a_prompt_that_drafted_nothing_leaves_its_category_a_prediction() -> None:
+    # A prompt-lookup request whose text never repeated drafts nothing and has no
+    # drafting cost; the others' costs, per draft token, price the category's drafts.
+    idle = _stats("ngram", 20, 0, 0, 20, 0, 1.5)
+    cheap = _stats("ngram", 20, 16, 12, 8, 4, 1.0).replace(draft_token_cost=0.1)
+    dear = _stats("ngram", 20, 16, 12, 8, 4, 1.0).replace(draft_tokens=48, draft_token_cost=0.3)
+    samples = [
+        _sample(BASE, p, "rag", 0, 20, 3.0, 2.0, stats=_stats("none", 20, 0, 0, 20, 0, 2.0, 0))
+        for p in ("a", "b", "c")
+    ] + [
+        _sample(NGRAM, p, "rag", 0, 20, 2.0, 1.0, stats=stats)
+        for p, stats in (("a", idle), ("b", cheap), ("c", dear))
+    ]
+    assert idle.draft_token_cost is None
+    cell = summarize(samples).cell(NGRAM, "rag")
+    assert cell is not None and cell.stats is not None
+    assert cell.stats.draft_token_cost == pytest.approx((0.1 * 16 + 0.3 * 48) / (16 + 48))
+    assert cell.predicted_speedup == pytest.approx(cell.stats.expected_speedup())
+    assert cell.predicted_speedup is not None
+    # A request that drafted without a measured cost keeps c unknown: no guess.
+    unmeasured = cheap.replace(draft_token_cost=None)
+    samples[4] = dataclasses.replace(samples[4], stats=unmeasured)
+    cell = summarize(samples).cell(NGRAM, "rag")
+    assert cell is not None and cell.predicted_speedup is None

@@ -9,11 +9,18 @@ Run it from the command line (``speculative-llm bench --quick``) or from Python:
 
 Every speedup is measured against the baseline (the same backend without speculation)
 in the same run, on the same prompts, interleaved; greedy outputs are checked against
-the baseline's, as Spec-Bench does.
+the baseline's, as Spec-Bench does. Each cell's decode speedup stands beside the one its
+statistics predict (``prediction_accuracy`` judges them per contender), and
+``hardware_predictions`` models what the run's drafts would buy on other machines.
 """
 
 from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
+from speculative_llm.bench.predictions import (
+    hardware_predictions,
+    parse_profile,
+    prediction_accuracy,
+)
 from speculative_llm.bench.prompts import (
     CATEGORIES,
     BenchPrompt,
@@ -53,11 +60,14 @@ __all__ = [
     "Sample",
     "Variant",
     "builtin_prompts",
+    "hardware_predictions",
     "load_prompts",
     "markdown_table",
     "parse_ks",
     "parse_methods",
+    "parse_profile",
     "peer_comparison",
+    "prediction_accuracy",
     "render_table",
     "resolve_prompts",
     "result_to_dict",

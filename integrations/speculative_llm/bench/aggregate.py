@@ -13,14 +13,15 @@ Definitions:
 * ``speedup`` = wall-clock throughput / the baseline's, where the baseline is the same
   engine with ``method="none"`` in the same category and run (Spec-Bench's measure;
   includes prompt processing). ``decode_speedup`` uses decode time only, which is
-  what the Leviathan ``expected_speedup`` predicts.
+  what ``predicted_speedup`` predicts.
+* ``predicted_speedup`` = ``T / (1 + (r + c) * d)`` from the cell's pooled statistics
+  (``SpecStats.expected_speedup``: its tokens per verify step T, mean draft length d,
+  and the pass costs r and c the local engine measured); None where a server reports
+  no pass costs. ``predicted_over_measured`` divides it by ``decode_speedup``.
 * ``step_cost`` = decode seconds per decoding step over the baseline's (our engine's
-  exact statistics only, which count the prompt's pass as one step per request).
-  Leviathan's model prices a verify step at one plain step plus drafting, so
-  ``measured_over_expected`` = (tokens per step / expected tokens per step) *
-  (1 + mean draft length * c) / ``step_cost``: where a verify pass of k + 1 tokens
-  costs more than a one-token pass (compute-bound kernels on a CPU), ``step_cost``
-  shows it.
+  exact statistics only, which count the prompt's pass as one step per request). The
+  prediction prices a step at ``1 + (r + c) * d`` one-token passes; ``step_cost`` is
+  what the run's steps cost, so the two side by side show which cost the model missed.
 * ``overhead_per_step`` = (decode seconds - seconds inside the runner's kernels) per
   decoding step: the engine's own work around llama.cpp (drafting, acceptance, text
   assembly, statistics); ``overhead_share`` divides it by the baseline's kernel seconds
@@ -50,6 +51,7 @@ __all__ = [
     "cross_engine_agreement",
     "first_divergence",
     "outputs_equal",
+    "pooled_stats",
     "summarize",
     "summarize_prompt",
 ]
@@ -65,6 +67,29 @@ def outputs_equal(
     if token_ids is not None and reference_ids is not None:
         return tuple(token_ids) == tuple(reference_ids)
     return text == reference_text
+
+
+def pooled_stats(records: Sequence[SpecStats]) -> SpecStats | None:
+    """``SpecStats.aggregate``, with the drafting cost c pooled over the requests that drafted.
+
+    ``SpecStats.aggregate`` gives no ``draft_token_cost`` as soon as one record lacks it,
+    and a request that drafted nothing (a prompt-lookup request whose text never
+    repeated) has none to report, so one such prompt left its whole category without a
+    prediction. Here c is then the drafting cost per draft token over the requests
+    that drafted: their costs weighted by their draft tokens.
+    """
+    pooled = SpecStats.aggregate(records)
+    if pooled is None or pooled.draft_token_cost is not None:
+        return pooled
+    drafted = [
+        (r.draft_token_cost, r.draft_tokens)
+        for r in records
+        if r.draft_tokens and r.draft_token_cost is not None
+    ]
+    if not drafted or any(r.draft_tokens and r.draft_token_cost is None for r in records):
+        return pooled  # a request drafted without measuring what it cost: c stays unknown
+    tokens = sum(count for _, count in drafted)
+    return pooled.replace(draft_token_cost=sum(c * count for c, count in drafted) / tokens)
 
 
 def _median_or_none(values: Sequence[float | None]) -> float | None:
@@ -93,7 +118,7 @@ def summarize_prompt(samples: Sequence[Sample]) -> PromptResult:
     if any(s.variant != first.variant or s.prompt_id != first.prompt_id for s in samples):
         raise ValueError("samples of different variants or prompts cannot be summarized together")
     records = [s.stats for s in samples if s.stats is not None]
-    stats = SpecStats.aggregate(records) if len(records) == len(samples) else None
+    stats = pooled_stats(records) if len(records) == len(samples) else None
     return PromptResult(
         variant=first.variant,
         prompt_id=first.prompt_id,
@@ -142,7 +167,7 @@ def _pool(
         else sum(t for t in decode_times if t is not None)
     )
     records = [s.stats for s in samples if s.stats is not None]
-    stats = SpecStats.aggregate(records) if records and len(records) == len(samples) else None
+    stats = pooled_stats(records) if records and len(records) == len(samples) else None
     tokens_per_second = throughput(tokens, wall_s)
     decode_tokens_per_second = throughput(tokens, decode_s)
     if variant.is_baseline:
@@ -184,7 +209,7 @@ def _pool(
         speedup=speedup,
         decode_speedup=decode_speedup,
         stats=stats,
-        expected_speedup=(
+        predicted_speedup=(
             None if stats is None or variant.is_baseline else stats.expected_speedup()
         ),
         step_cost=step_cost,

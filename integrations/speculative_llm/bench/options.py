@@ -13,8 +13,10 @@ from speculative_llm.bench.agent_tasks import (
     AGENT_QUESTIONS,
     parse_frameworks,
 )
+from speculative_llm.bench.predictions import profile_to_dict
 from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.errors import ConfigError
+from speculative_llm.prediction import HARDWARE_PROFILES, HardwareProfile
 
 __all__ = [
     "BENCH_METHODS",
@@ -132,6 +134,9 @@ class BenchOptions:
             ``FunctionAgent``); empty for none.
         agent_questions: Questions each framework's agent answers, in sequence.
         agent_max_tokens: Generation budget of each model call of an agent session.
+        profiles: The user's own machines to predict each cell's speedup on, besides
+            the built-in ``HARDWARE_PROFILES`` (``--profile NAME=TG,PP[,BATCH]``, see
+            ``bench.predictions.parse_profile``).
 
     Raises:
         ConfigError: Inconsistent options; the message says which and how to fix them.
@@ -163,6 +168,7 @@ class BenchOptions:
     agent_frameworks: tuple[str, ...] = AGENT_FRAMEWORKS
     agent_questions: int = 3
     agent_max_tokens: int = AGENT_MAX_TOKENS
+    profiles: tuple[HardwareProfile, ...] = ()
 
     def __post_init__(self) -> None:
         # Checked first: the names are normalised in place (llama-index -> llama_index).
@@ -240,12 +246,33 @@ class BenchOptions:
                 f"Unknown runner {self.runner!r}; use auto, llamacpp or transformers.",
                 field="runner",
             )
+        self._check_profiles()
         if self.compare_transformers and self.base_url is not None and not self.model:
             raise ConfigError(
                 "--compare-transformers loads the model in this process: pass --model with a "
                 "name transformers can load (a packaged alias, .gguf file, directory or hub id).",
                 field="model",
             )
+
+    def _check_profiles(self) -> None:
+        """The user's profiles are profiles, each with a name of its own."""
+        taken = {profile.name for profile in HARDWARE_PROFILES}
+        for profile in self.profiles:
+            if not isinstance(profile, HardwareProfile):
+                raise ConfigError(
+                    f"profiles holds HardwareProfile objects, got {profile!r}; build one with "
+                    "bench.predictions.parse_profile('NAME=TG,PP').",
+                    field="profile",
+                )
+            if profile.name in taken:
+                builtin = profile.name in {p.name for p in HARDWARE_PROFILES}
+                raise ConfigError(
+                    f"Profile name {profile.name!r} is "
+                    + ("a built-in profile's" if builtin else "given twice")
+                    + "; give each --profile a name of its own.",
+                    field="profile",
+                )
+            taken.add(profile.name)
 
     @property
     def managed_servers(self) -> bool:
@@ -289,6 +316,7 @@ class BenchOptions:
         record["ks"] = list(self.ks)
         record["llama_server_types"] = list(self.llama_server_types)
         record["agent_frameworks"] = list(self.agent_frameworks)
+        record["profiles"] = [profile_to_dict(profile) for profile in self.profiles]
         if not isinstance(self.categories, str):
             record["categories"] = list(self.categories)
         return record

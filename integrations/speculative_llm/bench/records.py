@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speculative_llm.bench.figures import ratio, seconds_per_step, throughput
+from speculative_llm.prediction import Expectation, expectation
 from speculative_llm.stats import SpecStats
 
 __all__ = [
@@ -236,7 +237,10 @@ class CellSummary:
         speedup: Wall-clock throughput over the baseline's (1.0 for the baseline).
         decode_speedup: Decode throughput over the baseline's.
         stats: Statistics of every sample pooled (None when some lack them).
-        expected_speedup: Leviathan's wall-time factor for the measured acceptance.
+        predicted_speedup: The decode speedup predicted from the pooled statistics,
+            ``T / (1 + (r + c) * d)`` (``SpecStats.expected_speedup``, see
+            docs/statistics.md); None for the baseline and where the backend reports
+            no pass costs (``prediction`` then says why and gives ``T``).
         step_cost: Decode seconds per decoding step over the baseline's (1.0 for the
             baseline; None unless both have our engine's exact statistics).
         equal_outputs: Prompts whose output equals the baseline's.
@@ -262,7 +266,7 @@ class CellSummary:
     speedup: float | None
     decode_speedup: float | None
     stats: SpecStats | None
-    expected_speedup: float | None
+    predicted_speedup: float | None
     step_cost: float | None
     equal_outputs: int
     compared_outputs: int
@@ -314,13 +318,43 @@ class CellSummary:
         return None if steps is None else [f"{code}={count}" for code, count in steps]
 
     @property
+    def prediction(self) -> Expectation | None:
+        """The predicted speedup with its inputs T, d, r and c, or why there is none.
+
+        None for the baseline and where the statistics give no tokens per step.
+        """
+        if self.variant.is_baseline or self.stats is None:
+            return None
+        return expectation(self.stats)
+
+    @property
+    def predicted_over_measured(self) -> float | None:
+        """``predicted_speedup / decode_speedup``: 1 where the prediction was right."""
+        return ratio(self.predicted_speedup, self.decode_speedup)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The CPU share of the decoding passes pooled (``SpecStats.cpu_share``)."""
+        return None if self.stats is None else self.stats.cpu_share
+
+    @property
+    def expected_speedup(self) -> float | None:
+        """The old name of ``predicted_speedup`` (kept for scripts that read it)."""
+        return self.predicted_speedup
+
+    @property
     def measured_over_expected(self) -> float | None:
-        """decode_speedup / expected_speedup: how much of the theory the run achieved."""
-        return ratio(self.decode_speedup, self.expected_speedup)
+        """The old ``decode_speedup / predicted_speedup`` (kept for scripts that read it)."""
+        return ratio(self.decode_speedup, self.predicted_speedup)
 
     def to_dict(self) -> dict[str, Any]:
-        """The cell as a flat JSON-compatible dict (one CSV row)."""
+        """The cell as a flat JSON-compatible dict (one CSV row).
+
+        ``expected_speedup`` and ``measured_over_expected`` repeat ``predicted_speedup``
+        and its inverse ratio under their old names, for scripts written before.
+        """
         by_position = self.acceptance_by_position
+        found = self.prediction
         return {
             "category": self.category,
             "variant": self.variant.label,
@@ -335,6 +369,14 @@ class CellSummary:
             "decode_tokens_per_second": self.decode_tokens_per_second,
             "speedup": self.speedup,
             "decode_speedup": self.decode_speedup,
+            "predicted_speedup": self.predicted_speedup,
+            "predicted_over_measured": self.predicted_over_measured,
+            "tokens_per_step": None if found is None else found.tokens_per_step,
+            "mean_draft_length": None if found is None else found.mean_draft_length,
+            "verify_row_cost": None if found is None else found.verify_row_cost,
+            "draft_token_cost": None if found is None else found.draft_token_cost,
+            "prediction_missing": None if found is None else found.missing,
+            "cpu_share": self.cpu_share,
             "expected_speedup": self.expected_speedup,
             "measured_over_expected": self.measured_over_expected,
             "step_cost": self.step_cost,

@@ -2,13 +2,16 @@
 
 Files written by ``write_reports(result, out_dir)``:
 
-* ``results.json``: options, environment, one summary row per (variant, category),
-  the peer comparisons (transformers, llama-server), the agent-loop comparison
+* ``results.json``: options, environment, one summary row per (variant, category)
+  with its predicted speedup beside the measured one, how well the predictions held
+  per contender (``prediction_accuracy``), the predictions for other hardware
+  (``hardware_profiles``, ``hardware_predictions``: a model, not a measurement), the
+  peer comparisons (transformers, llama-server), the agent-loop comparison
   (``bench.agent_report``), notes on what did not run, per-prompt results and every
   sample (with output text);
 * ``summary.csv``: the summary rows;
 * ``speedup_by_category.png``: measured speedups by category, and decode speedup
-  against the Leviathan expectation;
+  against the predicted one;
 * ``acceptance_by_position.png``: accepted / drafted at each draft position.
 """
 
@@ -25,6 +28,12 @@ from speculative_llm.bench.agent_report import agent_comparison
 from speculative_llm.bench.aggregate import cross_engine_agreement
 from speculative_llm.bench.figures import ratio
 from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, PEER_ENGINE
+from speculative_llm.bench.predictions import (
+    bench_profiles,
+    hardware_predictions,
+    prediction_accuracy,
+    profile_to_dict,
+)
 from speculative_llm.bench.records import (
     ALL_CATEGORIES,
     OURS,
@@ -40,7 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CSV_FIELDS",
+    "NO_PASS_COSTS_MARK",
     "SCHEMA",
+    "format_predicted",
     "format_ratio",
     "llama_server_comparison",
     "markdown_table",
@@ -56,8 +67,13 @@ __all__ = [
     "write_reports",
 ]
 
-SCHEMA = "speculative-llm-bench/1"
-"""Identifier of the ``results.json`` layout."""
+SCHEMA = "speculative-llm-bench/2"
+"""Identifier of the ``results.json`` layout (2: predicted figures; the summary rows keep
+``expected_speedup`` and ``measured_over_expected`` of layout 1 under their old names)."""
+
+NO_PASS_COSTS_MARK = "*"
+"""Marks a predicted figure replaced by the tokens per step (``T 1.82*``): the backend
+reported no pass costs."""
 
 CSV_FIELDS: tuple[str, ...] = (
     "category",
@@ -73,8 +89,13 @@ CSV_FIELDS: tuple[str, ...] = (
     "decode_tokens_per_second",
     "speedup",
     "decode_speedup",
-    "expected_speedup",
-    "measured_over_expected",
+    "predicted_speedup",
+    "predicted_over_measured",
+    "tokens_per_step",
+    "mean_draft_length",
+    "verify_row_cost",
+    "draft_token_cost",
+    "cpu_share",
     "step_cost",
     "overhead_per_step_s",
     "overhead_share",
@@ -105,6 +126,19 @@ def _number(value: float | None, digits: int = 1) -> str:
 def format_ratio(value: float | None) -> str:
     """``1.23x``, or ``-`` when unknown."""
     return "-" if value is None else f"{value:.2f}x"
+
+
+def format_predicted(cell: CellSummary) -> str:
+    """The predicted speedup (``1.23x``); ``T 1.82*`` where no pass costs were reported.
+
+    ``-`` for the baseline and where nothing is known.
+    """
+    if cell.predicted_speedup is not None:
+        return format_ratio(cell.predicted_speedup)
+    found = cell.prediction
+    if found is None or found.verify_row_cost is not None:
+        return "-"
+    return f"T {found.tokens_per_step:.2f}{NO_PASS_COSTS_MARK}"
 
 
 def _percent(value: float | None) -> str:
@@ -146,7 +180,8 @@ _CELL_HEADERS: tuple[str, ...] = (
     "decode tok/s",
     "speedup",
     "decode speedup",
-    "expected",
+    "predicted",
+    "pred/meas",
     "step cost",
     "overhead",
     "grammar",
@@ -165,7 +200,8 @@ def _cell_row(cell: CellSummary) -> list[str]:
         _number(cell.decode_tokens_per_second),
         format_ratio(cell.speedup),
         format_ratio(cell.decode_speedup),
-        format_ratio(cell.expected_speedup),
+        format_predicted(cell),
+        _number(cell.predicted_over_measured, 2),
         format_ratio(cell.step_cost),
         _overhead(cell.overhead_share),
         _overhead(cell.grammar_share),
@@ -350,6 +386,7 @@ def _finite(value: Any) -> Any:
 def result_to_dict(result: BenchResult) -> dict[str, Any]:
     """The whole run as a JSON-compatible dict (see the module docstring)."""
     summary = result.summary
+    profiles = bench_profiles(result.options.profiles)
     record = {
         "schema": SCHEMA,
         "started_at": result.started_at,
@@ -365,6 +402,12 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
             for p in result.prompts
         ],
         "summary": [cell.to_dict() for cell in summary.cells],
+        "prediction_accuracy": [row.to_dict() for row in prediction_accuracy(summary)],
+        "hardware_profiles": [
+            profile_to_dict(profile) | {"builtin": profile not in result.options.profiles}
+            for profile in profiles
+        ],
+        "hardware_predictions": [row.to_dict() for row in hardware_predictions(summary, profiles)],
         "peer_comparison": peer_comparison(summary),
         "llama_server_comparison": llama_server_comparison(summary),
         "agent_comparison": agent_comparison(result.samples),
@@ -426,7 +469,7 @@ def _save_figure(plt: Any, figure: Any, path: Path) -> Path:
 
 
 def plot_speedup_by_category(summary: BenchSummary, path: Path) -> Path:
-    """Grouped bars of speedup per category (top: wall clock; bottom: decode vs expected)."""
+    """Grouped bars of speedup per category (top: wall clock; bottom: decode vs predicted)."""
     plt = _pyplot()
     categories = [*summary.categories, ALL_CATEGORIES]
     variants = [v for v in summary.variants if not v.is_baseline]
@@ -442,24 +485,24 @@ def plot_speedup_by_category(summary: BenchSummary, path: Path) -> Path:
         decode = [
             math.nan if c is None or c.decode_speedup is None else c.decode_speedup for c in cells
         ]
-        expected = [
-            math.nan if c is None or c.expected_speedup is None else c.expected_speedup
+        predicted = [
+            math.nan if c is None or c.predicted_speedup is None else c.predicted_speedup
             for c in cells
         ]
         wall_axis.bar(offsets, wall, width, label=variant.label)
         decode_axis.bar(offsets, decode, width)
         decode_axis.scatter(
             offsets,
-            expected,
+            predicted,
             marker="_",
             s=160,
             color="black",
             zorder=3,
-            label="expected (Leviathan)" if index == 0 else None,
+            label="predicted" if index == 0 else None,
         )
     for axis, title in (
         (wall_axis, "Speedup over the baseline (wall clock, as Spec-Bench)"),
-        (decode_axis, "Decode speedup; black marks: Leviathan expected speedup"),
+        (decode_axis, "Decode speedup; black marks: predicted, T / (1 + (r + c) d)"),
     ):
         axis.axhline(1.0, color="grey", linewidth=1, linestyle="--")
         axis.set_title(title, fontsize="medium")

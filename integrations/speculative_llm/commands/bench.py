@@ -7,6 +7,7 @@ Examples::
     speculative-llm bench --backend llamacpp --model smollm2-135m --quick
     speculative-llm bench --backend vllm --base-url http://127.0.0.1:8000 \\
         --baseline-url http://127.0.0.1:8001 --methods none,server --model M
+    speculative-llm bench --quick --profile my-laptop=9.6,49.8 --profile my-gpu=155,571,8
 """
 
 from __future__ import annotations
@@ -122,6 +123,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path(_DEFAULT_OUT),
         help=f"folder for results.json, summary.csv and the plots (default {_DEFAULT_OUT})",
     )
+    parser.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="NAME=TG,PP[,BATCH]",
+        help="also predict each category's speedup on your own hardware, given by llama-bench "
+        "rates: TG the one-token rate (tg128), PP the prompt rate at BATCH rows (pp512: "
+        "BATCH 512, the default); repeatable. A model, not a measurement",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -129,6 +139,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
     """Build ``BenchOptions`` from parsed arguments (``--quick`` fills unset options)."""
     from speculative_llm.bench.agent_tasks import parse_frameworks
     from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
+    from speculative_llm.bench.predictions import parse_profile
 
     def chosen(name: str, default: Any) -> Any:
         value = getattr(args, name)
@@ -162,6 +173,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         agent_frameworks=parse_frameworks(args.agent_frameworks),
         agent_questions=chosen("agent_questions", 3),
         progress=not args.no_progress,
+        profiles=tuple(parse_profile(text) for text in args.profile),
         **local_engine_options(args),
     )
 
@@ -177,6 +189,18 @@ def run(args: argparse.Namespace) -> int:
             render_agent_table,
         )
         from speculative_llm.bench.divergences import divergence_lines
+        from speculative_llm.bench.prediction_report import (
+            accuracy_lines,
+            no_pass_costs_note,
+            predicted_note,
+            profile_lines,
+            render_hardware_table,
+        )
+        from speculative_llm.bench.predictions import (
+            bench_profiles,
+            hardware_predictions,
+            prediction_accuracy,
+        )
         from speculative_llm.bench.report import (
             llama_server_comparison,
             peer_comparison,
@@ -204,6 +228,14 @@ def run(args: argparse.Namespace) -> int:
             f"{options.repeats} repeats · {options.max_tokens} max tokens",
         )
     )
+    for line in filter(None, (predicted_note(), no_pass_costs_note(result.summary))):
+        console.print(line, markup=False)
+    profiles = bench_profiles(options.profiles)
+    elsewhere = hardware_predictions(result.summary, profiles)
+    if elsewhere:
+        console.print(render_hardware_table(result.summary, elsewhere, profiles))
+        for line in profile_lines(profiles):
+            console.print(line, markup=False)
     peers = peer_comparison(result.summary)
     if peers:
         console.print(render_peer_table(peers))
@@ -219,6 +251,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(line, markup=False)
     for note in result.notes:
         console.print(note, markup=False)
+    # Last, so that a glance at the end of a long run's output says whether to trust it.
+    for line in accuracy_lines(prediction_accuracy(result.summary)):
+        console.print(line, markup=False)
     paths = write_reports(result, args.out)
     for kind, path in paths.items():
         print(f"{kind}: {path}", file=sys.stderr)
