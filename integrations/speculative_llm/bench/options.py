@@ -128,7 +128,8 @@ class BenchOptions:
         threads: Threads of in-process models (torch) and of managed llama-servers
             (None: their defaults).
         exact: The local engine's exactness policy: ``distribution`` or ``bitwise``.
-        progress: Show a progress bar on stderr.
+        progress: Show progress on stderr: a bar with an estimate of the time left on a
+            terminal, a plain line every half minute otherwise.
         agent_frameworks: Frameworks whose real agents answer the ``agent_loop``
             category's sessions (``langchain``: ``create_agent``; ``llama_index``:
             ``FunctionAgent``); empty for none.

@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -37,6 +37,7 @@ from speculative_llm.bench.aggregate import summarize
 from speculative_llm.bench.contenders import Contender, open_contenders
 from speculative_llm.bench.divergences import with_margins
 from speculative_llm.bench.options import BenchOptions
+from speculative_llm.bench.progress import StepCallback, progress
 from speculative_llm.bench.prompts import (
     BenchPrompt,
     builtin_prompts,
@@ -61,9 +62,6 @@ __all__ = [
 
 WARMUP_TOKENS = 16
 """Generation budget of the untimed warm-up run of each variant."""
-
-StepCallback = Callable[[str], None]
-"""Called after each generation (warm-up included) with a short description."""
 
 
 def interleaved_order(count: int, round_index: int) -> list[int]:
@@ -278,37 +276,6 @@ class BenchResult:
     notes: tuple[str, ...] = ()
 
 
-@contextlib.contextmanager
-def _progress(total: int, enabled: bool) -> Iterator[StepCallback | None]:
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task("bench", total=total)
-
-        def advance(description: str) -> None:
-            progress.update(task, advance=1, description=description)
-
-        yield advance
-
-
 def run_benchmark(
     options: BenchOptions,
     *,
@@ -320,8 +287,9 @@ def run_benchmark(
     Args:
         options: What to run.
         prompts: Prompts to use instead of ``resolve_prompts(options)``.
-        on_step: Progress callback; by default a progress bar on stderr when
-            ``options.progress``.
+        on_step: Progress callback; by default progress on stderr when
+            ``options.progress`` (``bench.progress``: a bar with the time left on a
+            terminal, a plain line every half minute in a log).
 
     Raises:
         ConfigError: Invalid options or prompts.
@@ -349,7 +317,7 @@ def run_benchmark(
             sum(runs_prompt(c, p) for p in chosen) * options.repeats + int(options.warmup)
             for c in contenders
         )
-        with _progress(total, options.progress and on_step is None) as bar:
+        with progress(total, options.progress and on_step is None) as bar:
             samples = run_samples(
                 contenders,
                 chosen,

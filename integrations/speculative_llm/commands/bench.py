@@ -132,7 +132,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rates: TG the one-token rate (tg128), PP the prompt rate at BATCH rows (pp512: "
         "BATCH 512, the default); repeatable. A model, not a measurement",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        "--no-progress",
+        dest="no_progress",
+        action="store_true",
+        help="no progress on stderr (by default a bar with the time left on a terminal, "
+        "a line every 30 s otherwise)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
