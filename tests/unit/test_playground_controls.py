@@ -154,6 +154,8 @@ def test_the_method_picker_follows_the_backend_and_the_target() -> None:
     retarget = _event(app, "target_changed").fn("gemma3-270m", "", "local", "draft_model")
     assert "draft_model" not in _values(retarget[packaged].choices)  # nothing pairs with it
     assert retarget[packaged].value == "ngram"
+    f16 = _event(app, "target_changed").fn("smollm2-135m-f16", "", "local", "ngram")
+    assert "draft_model" in _values(f16[packaged].choices)  # its base model drafts for it
 
 
 def test_the_api_takes_any_method_and_the_settings_judge_it(tmp_path: Path) -> None:
