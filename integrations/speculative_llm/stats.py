@@ -108,6 +108,20 @@ def _weighted_mean(values: Sequence[float | None], weights: Sequence[int]) -> fl
     return sum(v * w for v, w in zip(values, weights, strict=True) if v is not None) / total
 
 
+def _draft_cost_mean(records: Sequence[SpecStats]) -> float | None:
+    """The draft cost c over the records that drafted, weighted by their draft tokens.
+
+    A request that drafted nothing has no c and weighs nothing; one that drafted without
+    a measured c leaves the mean unknown.
+    """
+    drafted = [r for r in records if r.draft_tokens]
+    if not drafted:
+        return None
+    return _weighted_mean(
+        [r.draft_token_cost for r in drafted], [r.draft_tokens or 0 for r in drafted]
+    )
+
+
 def _sum_positions(rows: Iterable[tuple[int, ...] | None]) -> tuple[int, ...] | None:
     items = list(rows)
     if not items or any(r is None for r in items):
@@ -481,7 +495,7 @@ class SpecStats:
             draft_policy_reason=reasons.pop() if len(reasons) == 1 else None,
             draft_policy_steps=_sum_limits(r.draft_policy_steps for r in items),
             verify_row_cost=_weighted_mean([r.verify_row_cost for r in items], weights),
-            draft_token_cost=_weighted_mean([r.draft_token_cost for r in items], weights),
+            draft_token_cost=_draft_cost_mean(items),
             one_token_pass_s=_weighted_mean([r.one_token_pass_s for r in items], weights),
             **same,
             **summed,

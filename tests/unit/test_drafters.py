@@ -200,6 +200,30 @@ def test_draft_cache_follows_a_diverging_sequence(draft_model: object) -> None:
     assert drafter.runner.length <= len(sequence) + 3
 
 
+def test_a_draft_model_catches_up_in_a_pass_of_its_own(draft_model: object) -> None:
+    """Tokens of skipped steps (and the prompt) are fed apart, counted and timed; drafting
+    on every step feeds at most two tokens per proposal and never catches up."""
+    drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
+    sequence = [1, *range(10, 25)]
+    drafter.reset(sequence)
+    assert drafter.unseen(sequence) == len(sequence)
+    first = drafter.propose(sequence, 3, GREEDY, None)
+    assert first.caught_up == len(sequence) - 1 and first.catch_up_s > 0
+    assert first.tokens == _greedy_continuation(draft_model, sequence, 3)
+    # Every draft accepted, plus the target's token: two tokens the cache lacks.
+    sequence = [*sequence, *first.tokens, 50]
+    assert drafter.unseen(sequence) == 2
+    second = drafter.propose(sequence, 3, GREEDY, None)
+    assert second.caught_up == 0 and second.catch_up_s == 0.0
+    # Its drafts rejected, then steps without drafts: the 4 tokens since are caught up
+    # (all but the last, which its first drafting pass feeds) before the next proposal.
+    sequence = [*sequence, 60, 61, 62, 63]
+    assert drafter.unseen(sequence) == 4
+    third = drafter.propose(sequence, 2, GREEDY, None)
+    assert third.caught_up == 3
+    assert third.tokens == _greedy_continuation(draft_model, sequence, 2)
+
+
 def test_sampling_draft_returns_its_distributions(draft_model: object) -> None:
     drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=105)
     sequence = [1, *range(10, 20)]

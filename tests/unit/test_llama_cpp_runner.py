@@ -390,7 +390,12 @@ def test_draft_model_on_llama_cpp_is_exact(tiny_gguf: Path, tiny_draft_gguf: Pat
         str(tiny_gguf), draft_model=str(tiny_draft_gguf), threads=1, exact="bitwise"
     ) as backend:
         prompt = "def add(a, b):\n    return a + b\n"
-        request = GenerationRequest(prompt=prompt, max_tokens=30)
+        # A fixed k: the default cost-aware policy would not draft with a draft model
+        # as dear as this target, and the test is about the drafts.
+        fixed = SpecConfig(
+            method="draft_model", draft_model=str(tiny_draft_gguf), num_speculative_tokens=4
+        )
+        request = GenerationRequest(prompt=prompt, max_tokens=30, spec=fixed)
         completion = backend.generate(request)
         reference = plain_greedy(
             backend.model.new_runner(), backend.encode_prompt(request), 30, backend._eos_token_ids

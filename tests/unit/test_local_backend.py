@@ -149,7 +149,11 @@ def test_draft_model_greedy_text_equals_plain_greedy_decoding(
         completion = draft_backend.generate(_request(spec=spec))
         assert completion.text == greedy_text
         assert completion.stats.method == "draft_model"
-        assert completion.stats.accepted_tokens
+        # The default is cost-aware: it drafts only where the draft model's passes pay,
+        # which a draft about as dear as its target may never do. A fixed or adaptive k
+        # always drafts.
+        if spec is not None:
+            assert completion.stats.accepted_tokens
 
 
 def test_stream_yields_one_chunk_per_verify_step(backend: LocalBackend) -> None:

@@ -229,12 +229,20 @@ def test_ignored_draft_tokens_add_up_and_survive_a_round_trip() -> None:
 
 
 def test_pass_costs_aggregate_as_step_weighted_means() -> None:
-    first = make(verify_steps=30, verify_row_cost=0.5, draft_token_cost=0.0, cpu_s=1.0)
-    second = make(verify_steps=10, verify_row_cost=0.3, draft_token_cost=0.2, cpu_s=2.0)
+    first = make(
+        verify_steps=30, draft_tokens=10, verify_row_cost=0.5, draft_token_cost=0.0, cpu_s=1.0
+    )
+    second = make(
+        verify_steps=10, draft_tokens=30, verify_row_cost=0.3, draft_token_cost=0.2, cpu_s=2.0
+    )
     total = SpecStats.aggregate([first, second])
     assert total is not None
     assert total.verify_row_cost == pytest.approx((30 * 0.5 + 10 * 0.3) / 40)
-    assert total.draft_token_cost == pytest.approx(10 * 0.2 / 40)
+    # c is per draft token: weighted by draft tokens, over the requests that drafted.
+    assert total.draft_token_cost == pytest.approx(30 * 0.2 / 40)
+    idle = make(verify_steps=5, draft_tokens=0, verify_row_cost=0.5)
+    with_idle = SpecStats.aggregate([first, second, idle])
+    assert with_idle is not None and with_idle.draft_token_cost == total.draft_token_cost
     assert total.cpu_s == pytest.approx(3.0)
     # One record without a figure: the aggregate does not invent one.
     missing = SpecStats.aggregate([first, make(verify_steps=5)])

@@ -75,6 +75,13 @@ class _Job:
     """Whether the prompt starts from the prefix it shares with the KV cache."""
 
 
+def _drafter_key(spec: SpecConfig) -> str:
+    """Which drafter's costs a request weighs: its method, and the draft model's name."""
+    if spec.method == "draft_model":
+        return f"draft_model:{spec.draft_model}"
+    return spec.method
+
+
 class LocalBackend(Backend):
     """Speculative decoding in this process, on llama.cpp's kernels or transformers.
 
@@ -308,7 +315,29 @@ class LocalBackend(Backend):
                     raise
                 known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
                 self._drafts[name] = known
-            return known[1]
+        # Outside the lock: the engine thread measures, and a request it runs may need
+        # the lock meanwhile.
+        if _drafter_key(spec) not in self._verify_cost.draft_priors:
+            self._price_draft_model(spec, *known)
+        return known[1]
+
+    def _price_draft_model(
+        self, spec: SpecConfig, draft: LoadedModel, drafter: DraftModelDrafter
+    ) -> None:
+        """Start the cost model's figures for a draft model from its own calibration.
+
+        Its one-token pass prices each drafted token, and its per-row cost each token it
+        must feed before drafting (the prompt, skipped steps): without them the policy
+        could only learn by drafting, which a draft model that does not pay makes dear.
+        """
+        if self._verify_cost.calibrated_one_token_s is None:
+            return  # the target was not calibrated: the draft's figures have no unit
+        costs = call_on_engine_thread(lambda: calibrate(draft, drafter.runner))
+        if costs is None:
+            return
+        key = _drafter_key(spec)
+        self._verify_cost.draft_priors[key] = costs.one_token_s
+        self._verify_cost.catch_up_priors[key] = costs.one_token_s * costs.row_cost
 
     def _load_draft(self, target: LoadedModel, name: str) -> LoadedModel:
         # Refused from the files' vocabularies before any weight loads.
@@ -545,6 +574,7 @@ class LocalBackend(Backend):
             cost=self._verify_cost,
             cost_aware=spec.cost_aware and spec.speculative,
             acceptance=acceptance,
+            drafter=_drafter_key(spec),
         )
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)

@@ -114,18 +114,25 @@ class VerifyCost:
     negative balance is a debt that ``start_request`` forgives."""
     calibrated_one_token_s: float | None = None
     samples: dict[int, deque[tuple[int, float]]] = field(default_factory=dict)
-    draft_samples: deque[float] = field(init=False)
+    draft_samples: dict[str, deque[float]] = field(default_factory=dict)
+    """Drafting seconds per token, by drafter (``method`` or ``draft_model:NAME``): a
+    draft model's passes and a prompt lookup's microseconds must not share a median."""
+    draft_priors: dict[str, float] = field(default_factory=dict)
+    """Drafting seconds per token by drafter before any is measured (a draft model's
+    calibrated one-token pass)."""
+    catch_up_samples: dict[str, deque[float]] = field(default_factory=dict)
+    """Seconds per token a drafter spent feeding tokens it had not seen, by drafter."""
+    catch_up_priors: dict[str, float] = field(default_factory=dict)
+    """Seconds per token a drafter with a cache of its own (a draft model) spends feeding
+    tokens it has not seen, in one batched pass (its calibrated per-row cost)."""
     passes: int = 0
     # The estimates, rebuilt after each observation: the policy reads them several
     # times per step, and a median per read cost a tenth of a one-token pass.
     _medians: dict[int, float] | None = field(default=None, repr=False)
-    _draft_median: float | None = field(default=None, repr=False)
+    _draft_medians: dict[str, float] = field(default_factory=dict, repr=False)
     _ratios: list[float] = field(default_factory=list, repr=False)
     _row_cost: float | None = field(default=None, repr=False)
     _stale: set[int] = field(default_factory=set, repr=False)
-
-    def __post_init__(self) -> None:
-        self.draft_samples = deque(maxlen=self.window)
 
     @classmethod
     def calibrated(cls, row_cost: float, one_token_s: float) -> VerifyCost:
@@ -133,9 +140,22 @@ class VerifyCost:
         return cls(prior_row_cost=row_cost, calibrated_one_token_s=one_token_s)
 
     def one_token_seconds(self) -> float | None:
-        """A one-token pass's seconds: measured by requests, else the calibration's."""
+        """A one-token pass's seconds: measured, else the calibration's, else inferred.
+
+        A request that drafts on every step (a draft model) measures no one-token pass;
+        its smallest measured pass, priced by the row cost, stands in for one. Without
+        it a draft model's cost could never be weighed, and drafting looked free.
+        """
         measured = self.seconds(1)
-        return measured if measured is not None else self.calibrated_one_token_s
+        if measured is not None:
+            return measured
+        if self.calibrated_one_token_s is not None:
+            return self.calibrated_one_token_s
+        estimates = self._estimates()
+        if not estimates:
+            return None
+        size = min(estimates)
+        return estimates[size] / (1.0 + self.prior_row_cost * (size - 1))
 
     def observe(self, tokens: int, seconds: float) -> None:
         """Record one pass of ``tokens`` tokens that took ``seconds``."""
@@ -162,11 +182,33 @@ class VerifyCost:
         """
         self.probe_credit = max(self.probe_credit, 0.0)
 
-    def observe_draft(self, tokens: int, seconds: float) -> None:
-        """Record the drafter's time for ``tokens`` proposed tokens."""
+    def observe_draft(self, tokens: int, seconds: float, drafter: str = "") -> None:
+        """Record ``drafter``'s time for ``tokens`` proposed tokens."""
         if tokens >= 1 and seconds >= 0:
-            self.draft_samples.append(seconds / tokens)
-            self._draft_median = _robust_centre(self.draft_samples)
+            samples = self.draft_samples.setdefault(drafter, deque(maxlen=self.window))
+            samples.append(seconds / tokens)
+            self._draft_medians[drafter] = _robust_centre(samples)
+
+    def observe_catch_up(self, tokens: int, seconds: float, drafter: str = "") -> None:
+        """Record ``drafter``'s time to feed ``tokens`` unseen tokens to its cache."""
+        if tokens >= 1 and seconds > 0:
+            samples = self.catch_up_samples.setdefault(drafter, deque(maxlen=self.window))
+            samples.append(seconds / tokens)
+
+    def catch_up_ratio(self, drafter: str = "") -> float:
+        """``drafter``'s seconds per unseen token over a one-token target pass.
+
+        Measured, else its calibrated figure, else a row's share of its drafting time
+        per token (``prior_row_cost``); 0 for a drafter without a cache of its own.
+        """
+        one = self.one_token_seconds()
+        samples = self.catch_up_samples.get(drafter)
+        per_token = _robust_centre(samples) if samples else self.catch_up_priors.get(drafter)
+        if not one:
+            return 0.0
+        if per_token is not None:
+            return per_token / one
+        return self.draft_ratio(drafter) * self.prior_row_cost
 
     def _estimates(self) -> dict[int, float]:
         """Size -> robust centre of its times: the recent ones, else all it has."""
@@ -234,12 +276,17 @@ class VerifyCost:
         """Time of a ``tokens``-token pass over a one-token pass (see ``ratios``)."""
         return 1.0 if tokens <= 1 else self.ratios(tokens)[tokens]
 
-    def draft_ratio(self) -> float:
-        """Drafting time per token over a one-token target pass (0 when unmeasured)."""
+    def draft_ratio(self, drafter: str = "") -> float:
+        """``drafter``'s time per token over a one-token target pass.
+
+        Its measured median, else its prior (``draft_priors``), else 0: a drafter never
+        measured nor calibrated is taken to cost nothing (prompt lookup's microseconds).
+        """
         one = self.one_token_seconds()
-        if not one or self._draft_median is None:
+        per_token = self._draft_medians.get(drafter, self.draft_priors.get(drafter))
+        if not one or per_token is None:
             return 0.0
-        return self._draft_median / one
+        return per_token / one
 
 
 MATCH_QUALITY_EDGES: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 20, 32)
@@ -365,7 +412,9 @@ def expected_tokens(survival: Sequence[float], draft_length: int) -> float:
     return 1.0 + sum(survival[:draft_length])
 
 
-def probe_loss(survival: Sequence[float], cost: VerifyCost, length: int) -> float:
+def probe_loss(
+    survival: Sequence[float], cost: VerifyCost, length: int, drafter: str = ""
+) -> float:
     """Expected one-token passes a draft of ``length`` loses against plain decoding.
 
     Its pass and drafting cost ``r(length + 1) + length * c`` one-token passes and yield
@@ -375,13 +424,13 @@ def probe_loss(survival: Sequence[float], cost: VerifyCost, length: int) -> floa
     """
     rows = length + 1
     ratio = cost.ratio(rows) if cost.fresh(rows) else 1.0 + cost.prior_row_cost * length
-    spent = ratio + length * cost.draft_ratio()
+    spent = ratio + length * cost.draft_ratio(drafter)
     return max(spent - expected_tokens(survival, length), 0.0)
 
 
-def best_draft_length(survival: Sequence[float], cost: VerifyCost) -> int:
+def best_draft_length(survival: Sequence[float], cost: VerifyCost, drafter: str = "") -> int:
     """The draft length in ``[0, len(survival)]`` with the most expected tokens per second."""
-    draft_ratio = cost.draft_ratio()
+    draft_ratio = cost.draft_ratio(drafter)
     ratios = cost.ratios(len(survival) + 1)
     best, best_rate, tokens = 0, 1.0, 1.0  # d = 0: one token for one one-token pass
     for length, chance in enumerate(survival, start=1):

@@ -15,6 +15,7 @@ from speculative_llm.backends.local.draft_cost import (
     PositionAcceptance,
     VerifyCost,
     best_draft_length,
+    expected_tokens,
     explain_limits,
     match_quality_bucket,
     probe_loss,
@@ -77,12 +78,15 @@ class DraftLengthPolicy:
     probe_budget: float = 0.02
     probe_max_credit: float = 8.0
     limits: dict[str, int] = field(default_factory=dict)
+    drafter: str = ""
+    """Which drafter's costs to weigh (``VerifyCost.draft_ratio``): each keeps its own."""
     _layered: LayeredAcceptance = field(init=False, repr=False)
     _interval: int = field(init=False, repr=False)
     _since_probe: int = field(default=0, init=False, repr=False)
     _wish: int = field(default=0, init=False, repr=False)
     _kept: int | None = field(default=None, init=False, repr=False)
     _probing: bool = field(default=False, init=False, repr=False)
+    _drafted_last: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -105,16 +109,20 @@ class DraftLengthPolicy:
 
     def _best(self, bucket: int | None, longest: int) -> int:
         assert self.cost is not None
-        return best_draft_length(self._layered.survival(bucket, longest), self.cost)
+        return best_draft_length(self._layered.survival(bucket, longest), self.cost, self.drafter)
 
-    def _probe(self, chosen: int, available: int, bucket: int | None) -> int:
-        """``chosen``, or a probe's length when one is due, paid for, and longer."""
+    def _probe(self, chosen: int, available: int, bucket: int | None, catch_up: float = 0.0) -> int:
+        """``chosen``, or a probe's length when one is due, paid for, and longer.
+
+        ``catch_up``: one-token passes the drafter spends on tokens it has not seen
+        before it can draft (a draft model after steps without drafts), part of the loss.
+        """
         probe = min(self.probe_length, available)
         if chosen >= probe or self._since_probe < self._interval:
             return chosen
         assert self.cost is not None
-        loss = probe_loss(self._layered.survival(bucket, probe), self.cost, probe)
-        if loss > self.cost.probe_credit:
+        loss = probe_loss(self._layered.survival(bucket, probe), self.cost, probe, self.drafter)
+        if loss + catch_up > self.cost.probe_credit:
             return chosen
         self._probing = True
         return probe
@@ -127,18 +135,45 @@ class DraftLengthPolicy:
         # promising kind of draft would verify; ``keep`` cuts a prompt-lookup draft after.
         return max(self._best(bucket, self.k) for bucket in (None, *self._layered.buckets()))
 
-    def request_length(self, *, cheap: bool = False) -> int:
+    def request_length(
+        self, *, cheap: bool = False, unseen: int = 0, remaining: int | None = None
+    ) -> int:
         """The draft length to ask for in the next step (``cheap``: prompt lookup).
 
         A cheap drafter is asked for the longest draft and ``keep`` cuts it; an
-        expensive one (a draft model) is asked for what the policy would verify.
+        expensive one (a draft model) is asked for what the policy would verify. A draft
+        model that did not draft on the previous step must first feed the ``unseen``
+        tokens to its own cache (the whole prompt, at a request's first draft): it
+        resumes only when what its drafts are expected to save over the ``remaining``
+        tokens pays for that, and a probe counts it as part of its loss.
         """
         self._kept, self._probing = None, False
         if cheap or not self._choosing:
             self._wish = self.k
-        else:
-            self._wish = self._probe(self.next_k(), self.k, None)
+            return self._wish
+        assert self.cost is not None
+        chosen = self.next_k()
+        catch_up = 0.0
+        if unseen > 0 and not self._drafted_last:
+            catch_up = self.cost.catch_up_ratio(self.drafter) * unseen
+            if chosen and not self._pays_back(chosen, catch_up, remaining):
+                chosen = 0
+        self._wish = self._probe(chosen, self.k, None, catch_up)
         return self._wish
+
+    def _pays_back(self, length: int, catch_up: float, remaining: int | None) -> bool:
+        """Whether drafts of ``length`` save more than ``catch_up`` passes over ``remaining``.
+
+        A step yields ``1 + S(1) + ... + S(length)`` tokens for ``r(length + 1) +
+        length * c`` one-token passes, so each token saves ``1 - cost / tokens`` passes.
+        """
+        assert self.cost is not None
+        if remaining is None:
+            return True
+        survival = self._layered.survival(None, length)
+        tokens = expected_tokens(survival, length)
+        spent = self.cost.ratio(length + 1) + length * self.cost.draft_ratio(self.drafter)
+        return remaining * (1.0 - spent / tokens) > catch_up
 
     def keep(self, draft: Draft) -> int:
         """How many of a proposal's tokens to verify (all, unless cost-aware says fewer)."""
@@ -166,16 +201,19 @@ class DraftLengthPolicy:
             else:
                 self._since_probe = 0
                 self._interval = min(self._interval * 2, self.probe_max_every)
+        if not step.prefill:
+            self._drafted_last = step.num_drafted > 0
         self.update(step.num_drafted, step.num_accepted, step.match_length)
         if self.cost is not None:
             self.cost.observe(step.num_drafted + 1, step.verify_s)
-            self.cost.observe_draft(step.num_drafted, step.draft_s)
+            self.cost.observe_draft(step.num_drafted, step.draft_s - step.catch_up_s, self.drafter)
+            self.cost.observe_catch_up(step.caught_up, step.catch_up_s, self.drafter)
 
     def _pay_probes(self, step: StepResult) -> None:
         """Earn the step's probe budget; charge a probe what it lost against plain decoding."""
         assert self.cost is not None
         credit = min(self.cost.probe_credit + self.probe_budget, self.probe_max_credit)
-        one = self.cost.seconds(1)
+        one = self.cost.one_token_seconds()
         if self._probing and one:
             passes = (step.verify_s + step.draft_s) / one
             credit -= max(passes - len(step.tokens), 0.0)

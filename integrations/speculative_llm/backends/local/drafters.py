@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -29,7 +30,14 @@ from speculative_llm.backends.local.sampling import (
 )
 from speculative_llm.errors import ConfigError
 
-__all__ = ["Draft", "DraftModelDrafter", "Drafter", "PromptLookupDrafter"]
+__all__ = [
+    "CatchUp",
+    "Draft",
+    "DraftModelDrafter",
+    "Drafter",
+    "PromptLookupDrafter",
+    "unseen_tokens",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +57,18 @@ class Draft:
         source: Which structure the draft came from, for drafters with several (suffix
             decoding: ``request`` for the request's own trie, ``global`` for earlier
             outputs); None for the others.
+        caught_up: Tokens a drafter with a cache of its own fed before drafting, in a
+            pass of their own (the tokens of steps it did not draft for; the prompt at
+            a request's first draft).
+        catch_up_s: Seconds that pass took (part of the step's drafting time).
     """
 
     tokens: list[int]
     probs: torch.Tensor | None = None
     match_length: int | None = None
     source: str | None = None
+    caught_up: int = 0
+    catch_up_s: float = 0.0
 
 
 @runtime_checkable
@@ -86,6 +100,20 @@ class Drafter(Protocol):
         samples draft from the allowed tokens; the engine cuts every proposal at its
         first forbidden token either way.
         """
+
+
+@runtime_checkable
+class CatchUp(Protocol):
+    """A drafter with a cache of its own, which must see every token before it drafts."""
+
+    def unseen(self, sequence: Sequence[int]) -> int:
+        """Tokens of ``sequence`` its cache lacks (fed in one pass before its next draft)."""
+        ...
+
+
+def unseen_tokens(drafter: Drafter | None, sequence: Sequence[int]) -> int:
+    """What ``drafter`` must feed before drafting after ``sequence`` (0: nothing to feed)."""
+    return drafter.unseen(sequence) if isinstance(drafter, CatchUp) else 0
 
 
 class PromptLookupDrafter:
@@ -229,6 +257,12 @@ class PromptLookupDrafter:
         return Draft(tokens, match_length=matched)
 
 
+CATCH_UP_AFTER = 2
+"""Unseen tokens above which a draft model catches up in a pass of its own. Drafting on
+every step leaves at most two (its last draft token and the target's); more means it
+skipped steps."""
+
+
 class DraftModelDrafter:
     """Drafts with a smaller model of the same vocabulary, keeping its own KV cache.
 
@@ -263,6 +297,10 @@ class DraftModelDrafter:
         # The sequence only grows, so what it held at the previous proposal is shared;
         # only the draft region after it needs comparing.
         return common_prefix_length(self._cached_tokens, sequence, start=self._confirmed)
+
+    def unseen(self, sequence: Sequence[int]) -> int:
+        """Tokens of ``sequence`` after the prefix its cache shares with it."""
+        return len(sequence) - self._shared_prefix(sequence)
 
     def _fit_vocab(self, probs: torch.Tensor) -> torch.Tensor:
         width = probs.shape[-1]
@@ -300,6 +338,14 @@ class DraftModelDrafter:
         del self._cached_tokens[shared:]
         self._cached_tokens.extend(sequence[shared:])
         self._confirmed = len(sequence)
+        caught_up, catch_up_s = 0, 0.0
+        if len(pending) > CATCH_UP_AFTER:
+            # Tokens of steps it did not draft for: fed in a pass of their own, so the
+            # policy can price catching up apart from drafting.
+            started = time.perf_counter()
+            self.runner.forward(pending[:-1], 1)
+            catch_up_s = time.perf_counter() - started
+            caught_up, pending = len(pending) - 1, pending[-1:]
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         try:
@@ -307,7 +353,8 @@ class DraftModelDrafter:
         finally:
             if constraint is not None:
                 constraint.rewind()
-        return Draft(tokens, torch.stack(rows) if rows else None)
+        probs = torch.stack(rows) if rows else None
+        return Draft(tokens, probs, caught_up=caught_up, catch_up_s=catch_up_s)
 
     def _draft(
         self,

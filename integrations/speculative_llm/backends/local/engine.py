@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
-from speculative_llm.backends.local.drafters import Draft, Drafter
+from speculative_llm.backends.local.drafters import Draft, Drafter, unseen_tokens
 from speculative_llm.backends.local.runner import PrefixReuse, Runner, common_prefix_length
 
 if TYPE_CHECKING:
@@ -320,6 +320,8 @@ def speculative_step(
         asked=max(k, 0),
         num_proposed=len(draft.tokens),
         cpu_s=time.process_time() - cpu_started,
+        caught_up=draft.caught_up,
+        catch_up_s=draft.catch_up_s,
     )
 
 
@@ -414,7 +416,11 @@ def generate_steps(
         # A step emits at most k + 1 tokens: never draft past the budget, nor verify more
         # tokens in one pass than the runner scores exactly as one-token passes would. A
         # cheap drafter proposes the longest draft; the policy keeps what pays.
-        wanted = draft_length.request_length(cheap=getattr(drafter, "cheap", False))
+        wanted = draft_length.request_length(
+            cheap=getattr(drafter, "cheap", False),
+            unseen=unseen_tokens(drafter, sequence),
+            remaining=max_new_tokens - generated,
+        )
         k = min(wanted, max_new_tokens - generated - 1, verify_limit - 1)
         step = speculative_step(
             target,

@@ -37,6 +37,9 @@ class StepResult:
             already held from the previous request (no pass computed them).
         cpu_s: CPU seconds this process spent during the step (all its threads):
             next to ``draft_s + verify_s`` it tells whether the step had its cores.
+        caught_up: Tokens the drafter fed its own cache before drafting
+            (``Draft.caught_up``).
+        catch_up_s: Seconds of ``draft_s`` that feeding took.
     """
 
     tokens: list[int]
@@ -53,3 +56,5 @@ class StepResult:
     num_proposed: int = 0
     cached_prompt_tokens: int = 0
     cpu_s: float = 0.0
+    caught_up: int = 0
+    catch_up_s: float = 0.0
