@@ -392,17 +392,13 @@ class BusyCheck:
     threads: int
     starved: bool
 
-    def describe(self) -> str:
-        """One sentence for the page."""
+    def describe(self, subject: str = "its decoding process") -> str:
+        """One sentence for the page, about ``subject`` (default: ``its decoding process``)."""
+        threads = "its thread's" if self.threads == 1 else f"its {self.threads} threads'"
+        got = f"{subject} got {self.cpu_share:.0%} of {threads} time while its passes ran"
         if self.starved:
-            return (
-                f"its decoding process got {self.cpu_share:.0%} of its {self.threads} "
-                "threads' time while its passes ran: another process was using the cores"
-            )
-        return (
-            f"its decoding process got {self.cpu_share:.0%} of its {self.threads} threads' "
-            "time while its passes ran"
-        )
+            return f"{got}: another process was using the cores"
+        return got
 
 
 def busy_check(stats: RunFigures) -> BusyCheck | None:
@@ -454,11 +450,12 @@ def judge_measurement(
         tolerance: Relative distance from the expected figure still taken as noise.
     """
     starved = [
-        f"the {name} side's {check.describe()}"
+        check.describe(f"the {name} side's decoding process")
         for name, side in (("baseline", baseline), ("speculative", stats))
         if side is not None and (check := busy_check(side)) is not None and check.starved
     ]
     busy = ("; ".join(starved) + ".") if starved else ""
+    busy = busy[:1].upper() + busy[1:]  # a sentence of its own
     expected = expectation(stats)
     if expected is None:
         return Verdict("warn" if busy else "unknown", busy)

@@ -169,6 +169,7 @@ def test_judge_measurement() -> None:
     starved = local_run(cpu_s=0.5, cpu_threads=2, verify_s=1.0, draft_s=0.0)
     flagged = judge_measurement(1.05, run, baseline=starved)
     assert flagged.level == "warn" and "baseline side" in flagged.reason
+    assert flagged.reason.startswith("The baseline side's decoding process got 25% of its 2")
     # A server: only the tokens-per-step ceiling can be checked.
     server = SpecStats(
         backend="llamacpp",
