@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -294,6 +295,7 @@ class BackendPool:
         self._servers: LeaseCache[Any] = LeaseCache(capacity, _stop_server)
         self._warm_lock = threading.Lock()
         self._warmed: set[Hashable] = set()
+        self._warm_servers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def loaded(self, settings: RunSettings) -> bool:
         """Whether the model (or managed server) ``settings`` needs is already up."""
@@ -418,6 +420,11 @@ class BackendPool:
             baseline = plain.backend()
             stack.callback(baseline.close)
             baseline_spec = None
+        self._warm_up_servers(
+            [(server, speculative, speculative_spec), (plain, baseline, baseline_spec)]
+            if baseline is not speculative
+            else [(server, speculative, baseline_spec), (server, speculative, speculative_spec)]
+        )
         return BackendPair(
             baseline=baseline,
             speculative=speculative,
@@ -429,6 +436,21 @@ class BackendPool:
             engine=f"llama-server started by the playground ({spec_type}, draft length up to "
             f"{settings.k}); the baseline runs on a second server without speculation",
         )
+
+    def _warm_up_servers(self, sides: Sequence[tuple[Any, Backend, SpecConfig | None]]) -> None:
+        """One short request per side to a managed llama-server the first time it is lent.
+
+        A new server's first request pays its warm-up (weights paged in, first passes of
+        each shape): the first comparison on one measured x5.15 at 0.7 tokens/s. Warmed
+        here, before the first comparison, that cost stays out of every measured run.
+        """
+        if not self.warm_up:
+            return
+        with self._warm_lock:
+            fresh = [side for side in sides if side[0] not in self._warm_servers]
+            for _, backend, spec in fresh:
+                _warm_up(backend, [spec])
+            self._warm_servers.update(server for server, _, _ in fresh)
 
     def _start_server(self, model: str, **options: Any) -> Any:
         factory = self._server_factory

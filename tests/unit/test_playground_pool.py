@@ -234,6 +234,7 @@ class FakeServer:
         self.model, self.options = model, options
         self.started = self.stopped = False
         self.toggle = True
+        self.backends: list[ScriptedBackend] = []  # every one handed out, in order
         FakeServer.instances.append(self)
 
     def start(self) -> FakeServer:
@@ -244,7 +245,9 @@ class FakeServer:
         self.stopped = True
 
     def backend(self) -> ScriptedBackend:
-        return ScriptedBackend(Script([[("a", "target")]]), per_request_toggle=self.toggle)
+        backend = ScriptedBackend(Script([[("a", "target")]]), per_request_toggle=self.toggle)
+        self.backends.append(backend)
+        return backend
 
 
 def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
@@ -268,6 +271,34 @@ def test_managed_llama_server_is_started_once_and_stopped_on_close() -> None:
     assert server.options["extra_args"] == ("--poll", "0") and server.options["threads"] >= 1
     pool.close()
     assert server.stopped
+
+
+class PlainServer(FakeServer):
+    """A llama-server that cannot switch speculation off per request."""
+
+    def __init__(self, model: str, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.toggle = False
+
+
+@pytest.mark.parametrize("factory", [FakeServer, PlainServer])
+def test_a_managed_server_is_warmed_up_before_its_first_comparison(
+    factory: type[FakeServer],
+) -> None:
+    # Its first run measured x5.15 at 0.7 tokens/s (issue 34): the warm-up was in it.
+    FakeServer.instances = []
+    pool = BackendPool(server_factory=factory)
+    settings = RunSettings(backend="managed", model="smollm2-135m", k=4)
+    for _ in range(2):
+        with pool.lease(settings):
+            pass
+    assert len(FakeServer.instances) == (1 if factory is FakeServer else 2)
+    for server in FakeServer.instances:
+        first, second = server.backends
+        warm_ups = [request.max_tokens for request in first.log.requests]
+        assert warm_ups and all(tokens is not None and tokens <= 4 for tokens in warm_ups)
+        assert second.log.requests == []  # once per server, not per comparison
+    pool.close()
 
 
 def test_managed_draft_model_sets_the_draft_length() -> None:
