@@ -2,7 +2,8 @@
 
 * **Tokens over time**: one polyline per side, one point per generated token (the
   tokens of one verify step share its time, so the speculative line climbs in steps).
-* **Acceptance by draft position**: one bar per draft position that was proposed.
+* **Acceptance by draft position**: one bar per draft position that was proposed, the
+  accepted / proposed draft tokens at that position (``ACCEPTANCE_DEFINITION``).
 
 Plain SVG keeps the charts exact (no axis-type guessing, integer positions), cheap to
 redraw while streaming, and the same in both themes (colours come from CSS classes).
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from speculative_llm.stats import SpecStats
 from speculative_playground.sides import Comparison, SideRun
 
-__all__ = ["acceptance_chart", "nice_ticks", "timeline_chart"]
+__all__ = ["ACCEPTANCE_DEFINITION", "acceptance_chart", "nice_ticks", "timeline_chart"]
 
 _WIDTH, _HEIGHT = 440, 200
 _LEFT, _RIGHT, _TOP, _BOTTOM = 46, 12, 10, 38
@@ -118,18 +119,39 @@ def _timeline_legend() -> str:
     return f'<span class="sp-legend">{items}</span>'
 
 
+def _tokens(count: int) -> str:
+    return "1 token" if count == 1 else f"{count} tokens"
+
+
 def _side_summary(run: SideRun, clock: str) -> str:
+    """One side in words, every division named by what it divides.
+
+    The time to the last token includes the prompt's pass; the decode speed leaves it
+    out, so the speed is never the tokens over that time.
+    """
     label = _SIDE_LABELS[run.name]
     if not run.timeline:
         return f"{label}: {run.status}, no tokens yet."
     # The table's figures: the backend's final token count, the time to the last token.
     elapsed = run.elapsed_s
     seconds = elapsed if elapsed is not None else run.timeline[-1][0]
-    rate = run.tokens_per_second
-    speed = f", {rate:.1f} tokens/s" if rate is not None else ""
-    count = run.token_count
-    tokens = "1 token" if count == 1 else f"{count} tokens"
-    return f"{label}: {tokens} in {seconds:.2f} s{clock}{speed} ({run.status})."
+    summary = (
+        f"{label}: {_tokens(run.token_count)}, {seconds:.2f} s{clock} to the last token "
+        "(the prompt's pass included)"
+    )
+    terms = run.decode_terms
+    if run.done and not run.complete:
+        summary += f"; no decode speed from a part of a run ({run.status})."
+    elif run.tokens_per_second is not None and terms is not None:
+        tokens, decode_s = terms
+        summary += (
+            f"; decode speed {run.tokens_per_second:.1f} tokens/s = {_tokens(tokens)} / "
+            f"{decode_s:.2f} s after the first token (the prompt's pass left out) "
+            f"({run.status})."
+        )
+    else:
+        summary += f" ({run.status})."
+    return summary
 
 
 def timeline_chart(comparison: Comparison | None) -> str:
@@ -174,14 +196,24 @@ def timeline_chart(comparison: Comparison | None) -> str:
 # ---- acceptance by draft position ------------------------------------------------------------
 
 
-def acceptance_chart(stats: SpecStats | None, *, finished: bool = False) -> str:
+ACCEPTANCE_DEFINITION = (
+    "At each draft position (1: a draft's first token), accepted / proposed draft tokens. "
+    "A draft is checked up to its first rejected token, so later positions are proposed "
+    "less often; the Acceptance card pools all positions."
+)
+"""What the acceptance chart shows, in one line under it."""
+
+
+def acceptance_chart(stats: SpecStats | None, *, finished: bool = False, of_run: str = "") -> str:
     """Acceptance by draft position: accepted / proposed at each position that was proposed.
 
     Args:
         stats: The speculative side's statistics (None: no run yet).
         finished: Whether the run has ended (an empty chart then says why it stayed empty).
+        of_run: Which run it shows when several were asked for (``run 2 of 3``): the
+            chart, like the table, shows one run while the cards pool them.
     """
-    title = "Acceptance by draft position"
+    title = "Acceptance by draft position" + (f" ({of_run})" if of_run else "")
     frame = _axes([], [], [0.0, 0.5, 1.0], "accepted", "draft position", "{:.0%}")
     if stats is None:
         summary = "No run yet: the chart fills as the speculative side verifies drafts."
@@ -226,8 +258,11 @@ def acceptance_chart(stats: SpecStats | None, *, finished: bool = False) -> str:
     x_at = [_LEFT + slot * index + slot / 2 for index in range(len(bars))]
     axes = _axes([str(b[0]) for b in bars], x_at, y_ticks, "accepted", "draft position", "{:.0%}")
     summary = (
-        "Accepted at draft position "
-        + "; ".join(f"{position}: {rate:.0%} of {proposed}" for position, rate, _, proposed in bars)
+        f"{ACCEPTANCE_DEFINITION} Accepted at draft position "
+        + "; ".join(
+            f"{position}: {hits} of {proposed} ({rate:.0%})"
+            for position, rate, hits, proposed in bars
+        )
         + "."
         + (f" {reason}" if reason and finished else "")
     )

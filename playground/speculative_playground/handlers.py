@@ -23,6 +23,7 @@ from typing import Any
 import gradio as gr
 
 from speculative_llm.errors import ConfigError
+from speculative_llm.prediction import expectation
 from speculative_llm.stats import SpecStats
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.charts import acceptance_chart, timeline_chart
@@ -34,7 +35,7 @@ from speculative_playground.history import (
     write_csv,
     write_json,
 )
-from speculative_playground.measure import Measurement, pooled_stats
+from speculative_playground.measure import Assessment, assess, pooled_stats
 from speculative_playground.render import (
     basis_html,
     pane_html,
@@ -186,8 +187,30 @@ def _describe(error: Exception) -> str:
 
 
 def _expected_words(stats: SpecStats | None) -> str:
-    expected = stats.expected_speedup() if stats is not None else None
-    return "" if expected is None else f", expected ×{expected:.2f}"
+    """``, expected ×1.35``; where the backend gives no verify cost, its tokens per step."""
+    found = expectation(stats) if stats is not None else None
+    if found is None:
+        return ""
+    if found.speedup is not None:
+        return f", expected ×{found.speedup:.2f}"
+    return (
+        f", {found.tokens_per_step:.2f} tokens per verify step (no expected figure: the "
+        "backend does not report what a verify row costs)"
+    )
+
+
+def _measured_words(assessment: Assessment, stats: SpecStats | None) -> str:
+    """The status line's numbers: measured (and range), expected, and any flag's reason."""
+    measurement = assessment.measurement
+    spread = (
+        f" (median of {measurement.runs}, ×{measurement.low:.2f} to ×{measurement.high:.2f})"
+        if measurement.runs > 1
+        else ""
+    )
+    words = f" Measured ×{measurement.median:.2f}{spread}{_expected_words(stats)}."
+    if assessment.flagged:
+        words += f" Flagged: {assessment.short_reason} (see under the cards)."
+    return words
 
 
 def _ending_words(state: Comparison, settings: RunSettings) -> str:
@@ -294,7 +317,6 @@ class Handlers:
                         cancel=cancel,
                         min_interval_s=config.update_interval_s,
                         draft_length=pair.draft_length,
-                        measure_cpu=settings.backend == "local",
                     )
                     # closing(): when Gradio closes this generator (Stop, a client's
                     # cancel), the runner is closed at once and frees the engines.
@@ -382,27 +404,33 @@ class _ComparisonViews:
         ``runs``: the repeats that have ended (``state`` among them once it has ended).
         """
         views, settings = self.views, self.settings
-        measurement = Measurement.of(runs)
-        stats = pooled_stats(runs) if runs else None
+        assessment = assess(runs)
+        stats = pooled_stats(runs)
         index = len(runs) + (0 if any(run is state for run in runs) else 1)
-        if state.phase == "done" and measurement is not None:
-            extra = f" Measured ×{measurement.median:.2f}{_expected_words(stats)}.{extra}"
+        flagged = False
+        if state.phase == "done" and assessment is not None:
+            extra = _measured_words(assessment, stats) + extra
+            flagged = assessment.flagged
         if state.phase == "done":
             extra += _ending_words(state, settings)
         return {
             views.status: status_html(
-                state, run_index=max(index, 1), runs=settings.runs, extra=extra
+                state, run_index=max(index, 1), runs=settings.runs, extra=extra, flagged=flagged
             ),
             views.baseline_pane: _pane(state, "baseline"),
             views.speculative_pane: _pane(state, "speculative"),
-            views.cards: speedup_cards_html(state, measurement=measurement, stats=stats),
-            views.basis: basis_html(state, measurement.runs if measurement else 1),
+            views.cards: speedup_cards_html(
+                state, assessment=assessment, stats=stats, runs=settings.runs
+            ),
+            views.basis: basis_html(state, assessment.measurement.runs if assessment else 1),
             views.stats_table: stats_table_html(
                 state, engine=self.engine, run_index=max(index, 1), runs=settings.runs
             ),
             views.timeline_chart: timeline_chart(state),
             views.acceptance_chart: acceptance_chart(
-                state.speculative.stats, finished=state.finished
+                state.speculative.stats,
+                finished=state.finished,
+                of_run=f"run {max(index, 1)} of {settings.runs}" if settings.runs > 1 else "",
             ),
         }
 

@@ -1,10 +1,10 @@
 """The table of past runs, and its CSV and JSON export.
 
 A record holds what a comparison was (prompt, backend, model, method, k, timing mode,
-runs) and what it measured (the speedup of every complete run, their median, both
-sides' full ``SpecStats``). It never holds an API key or URL credentials: the backend
-is described by kind and host only. The page's table, the CSV and the JSON list all
-put the newest run first.
+runs) and what it measured (the speedup of every complete run, their median, whether it
+was flagged and why, both sides' full ``SpecStats``); a stopped run records no speed. It
+never holds an API key or URL credentials: the backend is described by kind and host
+only. The page's table, the CSV and the JSON list all put the newest run first.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from speculative_playground.measure import Measurement, check, pooled_stats
+from speculative_llm.prediction import expectation
+from speculative_llm.stats import SpecStats
+from speculative_playground.measure import assess, pooled_stats
 from speculative_playground.render import DASH
 from speculative_playground.settings import RunSettings
-from speculative_playground.sides import Comparison
+from speculative_playground.sides import Comparison, SideRun
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -59,6 +61,11 @@ HISTORY_COLUMNS: tuple[str, ...] = (
     "json schema",
     "speculative finish",
     "draft policy",
+    "speedup flag",
+    "plausible low",
+    "plausible high",
+    "baseline cpu share",
+    "speculative cpu share",
 )
 """Columns of the CSV export, in order (unknown values are empty cells)."""
 
@@ -91,6 +98,16 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _expected(stats: SpecStats | None) -> float | None:
+    found = expectation(stats) if stats is not None else None
+    return None if found is None else found.speedup
+
+
+def _rate_of(run: SideRun) -> float | None:
+    """A side's decode speed, none for a side stopped or failed before its end."""
+    return _round(run.shown_tokens_per_second, 2)
+
+
 def make_record(
     runs: Sequence[Comparison],
     settings: RunSettings,
@@ -101,6 +118,9 @@ def make_record(
 ) -> dict[str, Any]:
     """A JSON-compatible record of one comparison: its runs, in order (the last shown).
 
+    Speeds, acceptance and the expected figure come from the complete runs only (the
+    cards' figures): a stopped run records its counts and texts, never a speed.
+
     Args:
         runs: The runs of the comparison (at least one); only complete runs are measured.
         settings: What was run.
@@ -110,16 +130,13 @@ def make_record(
     """
     latest = runs[-1]
     moment = now or datetime.now(UTC)
-    measurement = Measurement.of(runs)
+    assessment = assess(runs)
+    measurement = assessment.measurement if assessment is not None else None
     stats = pooled_stats(runs)
-    expected = stats.expected_speedup() if stats is not None else None
-    findings = (
-        check(measurement, expected=expected, longest_draft=latest.longest_draft)
-        if measurement is not None
-        else []
-    )
-    partial = latest.measured_speedup() if measurement is None else None
+    found = expectation(stats) if stats is not None else None
     spec_stats = latest.speculative.stats
+    base_stats = latest.baseline.stats
+    verdict = assessment.verdict if assessment is not None else None
     return {
         "time": moment.isoformat(timespec="seconds"),
         "prompt": prompt,
@@ -145,22 +162,30 @@ def make_record(
         "speedup_low": _round(measurement.low if measurement else None, 4),
         "speedup_high": _round(measurement.high if measurement else None, 4),
         "speedup_basis": measurement.basis if measurement else None,
-        "partial_speedup": _round(partial.value if partial else None, 4),
-        "expected_speedup": _round(expected, 4),
-        "findings": [f.text for f in findings],
+        "speedup_flagged": assessment.flagged if assessment is not None else None,
+        "speedup_flag": (assessment.short_reason or None) if assessment is not None else None,
+        "plausible_low": _round(verdict.low if verdict else None, 4),
+        "plausible_high": _round(verdict.high if verdict else None, 4),
+        "expected_speedup": _round(_expected(stats), 4),
+        "expected_inputs": found.inputs() if found is not None else None,
+        "findings": [f.text for f in assessment.findings] if assessment is not None else [],
         "acceptance_rate": _round(stats.acceptance_rate if stats else None, 4),
+        "accepted_draft_tokens": stats.accepted_tokens if stats else None,
+        "proposed_draft_tokens": stats.draft_tokens if stats else None,
         "mean_accepted_length": _round(stats.mean_accepted_length if stats else None, 3),
-        "baseline_tokens_per_second": _round(latest.baseline.tokens_per_second, 2),
-        "speculative_tokens_per_second": _round(latest.speculative.tokens_per_second, 2),
+        "baseline_tokens_per_second": _rate_of(latest.baseline),
+        "speculative_tokens_per_second": _rate_of(latest.speculative),
         "texts_match": latest.greedy_texts_match,
         "baseline_finish": latest.baseline.finish_reason,
         "speculative_finish": latest.speculative.finish_reason,
         "draft_policy_reason": spec_stats.draft_policy_reason if spec_stats else None,
-        "baseline_cpu_s": _round(latest.baseline.cpu_s, 3),
-        "speculative_cpu_s": _round(latest.speculative.cpu_s, 3),
+        "baseline_cpu_s": _round(base_stats.cpu_s if base_stats else None, 3),
+        "speculative_cpu_s": _round(spec_stats.cpu_s if spec_stats else None, 3),
+        "baseline_cpu_share": _round(base_stats.cpu_share if base_stats else None, 3),
+        "speculative_cpu_share": _round(spec_stats.cpu_share if spec_stats else None, 3),
         "baseline_text": latest.baseline.text,
         "speculative_text": latest.speculative.text,
-        "baseline_stats": latest.baseline.stats.to_dict() if latest.baseline.stats else None,
+        "baseline_stats": base_stats.to_dict() if base_stats else None,
         "speculative_stats": spec_stats.to_dict() if spec_stats else None,
     }
 
@@ -190,14 +215,16 @@ def _times(value: Any) -> str:
 
 
 def _speedup_cell(record: dict[str, Any]) -> str:
+    """The measured speedup (and range), marked when flagged; a dash for a stopped run."""
     if record.get("speedup") is None:
-        partial = record.get("partial_speedup")
-        return DASH if partial is None else f"×{partial:.2f} (partial)"
+        return DASH
     if record.get("runs_complete", 1) > 1:
-        return (
+        cell = (
             f"×{record['speedup']:.2f} (×{record['speedup_low']:.2f}–{record['speedup_high']:.2f})"
         )
-    return _times(record["speedup"])
+    else:
+        cell = _times(record["speedup"])
+    return f"{cell} ⚠ flagged" if record.get("speedup_flagged") else cell
 
 
 def _rate(value: Any) -> str:
@@ -246,6 +273,11 @@ def _export_row(record: dict[str, Any]) -> list[Any]:
         json.dumps(record["json_schema"]) if record.get("json_schema") else None,
         record.get("speculative_finish"),
         record.get("draft_policy_reason"),
+        record.get("speedup_flag"),
+        record.get("plausible_low"),
+        record.get("plausible_high"),
+        record.get("baseline_cpu_share"),
+        record.get("speculative_cpu_share"),
     ]
 
 

@@ -12,12 +12,14 @@ from collections.abc import Iterable, Sequence
 from speculative_llm.prediction import FORMULA, expectation
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Token
-from speculative_playground.measure import Finding, Measurement, check
+from speculative_playground.measure import Assessment, assess
 from speculative_playground.settings import BITWISE_ADVICE, TimingMode
 from speculative_playground.sides import Comparison, SideRun, SpeedupBasis
 
 __all__ = [
+    "CARD_DEFINITIONS",
     "DASH",
+    "FORMULA_NAME",
     "MODE_DESCRIPTIONS",
     "PROVENANCE_CLASSES",
     "TOKEN_CSS_CLASS",
@@ -205,51 +207,102 @@ def legend_html(provenances: Iterable[str] = ("draft", "target")) -> str:
 # ---- statistics table ----------------------------------------------------------------------
 
 
+def _target_passes(stats: SpecStats | None) -> str:
+    """Target passes with the prompt's pass named: ``67: 1 prompt + 66 decoding``."""
+    if stats is None or stats.verify_steps is None:
+        return DASH
+    decoding = stats.decoding_steps
+    if decoding is None:
+        return str(stats.verify_steps)
+    return f"{stats.verify_steps}: {stats.requests} prompt + {decoding} decoding"
+
+
+def _grammar_cut(stats: SpecStats | None) -> str:
+    """Drafted tokens the grammar cut, said apart from the proposed ones they are not in."""
+    if stats is None or stats.grammar_cut_tokens is None:
+        return DASH
+    cut = stats.grammar_cut_tokens
+    if not cut or stats.draft_tokens is None:
+        return str(cut)
+    return f"{cut} (not in the {stats.draft_tokens} proposed)"
+
+
 def _stats_rows(run: SideRun) -> list[str]:
     stats: SpecStats | None = run.stats
     speculative = run.name == "speculative"
     rate_note = " *" if run.rate_source == "playground" else ""
+    # A side that ended before its end gives counts, never rates of a part of a run.
+    partial = run.done and not run.complete
+    speed = run.shown_tokens_per_second
 
-    def figure(name: str) -> str:
-        return DASH if stats is None or not speculative else name
+    def figure(text: str) -> str:
+        return DASH if stats is None or not speculative else text
+
+    def rate(text: str) -> str:
+        return DASH if partial else figure(text)
 
     return [
         run.status,
         str(run.token_count),
-        format_number(run.tokens_per_second, ".1f") + rate_note,
+        DASH if speed is None else f"{speed:.1f}{rate_note}",
         _seconds(run.ttft_s),
         _seconds(run.elapsed_s),
-        _seconds(run.cpu_s),
+        _seconds(stats.cpu_s if stats else None),
+        _percent(stats.cpu_share if stats else None),
+        _target_passes(stats),
         figure(format_number(stats.draft_tokens if stats else None, "d")),
         figure(format_number(stats.accepted_tokens if stats else None, "d")),
-        figure(format_number(stats.grammar_cut_tokens if stats else None, "d")),
-        figure(_percent(stats.acceptance_rate if stats else None)),
-        figure(format_number(stats.mean_accepted_length if stats else None, ".2f")),
-        format_number(stats.verify_steps if stats else None, "d"),
+        rate(_percent(stats.acceptance_rate if stats else None)),
+        rate(format_number(stats.mean_accepted_length if stats else None, ".2f")),
+        figure(_grammar_cut(stats)),
         stats.source if stats is not None else DASH,
     ]
 
 
 _STAT_LABELS = (
     ("Status", "done, running, waiting, stopped, not started or failed"),
-    ("Tokens generated", ""),
-    ("Decode speed (tokens/s)", "generated tokens / decode time (the prompt's pass left out)"),
-    ("Time to first token", "from the request to the first generated token"),
-    ("Time to last token", "from the request to the last token (own steps when interleaved)"),
+    ("Tokens generated", "completion length (the backend's count at the end)"),
+    (
+        "Decode speed (tokens/s)",
+        "generated tokens / decode time, the seconds after the first token: the prompt's "
+        "pass left out (no speed for a side that was stopped)",
+    ),
+    (
+        "Time to first token",
+        "from the request to the first generated token (prompt's pass included)",
+    ),
+    (
+        "Time to last token",
+        "from the request to the last token, the prompt's pass included (own steps only "
+        "when interleaved)",
+    ),
     (
         "CPU time",
-        "CPU seconds this process spent on the side (local engine); well below the wall "
-        "time when the side waited for cores another process held",
+        "CPU seconds of the process that decodes (the local engine's worker), all its "
+        "threads, during this side's decoding passes (the prompt's pass left out)",
     ),
-    ("Draft tokens", "tokens proposed by the drafter"),
-    ("Accepted draft tokens", "proposed tokens the target accepted"),
     (
-        "Drafts cut by the grammar",
-        "drafted tokens a JSON schema forbids, dropped before verification (local engine)",
+        "CPU share",
+        "CPU time / (seconds in the side's decoding passes × its threads): about 100 % when "
+        "it had its cores, well below when another process held them",
     ),
-    ("Acceptance rate", "accepted / draft tokens"),
-    ("Mean accepted length", "tokens per target forward pass, bonus token included"),
-    ("Verify steps", "target forward passes while decoding"),
+    (
+        "Target passes",
+        "target forward passes: the prompt's pass, then one per decoding step (a "
+        "speculative step verifies its draft in that pass)",
+    ),
+    ("Proposed draft tokens", "draft tokens the drafter proposed and the target verified"),
+    ("Accepted draft tokens", "proposed draft tokens the target accepted"),
+    ("Acceptance", "accepted / proposed draft tokens (bonus tokens not counted)"),
+    (
+        "Mean accepted length",
+        "T: generated tokens / target passes, bonus tokens included",
+    ),
+    (
+        "Drafted but cut by the grammar",
+        "drafted tokens a JSON schema forbids, dropped before verification: not among the "
+        "proposed draft tokens (local engine with a schema)",
+    ),
     ("Statistics source", "exact: reported for this request; derived: server counters"),
 )
 
@@ -282,12 +335,19 @@ def stats_table_html(
         base_rows = _stats_rows(comparison.baseline)
         spec_rows = _stats_rows(comparison.speculative)
         if any(
-            run.rate_source == "playground" and run.tokens_per_second is not None
+            run.rate_source == "playground" and run.shown_tokens_per_second is not None
             for run in (comparison.baseline, comparison.speculative)
         ):
             notes.append(
                 "* measured by the playground from chunk arrival times (the backend "
                 "reported no decode time)."
+            )
+        if any(
+            run.done and not run.complete for run in (comparison.baseline, comparison.speculative)
+        ):
+            notes.append(
+                "A side that was stopped gives its counts, not its rates: a part of a run "
+                "is no measurement."
             )
         if comparison.mode == "interleaved":
             notes.append("Interleaved timing: speeds and times count each side's own steps only.")
@@ -304,7 +364,7 @@ def stats_table_html(
     foot = "".join(f'<p class="sp-note">{html.escape(note)}</p>' for note in notes)
     return (
         '<div class="sp-stats-wrap"><table class="sp-stats"><caption class="sp-sr-only">'
-        "Statistics of both sides</caption><thead><tr>"
+        "Statistics of both sides (hover a row's name for its definition)</caption><thead><tr>"
         '<th scope="col">Statistic</th><th scope="col">Baseline</th>'
         '<th scope="col">Speculative</th></tr></thead>'
         f"<tbody>{body}</tbody></table>{foot}</div>"
@@ -313,112 +373,226 @@ def stats_table_html(
 
 # ---- speedup cards --------------------------------------------------------------------------
 
+FORMULA_NAME = "Leviathan et al.'s speedup with the verify cost"
+"""What the expected card calls ``prediction.FORMULA`` (the paper's r = 0, made measured)."""
 
-def _card(title: str, value: str, details: Sequence[str], *, css: str = "") -> str:
-    lines = "".join(f'<div class="sp-card-detail">{html.escape(d)}</div>' for d in details)
+CARD_DEFINITIONS: dict[str, str] = {
+    "measured": "decode speed of the speculative side / the baseline's (generated tokens / "
+    "decode time of each side, the prompt's pass left out)",
+    "expected": f"what this run's steps and measured pass costs predict: {FORMULA}",
+    "acceptance": "accepted / proposed draft tokens (bonus tokens not counted)",
+    "length": "T: generated tokens / target passes, bonus tokens included",
+}
+"""The one-line definition of each card's figure (its title attribute)."""
+
+_INPUT_WORDS = (
+    "T tokens per verify step; d draft tokens per step (k at most); r one more verify "
+    "row and c one draft token, in one-token passes"
+)
+
+Detail = str | tuple[str, str]
+"""A card's detail line: its text, or its text and a definition (title attribute)."""
+
+
+def _card(
+    title: str, value: str, details: Sequence[Detail], *, css: str = "", definition: str = ""
+) -> str:
+    lines = []
+    for detail in details:
+        text, hint = (detail, "") if isinstance(detail, str) else detail
+        tip = f' title="{html.escape(hint)}"' if hint else ""
+        lines.append(f'<div class="sp-card-detail"{tip}>{html.escape(text)}</div>')
+    tip = f' title="{html.escape(definition)}"' if definition else ""
     return (
-        f'<div class="sp-card {css}"><div class="sp-card-title">{html.escape(title)}</div>'
-        f'<div class="sp-card-value">{html.escape(value)}</div>{lines}</div>'
+        f'<div class="sp-card {css}"{tip}><div class="sp-card-title">{html.escape(title)}</div>'
+        f'<div class="sp-card-value">{html.escape(value)}</div>{"".join(lines)}</div>'
     )
 
 
-def _measured_card(
-    comparison: Comparison, measurement: Measurement | None, findings: Sequence[Finding]
-) -> str:
-    css = "sp-card-accent" + (" sp-card-warn" if any(f.level == "warn" for f in findings) else "")
+def _measured_card(comparison: Comparison, assessment: Assessment | None) -> str:
+    definition = CARD_DEFINITIONS["measured"]
     mode = f"{comparison.mode} timing"
-    if measurement is not None:
+    if assessment is not None:
+        measurement = assessment.measurement
         runs = measurement.runs
-        value = f"×{measurement.median:.2f}"
         spread = (
             f"median of {runs} runs, ×{measurement.low:.2f} to ×{measurement.high:.2f}"
             if runs > 1
             else "1 run"
         )
-        return _card("Measured speedup", value, [mode, spread], css=css)
+        details: list[Detail] = [mode, spread]
+        css = "sp-card-accent"
+        if assessment.flagged:
+            css += " sp-card-warn"
+            details.append(("Flagged: " + assessment.short_reason, "the reasons are listed below"))
+        elif assessment.plausible is not None:
+            details.append(
+                (
+                    f"plausible: {assessment.plausible}",
+                    "the expected figure ±25 %, never above T: what the run's steps and "
+                    "measured costs allow",
+                )
+            )
+        return _card(
+            "Measured speedup",
+            f"×{measurement.median:.2f}",
+            details,
+            css=css,
+            definition=definition,
+        )
+    if comparison.finished:
+        # Stopped or failed: a part of a run is no measurement, so no figure at all.
+        tokens = comparison.speculative.token_count
+        ended = "failed" if comparison.phase == "failed" else "stopped"
+        return _card(
+            "Measured speedup",
+            DASH,
+            [mode, f"{ended} after {tokens} speculative tokens: no speed from a part of a run"],
+            css="sp-card-accent sp-card-partial",
+            definition=definition,
+        )
     live = comparison.measured_speedup()
     if live is None:
-        return _card("Measured speedup", DASH, [mode, "appears when both sides have run"], css=css)
-    if comparison.finished:
-        # A stopped run: the figure is labelled as partial, never headlined as final.
-        tokens = comparison.speculative.token_count
         return _card(
-            "Measured speedup (partial)",
-            f"×{live.value:.2f}",
-            [mode, f"stopped: from {tokens} speculative tokens, not a full run"],
-            css=css + " sp-card-partial",
+            "Measured speedup",
+            DASH,
+            [mode, "appears when both sides have run"],
+            css="sp-card-accent",
+            definition=definition,
         )
-    return _card("Measured speedup", f"×{live.value:.2f}", [mode, "so far"], css=css)
+    return _card(
+        "Measured speedup",
+        f"×{live.value:.2f}",
+        [mode, "so far"],
+        css="sp-card-accent",
+        definition=definition,
+    )
+
+
+def _expected_details(stats: SpecStats | None, k: int | None) -> tuple[str, list[Detail]]:
+    """The expected card's value and lines: the formula, its inputs, or why it has none."""
+    if stats is None:
+        return DASH, ["appears when the speculative side has run"]
+    found = expectation(stats)
+    if found is not None and found.speedup is not None:
+        length = f", k = {k}" if k else ""
+        return f"×{found.speedup:.2f}", [
+            (f"{FORMULA_NAME}: {FORMULA}", CARD_DEFINITIONS["expected"]),
+            (found.inputs() + length, _INPUT_WORDS),
+            _INPUT_WORDS,
+        ]
+    if stats.draft_tokens == 0:
+        return DASH, [stats.draft_policy_reason or "no draft tokens in this run"]
+    if found is not None and found.missing:
+        return DASH, [
+            (f"T = {found.tokens_per_step:.2f} tokens per verify step", CARD_DEFINITIONS["length"]),
+            found.missing,
+        ]
+    return DASH, [f"the {stats.backend} backend reports no acceptance figures"]
 
 
 def speedup_cards_html(
     comparison: Comparison | None,
     *,
-    measurement: Measurement | None = None,
+    assessment: Assessment | None = None,
     stats: SpecStats | None = None,
+    runs: int = 1,
 ) -> str:
     """Headline cards (measured and expected speedup, acceptance), then what to make of them.
 
-    The measured card gives the median and range of the complete runs.
-
     Args:
         comparison: The latest run (None: nothing run yet).
-        measurement: The complete runs' speedups (None: no complete run yet).
-        stats: The speculative side's statistics for the expected figure and the
-            acceptance (default: the latest run's).
+        assessment: The complete runs' speedups, judged (None: no complete run yet;
+            a complete ``comparison`` is then judged on its own).
+        stats: The speculative side's statistics pooled over the complete runs (None:
+            none is complete; a running comparison then shows its live figures, a
+            stopped or failed one none).
+        runs: How many runs were asked for (above 1 the cards say they pool them).
     """
     if comparison is None:
         return (
             '<div class="sp-cards">'
             + _card(
-                "Measured speedup", DASH, ["timing mode shown after a run"], css="sp-card-accent"
+                "Measured speedup",
+                DASH,
+                ["timing mode shown after a run"],
+                css="sp-card-accent",
+                definition=CARD_DEFINITIONS["measured"],
             )
-            + _card("Expected speedup", DASH, ["Leviathan et al. (2023) formula"])
-            + _card("Acceptance rate", DASH, ["accepted / draft tokens"])
-            + _card("Mean accepted length", DASH, ["tokens per verify step"])
+            + _card(
+                "Expected speedup",
+                DASH,
+                [(f"{FORMULA_NAME}: {FORMULA}", CARD_DEFINITIONS["expected"])],
+                definition=CARD_DEFINITIONS["expected"],
+            )
+            + _card(
+                "Acceptance",
+                DASH,
+                ["accepted / proposed draft tokens"],
+                definition=CARD_DEFINITIONS["acceptance"],
+            )
+            + _card(
+                "Mean accepted length",
+                DASH,
+                ["T: tokens per target pass"],
+                definition=CARD_DEFINITIONS["length"],
+            )
             + "</div>"
         )
-    stats = stats if stats is not None else comparison.speculative.stats
-    expected = stats.expected_speedup() if stats is not None else None
-    findings = (
-        check(measurement, expected=expected, longest_draft=comparison.longest_draft)
-        if measurement is not None
-        else []
-    )
-    found = expectation(stats) if stats is not None else None
-    if found is not None and found.speedup is not None:
-        expected_details = [FORMULA, found.inputs()]
-    elif stats is not None and stats.draft_tokens == 0:
-        expected_details = [stats.draft_policy_reason or "no draft tokens in this run"]
-    elif found is not None and found.missing:
-        expected_details = [found.missing]
-    elif stats is not None:
-        expected_details = [f"the {stats.backend} backend reports no acceptance figures"]
+    if assessment is None and comparison.complete:
+        assessment = assess([comparison])  # a lone complete run, judged on its own
+    pooled = assessment.measurement.runs if assessment is not None else 0
+    if stats is None and (comparison.complete or not comparison.finished):
+        stats = comparison.speculative.stats  # live, while the first run streams
+        pooled = 0
+    if stats is None and comparison.finished:
+        ended = "failed" if comparison.phase == "failed" else "stopped"
+        gone: Detail = f"{ended}: no figures from a part of a run"
+        expected_value, expected_lines = DASH, [gone]
     else:
-        expected_details = ["appears when the speculative side has run"]
+        expected_value, expected_lines = _expected_details(stats, comparison.longest_draft)
+    pooled_line: list[Detail] = []
+    if runs > 1 and pooled:
+        pooled_line = [
+            (
+                f"pooled over {pooled} complete run{'s' if pooled > 1 else ''}; the table "
+                "shows one run",
+                "summed over the complete runs, so it can differ from the table's run",
+            )
+        ]
+    elif runs > 1 and stats is not None:
+        pooled_line = ["this run so far (no run complete yet)"]
     acceptance_detail = (
         f"{stats.accepted_tokens} of {stats.draft_tokens} proposed draft tokens accepted"
         if stats is not None and stats.draft_tokens
         else "accepted / proposed draft tokens"
     )
     cards = (
-        _measured_card(comparison, measurement, findings)
+        _measured_card(comparison, assessment)
         + _card(
-            "Expected speedup", DASH if expected is None else f"×{expected:.2f}", expected_details
+            "Expected speedup",
+            expected_value,
+            [*expected_lines, *pooled_line],
+            definition=CARD_DEFINITIONS["expected"],
         )
         + _card(
-            "Acceptance rate",
+            "Acceptance",
             _percent(stats.acceptance_rate if stats else None),
-            [acceptance_detail],
+            [acceptance_detail, *pooled_line],
+            definition=CARD_DEFINITIONS["acceptance"],
         )
         + _card(
             "Mean accepted length",
             format_number(stats.mean_accepted_length if stats else None, ".2f"),
-            ["tokens per verify step, bonus token included"],
+            ["T: tokens per target pass, bonus tokens included", *pooled_line],
+            definition=CARD_DEFINITIONS["length"],
         )
     )
+    findings = assessment.findings if assessment is not None else ()
     notes = "".join(
-        f'<li class="sp-finding sp-finding-{f.level}">{html.escape(f.text)}</li>' for f in findings
+        f'<li class="sp-finding sp-finding-{f.level}"><strong>'
+        f"{'Flagged' if f.level == 'warn' else 'Note'}:</strong> {html.escape(f.text)}</li>"
+        for f in findings
     )
     listing = f'<ul class="sp-findings">{notes}</ul>' if notes else ""
     return f'<div class="sp-cards">{cards}</div>{listing}'
@@ -429,7 +603,7 @@ def basis_html(comparison: Comparison | None, runs: int = 1) -> str:
     if comparison is None:
         return (
             '<p class="sp-basis">Measured speedup = decode speed of the speculative side / '
-            "the baseline's (generated tokens / decode time).</p>"
+            "the baseline's (generated tokens / decode time, the prompt's pass left out).</p>"
         )
     speedup = comparison.measured_speedup()
     basis = _BASIS_DESCRIPTIONS[speedup.basis if speedup else comparison.baseline.rate_source]
@@ -461,6 +635,7 @@ def status_html(
     run_index: int = 1,
     runs: int = 1,
     extra: str = "",
+    flagged: bool = False,
 ) -> str:
     """A one-line status: what is running, how it ended, or an error.
 
@@ -469,7 +644,10 @@ def status_html(
         message: An error to show instead.
         run_index: Which of the ``runs`` repeats is shown (1-based).
         runs: How many repeats were asked for.
-        extra: A sentence appended when the run is done (for example a JSON check).
+        extra: A sentence appended when the run is done (the measured and expected
+            speedup, a JSON check...).
+        flagged: The measured speedup is flagged (``extra`` says why): the line is
+            marked (``sp-status-flagged``, ``data-flagged``) as well as worded.
     """
     if message is not None:
         return f'<div class="sp-status sp-status-error">{html.escape(message)}</div>'
@@ -505,8 +683,9 @@ def status_html(
         else:
             same = " The texts differ (expected when sampling, or with server-side batching)."
         count = f", {runs} runs" if runs > 1 else ""
+        flag = ' sp-status-flagged" data-flagged="true' if flagged else ""
         return (
-            f'<div class="sp-status sp-status-ok">Done ({html.escape(mode + count)}).'
+            f'<div class="sp-status sp-status-ok{flag}">Done ({html.escape(mode + count)}).'
             f"{same}{html.escape(extra)}</div>"
         )
     running = [run.name for run in (comparison.baseline, comparison.speculative) if run.running]

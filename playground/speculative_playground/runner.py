@@ -112,7 +112,6 @@ class _Received:
     chunk: Chunk
     at: float
     own_s: float | None = None  # the side's own time so far (interleaved timing)
-    cpu_s: float | None = None  # this process's CPU time on the side so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +149,10 @@ def _pump(
     events.put(_Started(side, clock()))
     error: BaseException | None = None
     iterator: Iterator[Chunk] | None = None
-    cpu_start = time.process_time()
     try:
         iterator = backend.stream(request)
         for chunk in iterator:
-            events.put(_Received(side, chunk, clock(), cpu_s=time.process_time() - cpu_start))
+            events.put(_Received(side, chunk, clock()))
             if cancel.is_set():
                 break
     except BaseException as caught:  # reported to the consumer, which owns the state
@@ -176,18 +174,17 @@ def _interleave(
     """
     streams: dict[SideName, Iterator[Chunk]] = {}
     own: dict[SideName, float] = {}
-    cpu: dict[SideName, float] = {}
     try:
         for side, backend, request in sides:
             events.put(_Started(side, clock()))
             try:
                 streams[side] = backend.stream(request)
-                own[side] = cpu[side] = 0.0
+                own[side] = 0.0
             except BaseException as caught:
                 events.put(_Ended(side, clock(), caught))
         while streams and not cancel.is_set():
             side = min(streams, key=own.__getitem__)
-            before, cpu_before = clock(), time.process_time()
+            before = clock()
             try:
                 chunk = next(streams[side])
             except StopIteration:
@@ -199,8 +196,7 @@ def _interleave(
                 break  # the other side stops with it (closed below)
             after = clock()
             own[side] += after - before
-            cpu[side] += time.process_time() - cpu_before
-            events.put(_Received(side, chunk, after, own[side], cpu[side]))
+            events.put(_Received(side, chunk, after, own[side]))
     finally:
         for side, stream in streams.items():
             events.put(_Ended(side, clock(), _close(stream)))
@@ -279,7 +275,6 @@ def run_comparison(
     join_timeout_s: float = 10.0,
     clock: Clock = time.perf_counter,
     draft_length: int | None = None,
-    measure_cpu: bool = False,
     heartbeat_s: float = 1.0,
 ) -> Generator[Comparison, None, None]:
     """Run both sides and yield the merged state whenever it changed.
@@ -305,9 +300,6 @@ def run_comparison(
         clock: Monotonic clock (seconds).
         draft_length: k as the app configured it, for backends whose statistics do not
             say (``Comparison.draft_length``).
-        measure_cpu: Record this process's CPU time per side (``SideRun.cpu_s``): only
-            meaningful when the backends compute in this process; never in
-            ``concurrent`` mode, where the sides' CPU times mix.
         heartbeat_s: While no chunk arrives (a long prompt), yield at least this often,
             so the page can show the time spent waiting.
 
@@ -325,7 +317,6 @@ def run_comparison(
     state = Comparison(
         mode=mode, draft_length=draft_length, prompt_chars=_prompt_chars(baseline_request)
     )
-    measure_cpu = measure_cpu and mode != "concurrent"
     events: queue.Queue[_Event] = queue.Queue()
     waves = _plan(
         mode,
@@ -369,8 +360,7 @@ def run_comparison(
                     run.started_at = event.at
                     boundary = True
                 elif isinstance(event, _Received):
-                    cpu_s = event.cpu_s if measure_cpu else None
-                    state.take(event.side, event.chunk, event.at, event.own_s, cpu_s)
+                    state.take(event.side, event.chunk, event.at, event.own_s)
                 else:
                     pending.discard(event.side)
                     run.done = True

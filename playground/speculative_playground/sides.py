@@ -53,10 +53,6 @@ class SideRun:
         done: Whether the stream has ended (finished, failed or stopped).
         stopped: The user stopped this side before it finished.
         skipped: The comparison ended (stopped or failed) before this side started.
-        cpu_s: CPU seconds this process spent on this side's steps, where that is
-            measurable (the local engine in this process, the sides one at a time);
-            None elsewhere. Next to the wall time it shows stalls: a side that waited
-            for the cores used less CPU than its wall time suggests.
     """
 
     name: SideName
@@ -78,7 +74,6 @@ class SideRun:
     done: bool = False
     stopped: bool = False
     skipped: bool = False
-    cpu_s: float | None = None
     _token_count: int = 0
 
     @property
@@ -147,13 +142,41 @@ class SideRun:
         return self.token_count / elapsed if elapsed > 0 else None
 
     @property
-    def tokens_per_second(self) -> float | None:
-        """Decode rate, from the source named by ``rate_source``."""
+    def decode_terms(self) -> tuple[int, float] | None:
+        """``(tokens, seconds)``: what ``tokens_per_second`` divides, for captions to name.
+
+        The backend's ``generated tokens / decode time`` (the seconds after the first
+        token: the prompt's pass left out); with interleaved timing the same over the
+        side's own steps; else the tokens after the first chunk over the seconds since.
+        None when no rate is known yet.
+        """
+        first, last = self.first_token_own_s, self.last_token_own_s
         if self.own_clock:
-            return self.steps_tokens_per_second
-        if self.stats is not None and self.stats.tokens_per_second is not None:
-            return self.stats.tokens_per_second
-        return self.measured_tokens_per_second
+            if first is None or last is None or last <= first:
+                return None
+            return self.token_count, last - first
+        stats = self.stats
+        if stats is not None and stats.generated_tokens is not None and stats.decode_s:
+            return stats.generated_tokens, stats.decode_s
+        later_tokens = self._token_count - self.first_chunk_tokens
+        if first is None or last is None or last <= first or later_tokens <= 0:
+            return None
+        return later_tokens, last - first
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Decode rate, from the source named by ``rate_source`` (``decode_terms``)."""
+        terms = self.decode_terms
+        return None if terms is None else terms[0] / terms[1]
+
+    @property
+    def shown_tokens_per_second(self) -> float | None:
+        """The decode rate the page shows: None once a side ended before its end.
+
+        A stopped or failed side's rate counts a part of a run (a stopped side's backend
+        may time only its last few tokens): the page shows no speed for it.
+        """
+        return None if self.done and not self.complete else self.tokens_per_second
 
     @property
     def rate_source(self) -> SpeedupBasis:
@@ -174,19 +197,12 @@ class SideRun:
         end = self.finished_at if self.finished_at is not None else self.last_token_at
         return None if end is None else end - self.started_at
 
-    @property
-    def cpu_tokens_per_second(self) -> float | None:
-        """Generated tokens per CPU second (None: CPU time not measured)."""
-        if not self.cpu_s or not self.token_count:
-            return None
-        return self.token_count / self.cpu_s
+    def apply(self, chunk: Chunk, at: float, own_s: float | None = None) -> None:
+        """Take in one chunk that arrived at wall-clock ``at`` (own time ``own_s``).
 
-    def apply(
-        self, chunk: Chunk, at: float, own_s: float | None = None, cpu_s: float | None = None
-    ) -> None:
-        """Take in one chunk that arrived at wall-clock ``at`` (own time ``own_s``)."""
-        if cpu_s is not None:
-            self.cpu_s = cpu_s
+        The CPU the side's decoding took is in its statistics (``SpecStats.cpu_s``),
+        counted by the process that decodes (the local engine's worker).
+        """
         if chunk.stats is not None:
             self.stats = chunk.stats
         if chunk.finish_reason is not None:
@@ -269,11 +285,10 @@ class Comparison:
         chunk: Chunk,
         at: float,
         own_s: float | None = None,
-        cpu_s: float | None = None,
     ) -> None:
         """Apply a chunk of side ``name`` (see ``SideRun.apply``)."""
         run = self.side(name)
-        run.apply(chunk, at, own_s, cpu_s)
+        run.apply(chunk, at, own_s)
         stats = run.stats
         if (
             name == "speculative"
@@ -335,22 +350,12 @@ class Comparison:
             return Speedup(spec_rate / base_rate, basis, partial)
         return None
 
-    def cpu_speedup(self) -> float | None:
-        """Tokens per CPU second, speculative over baseline (None: not measured).
-
-        Unlike the wall-clock figure, other processes' load barely moves it.
-        """
-        base, spec = self.baseline, self.speculative
-        if not self.complete:
-            return None
-        base_rate, spec_rate = base.cpu_tokens_per_second, spec.cpu_tokens_per_second
-        return spec_rate / base_rate if base_rate and spec_rate else None
-
     def expected_speedup(self) -> float | None:
-        """The expected wall-time factor: ``SpecStats.expected_speedup``, one definition.
+        """The expected decode-rate ratio: ``SpecStats.expected_speedup``, one definition.
 
-        Leviathan et al.'s factor for the measured acceptance, never above the run's own
-        tokens per verify step (docs/statistics.md), whatever the backend.
+        ``S = T / (1 + (r + c) × d)`` from the speculative side's tokens per verify step,
+        draft length and measured pass costs (``speculative_llm.prediction``); None where
+        the backend does not report what a verify row costs.
         """
         stats = self.speculative.stats
         return None if stats is None else stats.expected_speedup()

@@ -149,8 +149,6 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-finding { padding: 6px 10px; border-radius: var(--radius-md); margin-top: 6px;
   border: 1px solid var(--border-color-primary); background: var(--background-fill-primary); }
 .sp-finding-warn { border-color: #b45309; }
-.sp-finding-warn::before { content: "Check: "; font-weight: 650; }
-.sp-finding-note::before { content: "Note: "; font-weight: 650; }
 .sp-basis { font-size: 0.8rem; color: var(--body-text-color-subdued); margin: 0; }
 
 .sp-stats-wrap { border: 1px solid var(--border-color-primary); border-radius: var(--radius-lg);
@@ -195,6 +193,7 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .sp-status { padding: 7px 12px; border-radius: var(--radius-md); font-size: 0.88rem;
   background: var(--background-fill-secondary); border: 1px solid var(--border-color-primary); }
 .sp-status-ok { border-color: #047857; }
+.sp-status-flagged { border-color: #b45309; border-width: 2px; }
 .sp-status-running { border-color: var(--color-accent); }
 .sp-status-warn { border-color: #b45309; }
 .sp-status-queued { border-color: #b45309; border-style: dashed; }

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
 from playground_fakes import finished_comparison, stats
 
-from speculative_playground.charts import acceptance_chart, nice_ticks, timeline_chart
+from speculative_playground.charts import (
+    ACCEPTANCE_DEFINITION,
+    acceptance_chart,
+    nice_ticks,
+    timeline_chart,
+)
 
 
 def polylines(chart: str) -> dict[str, list[tuple[float, float]]]:
@@ -55,7 +61,34 @@ def test_acceptance_bars_sit_at_integer_positions() -> None:
     assert heights[0] > heights[1] > heights[2] == 0.0
     ticks = re.findall(r'text-anchor="middle">(\d+)</text>', chart)
     assert ticks == ["1", "2", "3"]
-    assert "1: 75% of 4; 2: 67% of 3; 3: 0% of 2" in chart
+    assert "1: 3 of 4 (75%); 2: 2 of 3 (67%); 3: 0 of 2 (0%)" in chart
+    # Defined where shown, in the card's words; with several runs, which run it shows.
+    assert html.escape(ACCEPTANCE_DEFINITION) in chart and "accepted / proposed draft" in chart
+    assert "Acceptance by draft position (run 2 of 3)" in acceptance_chart(
+        record, finished=True, of_run="run 2 of 3"
+    )
+
+
+def test_the_timeline_caption_names_what_each_figure_divides() -> None:
+    # "89 tokens in 21.48 s ... 5.1 tokens/s" (89 / 21.48 = 4.1): the speed leaves out the
+    # prompt's pass, the time to the last token does not, and the caption says so.
+    final = finished_comparison()
+    summary = re.search(
+        r'<figcaption class="sp-chart-summary">(.*?)</figcaption>', timeline_chart(final)
+    )
+    assert summary is not None
+    text = html.unescape(summary[1])
+    base = final.baseline
+    assert base.elapsed_s is not None and base.tokens_per_second is not None
+    assert (
+        f"Baseline: 6 tokens, {base.elapsed_s:.2f} s to the last token (the prompt's pass "
+        f"included); decode speed {base.tokens_per_second:.1f} tokens/s = 6 tokens / 0.60 s "
+        "after the first token (the prompt's pass left out) (done)."
+    ) in text
+    final.phase = "stopped"
+    final.speculative.stopped = True
+    stopped = html.unescape(timeline_chart(final))
+    assert "Speculative: 5 tokens" in stopped and "no decode speed from a part of a run" in stopped
 
 
 def test_acceptance_chart_explains_why_it_cannot_fill() -> None:

@@ -62,16 +62,51 @@ def test_rows_are_newest_first_with_short_prompts_and_dashes() -> None:
     assert rows[-1][expected] == "—" and rows[0][expected].startswith("×")
 
 
-def test_a_stopped_run_is_recorded_as_stopped_with_no_speedup() -> None:
+def test_a_stopped_run_is_recorded_as_stopped_with_no_speed() -> None:
+    # A stopped run's "418.6 tok/s" in the history (issue 34): a part of a run has no speed.
     state = finished_comparison()
     state.phase = "stopped"
     state.speculative.stopped = True
     record = make_record([state], RunSettings(), "p")
     assert record["status"] == "stopped" and record["speculative_status"] == "stopped"
-    assert record["speedup"] is None and record["partial_speedup"] is not None
+    assert record["speedup"] is None and "partial_speedup" not in record
+    assert record["speculative_tokens_per_second"] is None
+    assert record["baseline_tokens_per_second"] is not None  # that side did finish
+    assert record["acceptance_rate"] is None and record["expected_speedup"] is None
     (row,) = history_rows([record])
-    assert row[TABLE_HEADERS.index("speedup")].endswith("(partial)")
+    assert row[TABLE_HEADERS.index("speedup")] == "—"
+    assert row[TABLE_HEADERS.index("acceptance")] == "—"
+    assert row[TABLE_HEADERS.index("tok/s base → spec.")].endswith("→ —")
     assert row[TABLE_HEADERS.index("status")] == "stopped"
+
+
+def test_a_flagged_speedup_is_marked_with_its_reason() -> None:
+    flagged = finished_comparison()  # measured x2.50 where x1.25 is expected
+    record = make_record([flagged], RunSettings(), "p")
+    assert record["speedup_flagged"] is True
+    assert record["speedup_flag"] == "above the plausible ×1.56"
+    assert (record["plausible_low"], record["plausible_high"]) == (0.9375, 1.5625)
+    (row,) = history_rows([record])
+    assert row[TABLE_HEADERS.index("speedup")] == "×2.50 ⚠ flagged"
+    plausible = finished_comparison()
+    assert plausible.speculative.stats is not None
+    plausible.speculative.stats = plausible.speculative.stats.replace(decode_s=5 / 12)
+    quiet = make_record([plausible], RunSettings(), "p")
+    assert quiet["speedup_flagged"] is False and quiet["speedup_flag"] is None
+    assert history_rows([quiet])[0][TABLE_HEADERS.index("speedup")] == "×1.20"
+
+
+def test_the_record_holds_the_cards_acceptance_and_the_decoding_cpu() -> None:
+    state = finished_comparison()
+    for run in (state.baseline, state.speculative):
+        assert run.stats is not None
+        run.stats = run.stats.replace(cpu_s=0.6, cpu_threads=2, verify_s=0.4, draft_s=0.0)
+    record = make_record([state], RunSettings(), "p")
+    assert (record["accepted_draft_tokens"], record["proposed_draft_tokens"]) == (3, 4)
+    assert record["acceptance_rate"] == 0.75
+    assert record["expected_inputs"] == "T = 2.50, d = 2.00, r = 0.50, c = 0.00"
+    assert record["baseline_cpu_s"] == record["speculative_cpu_s"] == 0.6
+    assert record["baseline_cpu_share"] == 0.75
 
 
 def test_repeated_runs_record_each_speedup_and_their_median() -> None:
