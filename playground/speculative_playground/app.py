@@ -32,6 +32,7 @@ from speculative_playground.handlers import (
     idle_pane,
     named_compare,
 )
+from speculative_playground.hardware import hardware_panel
 from speculative_playground.history import TABLE_HEADERS
 from speculative_playground.host_guard import guarded_app_kwargs
 from speculative_playground.page_script import (
@@ -364,6 +365,10 @@ def _results() -> ResultViews:
         )
     cards = gr.HTML(speedup_cards_html(None), elem_id="speedup-cards")
     basis = gr.HTML(basis_html(None), elem_id="speedup-basis")
+    # Beside the measurement, what it would buy elsewhere: the panel redraws from this
+    # state (set when a comparison ends) and from typed rates, without a new run.
+    prediction_figures = gr.State(None)
+    hardware_panel(prediction_figures)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
             stats_table = gr.HTML(stats_table_html(None), elem_id="stats-table")
@@ -404,6 +409,7 @@ def _results() -> ResultViews:
         csv_button=csv_button,
         json_button=json_button,
         details=details,
+        prediction_figures=prediction_figures,
     )
 
 

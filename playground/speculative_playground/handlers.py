@@ -28,6 +28,7 @@ from speculative_llm.stats import SpecStats
 from speculative_playground.backend_pool import BackendPool
 from speculative_playground.charts import acceptance_chart, timeline_chart
 from speculative_playground.error_summary import browser_message
+from speculative_playground.hardware import panel_figures
 from speculative_playground.history import (
     append_record,
     history_rows,
@@ -147,6 +148,9 @@ class ResultViews:
     csv_button: Any
     json_button: Any
     details: Any
+    prediction_figures: Any = None
+    """What the hardware panel predicts from (a ``gr.State``: ``hardware.panel_figures``;
+    None: no panel)."""
 
     def components(self) -> list[Any]:
         """Every component, in API order (Gradio leaves the history state out of the API)."""
@@ -370,7 +374,13 @@ def _empty_results(views: ResultViews, empty: Comparison) -> Updates:
         views.stats_table: stats_table_html(None),
         views.timeline_chart: timeline_chart(None),
         views.acceptance_chart: acceptance_chart(None),
+        **_panel_figures(views, None),
     }
+
+
+def _panel_figures(views: ResultViews, figures: dict[str, Any] | None) -> Updates:
+    """The hardware panel's figures, where the page has the panel."""
+    return {} if views.prediction_figures is None else {views.prediction_figures: figures}
 
 
 def _queued_html(position: int) -> str:
@@ -460,7 +470,11 @@ class _ComparisonViews:
         """The finished comparison, its history row and exports, and its record."""
         state = runs[-1]
         record = make_record(runs, self.settings, prompt, engine=self.engine)
-        updates = {**self._shown(state, runs), self.views.details: record}
+        updates = {
+            **self._shown(state, runs),
+            self.views.details: record,
+            **_panel_figures(self.views, panel_figures(assess(runs), pooled_stats(runs))),
+        }
         started = state.baseline.started_at is not None
         if state.phase == "done" or (state.phase == "stopped" and started):
             self.history = append_record(self.history, record)

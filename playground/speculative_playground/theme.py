@@ -169,6 +169,27 @@ mark.sp-tok-draft, .sp-tok-draft { background: var(--sp-draft-bg); color: var(--
 .gradio-container table.sp-stats thead th:not(:first-child) { text-align: right; }
 .sp-note { font-size: 0.78rem; color: var(--body-text-color-subdued); margin: 6px 0 0 0; }
 
+/* "What would this buy on my hardware?" (hardware.py): the measurement, then the models. */
+.sp-predict { padding: 8px 12px 4px; border-radius: var(--radius-lg);
+  border: 1px solid var(--border-color-primary); background: var(--background-fill-primary); }
+.gradio-container table.sp-predict-table { width: 100%; border-collapse: collapse;
+  font-size: 0.86rem; margin: 0 !important; border: none !important; }
+.gradio-container table.sp-predict-table tr { border: none !important; }
+.gradio-container table.sp-predict-table th, .gradio-container table.sp-predict-table td {
+  border: none !important; padding: 5px 10px; text-align: left; vertical-align: top;
+  border-bottom: 1px solid var(--border-color-primary) !important; }
+.gradio-container table.sp-predict-table thead th { font-size: 0.72rem; font-weight: 600;
+  text-transform: uppercase; letter-spacing: 0.06em; color: var(--body-text-color-subdued); }
+.gradio-container table.sp-predict-table td { font-variant-numeric: tabular-nums;
+  white-space: nowrap; }
+.sp-predict-name { display: block; font-weight: 500; }
+.sp-predict-source, .sp-predict-note { display: block; font-size: 0.74rem; font-weight: 400;
+  color: var(--body-text-color-subdued); white-space: normal; }
+.sp-predict-value span { font-weight: 650; }
+.sp-predict-measured th { box-shadow: inset 3px 0 0 var(--color-accent); }
+.sp-predict-error { font-size: 0.84rem; margin: 6px 0 0; padding: 6px 10px;
+  border: 1px solid #b91c1c; border-radius: var(--radius-md); }
+
 .sp-chart { margin: 0 0 12px 0; padding: 8px 12px; border-radius: var(--radius-lg);
   border: 1px solid var(--border-color-primary); background: var(--background-fill-primary); }
 .sp-chart-head { display: flex; justify-content: space-between; align-items: baseline;

@@ -61,6 +61,7 @@ from speculative_playground.settings import (  # noqa: E402
     BACKEND_KINDS,
     EXACT_LABELS,
     METHOD_LABELS,
+    TIMING_LABELS,
     RunSettings,
 )
 
@@ -693,5 +694,133 @@ def test_history_is_readable_at_phone_width(app_url: str, browser: Any) -> None:
     # The table scrolls sideways in its box; the page itself does not.
     assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
     save_screenshot(page, "playground-phone-history.png")
+    assert page.spconsole.problems() == []
+    page.close()
+
+
+def card(page: Any, title: str) -> Any:
+    """The speedup card whose title is ``title``."""
+    return page.locator(
+        "#speedup-cards .sp-card", has=page.locator(f".sp-card-title:text-is('{title}')")
+    )
+
+
+def prediction_rows(page: Any) -> dict[str, list[str]]:
+    """The hardware panel's rows: profile -> [r, speedup] as shown."""
+    rows = page.locator("#hardware-prediction tbody tr")
+    return {
+        row.get_attribute("data-profile"): [
+            row.locator(".sp-predict-r").inner_text().strip(),
+            row.locator(".sp-predict-value span").inner_text().strip(),
+        ]
+        for row in rows.all()
+    }
+
+
+def type_rate(page: Any, field: str, value: str) -> None:
+    page.fill(f"#hardware-{field} input", value)
+    page.keyboard.press("Tab")  # the field commits its value
+
+
+def test_numbers_a_user_can_trust_and_what_they_buy_elsewhere(
+    one_thread_app_url: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 on a real local-engine run: the expected card's formula and inputs, one
+    acceptance figure in card and table, a run slowed on purpose flagged with its reason,
+    and the hardware panel predicting, then updating on typed rates without a new run."""
+    page = open_page(browser, one_thread_app_url, DESKTOP, color_scheme="light")
+    page.fill("input[aria-label='number input for Max tokens']", "48")
+    page.keyboard.press("Tab")
+    # One side after the other, each timed by the engine: this app's engines share the
+    # process's one engine thread, which decodes ahead of its reader, so interleaved
+    # turns would time the reading, not the decoding.
+    page.get_by_label(TIMING_LABELS["fair"]).check()
+    run_to_the_end(page)
+
+    # Item 1: the expected figure names its formula and shows its inputs.
+    expected = card(page, "Expected speedup").text_content() or ""
+    assert "S = T / (1 + (r + c) × d)" in expected
+    for name in ("T = ", "d = ", "r = ", "c = ", "k = "):
+        assert name in expected, expected
+    # Item 6: one acceptance figure, the same in the card and the table (one run).
+    acceptance = card(page, "Acceptance")
+    assert acceptance.locator(".sp-card-value").text_content() == stats_row(page, "Acceptance")[1]
+    proposed = stats_row(page, "Proposed draft tokens")[1]
+    accepted = stats_row(page, "Accepted draft tokens")[1]
+    assert f"{accepted} of {proposed} proposed draft tokens accepted" in (
+        acceptance.text_content() or ""
+    )
+    body = page.inner_text("body")
+    assert "α" not in body and "alpha" not in body.lower()
+    assert "accepted / proposed draft tokens" in page.inner_text("#acceptance-chart figcaption")
+    for element in ("#speedup-cards .sp-card", "#stats-table tbody th"):  # each defined
+        titles = page.locator(element).evaluate_all("(els) => els.map((e) => e.title)")
+        assert titles and all(titles), (element, titles)
+
+    # Item 4: the prediction beside the measurement, each row with its r and source.
+    page.wait_for_selector("#hardware-prediction tbody tr[data-profile='laptop-cpu']")
+    rows = prediction_rows(page)
+    measured = card(page, "Measured speedup").locator(".sp-card-value").text_content()
+    assert rows["measured"][1] == measured
+    assert rows["this-machine"][0] != "—" and rows["this-machine"][1].startswith("×")
+    for profile in ("laptop-cpu", "desktop-gpu"):
+        assert rows[profile][1].startswith("×") and float(rows[profile][0]) >= 0
+    panel = page.inner_text("#hardware-prediction")
+    assert "a model, not a measurement" in panel and "llama-bench" in panel
+    runs_before = len(history_rows(page))
+    yours = "#hardware-prediction tr[data-profile='yours'] .sp-predict-r"
+    type_rate(page, "pp", "4000")
+    type_rate(page, "tg", "100")
+    page.wait_for_selector(f"{yours}:text-is('0.02')")  # (512 * 100 / 4000 - 1) / 511
+    type_rate(page, "tg", "-5")
+    page.wait_for_selector("#hardware-prediction .sp-predict-error:has-text('positive number')")
+    assert page.locator(yours).count() == 0
+    type_rate(page, "tg", "200")
+    page.wait_for_selector(f"{yours}:text-is('0.05')")  # new rates, a new figure
+    assert prediction_rows(page)["yours"][1].startswith("×")
+    assert len(history_rows(page)) == runs_before  # typing ran nothing
+    checks = [
+        (".sp-predict-source", TEXT, TEXT_RATIO),
+        (".sp-predict-value span", TEXT, TEXT_RATIO),
+        ("#hardware-prediction .sp-note", TEXT, TEXT_RATIO),
+    ]
+    results = page.evaluate(CONTRASTS, checks)
+    assert [r for r in results if "ratio" not in r or r["ratio"] < r["minimum"]] == []
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.locator("#speedup-cards").scroll_into_view_if_needed()
+    page.evaluate(
+        "() => window.scrollBy(0, document.querySelector('#speedup-cards')"
+        ".getBoundingClientRect().top - 8)"
+    )
+    save_screenshot(page, "playground-prediction.png")
+    page.set_viewport_size(PHONE)
+    if page.locator("#settings-sidebar.open").count():
+        page.click("#settings-sidebar .toggle-button")  # at phone width it covers the page
+        page.wait_for_selector("#settings-sidebar:not(.open)")
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
+    page.evaluate(
+        "() => window.scrollBy(0, document.querySelector('#hardware-prediction')"
+        ".getBoundingClientRect().top - 8)"
+    )
+    save_screenshot(page, "playground-prediction-phone.png")
+    page.set_viewport_size(DESKTOP)
+
+    # Item 5: a run slowed on purpose (every pass that checks a draft sleeps 1 s, as if
+    # another process held the core: one such pass outweighs the CPU of the 48 tokens) is
+    # flagged, with the reason, everywhere it shows.
+    monkeypatch.setenv(VERIFY_DELAY_ENV, "1.0")
+    run_to_the_end(page)
+    monkeypatch.delenv(VERIFY_DELAY_ENV)
+    share = stats_row(page, "CPU share")[1]
+    status = page.locator("#run-status .sp-status-flagged")
+    assert status.count() == 1, (page.inner_text("#run-status"), share)
+    assert "Flagged:" in status.inner_text()
+    flagged = card(page, "Measured speedup")
+    assert "sp-card-warn" in (flagged.get_attribute("class") or "")
+    assert "Flagged:" in (flagged.text_content() or "")
+    reasons = page.inner_text("#speedup-cards .sp-findings")
+    assert "decoding process got" in reasons or "what this run's steps" in reasons, reasons
+    assert "flagged" in history_rows(page)[0]
     assert page.spconsole.problems() == []
     page.close()
