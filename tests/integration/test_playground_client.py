@@ -345,7 +345,7 @@ def test_json_schema_preset_constrains_both_sides(app_url: str, smollm2_gguf: Pa
     assert spec_stats["grammar_cut_tokens"] is not None  # the engine decoded under a grammar
     assert record["baseline_stats"]["grammar_cut_tokens"] is not None
     assert spec_stats["accepted_tokens"] > 0  # copied values are drafted
-    assert "Drafts cut by the grammar" in updates[-1][STATS]
+    assert "Drafted but cut by the grammar" in updates[-1][STATS]
 
 
 def test_an_invalid_json_schema_is_an_error_in_the_page(app_url: str, tiny_model: str) -> None:
