@@ -214,6 +214,8 @@ class SpeculativeParams(BaseModel):
         saw_final = False
         try:
             for chunk in stream:
+                if chunk.is_progress:
+                    continue  # a long prompt's progress: no message chunk, no token event
                 saw_final = saw_final or chunk.final
                 yield chunk
         finally:
@@ -234,6 +236,8 @@ class SpeculativeParams(BaseModel):
         saw_final = False
         try:
             async for chunk in stream:
+                if chunk.is_progress:
+                    continue  # a long prompt's progress: no message chunk, no token event
                 saw_final = saw_final or chunk.final
                 yield chunk
         finally:

@@ -18,6 +18,7 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "Message",
+    "PromptProgress",
     "Provenance",
     "Role",
     "Token",
@@ -345,8 +346,52 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """How far a backend has processed a long prompt, before its first token.
+
+    The local engine processes a prompt in chunks and reports after each chunk but the
+    last (whose pass gives the first token): a prompt of one chunk gets no report.
+
+    Example:
+        >>> progress = PromptProgress(done=1024, total=4349, elapsed_s=7.1)
+        >>> round(progress.tokens_per_second), round(progress.remaining_s or 0)
+        (144, 23)
+
+    Args:
+        done: Prompt tokens processed so far, those taken from the prompt cache included.
+        total: Tokens in the prompt.
+        elapsed_s: Seconds spent processing the prompt so far.
+        cached: Leading prompt tokens the cache already held (no pass computed them).
+    """
+
+    done: int
+    total: int
+    elapsed_s: float
+    cached: int = 0
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Prompt tokens computed per second so far (None: none computed yet)."""
+        computed = self.done - self.cached
+        if computed <= 0 or self.elapsed_s <= 0:
+            return None
+        return computed / self.elapsed_s
+
+    @property
+    def remaining_s(self) -> float | None:
+        """Seconds left at the rate so far, an estimate (None: no rate yet)."""
+        rate = self.tokens_per_second
+        return None if rate is None else max(self.total - self.done, 0) / rate
+
+
+@dataclass(frozen=True, slots=True)
 class Chunk:
     """One piece of a stream.
+
+    A chunk with ``prompt_progress`` is a progress report: it carries nothing else (no
+    text, tokens, statistics or usage) and is never final. It comes before the first
+    token, while a long prompt is processed; a consumer that wants only the answer skips
+    it (its text is empty, so joining the texts needs no check).
 
     Args:
         text: New text in this chunk (a delta).
@@ -356,6 +401,7 @@ class Chunk:
         tool_calls: Complete tool calls (sent on the last chunk).
         usage: Token counts (on the last chunk).
         final: Whether this is the last chunk of the stream.
+        prompt_progress: How far the prompt's processing is (progress reports only).
     """
 
     text: str = ""
@@ -365,6 +411,12 @@ class Chunk:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     final: bool = False
+    prompt_progress: PromptProgress | None = None
+
+    @property
+    def is_progress(self) -> bool:
+        """Whether this chunk only reports the prompt's progress (see ``prompt_progress``)."""
+        return self.prompt_progress is not None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,11 @@ from speculative_llm.backends.local.draft_cost import PositionAcceptance, Verify
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.engine import StepCounters, generate_steps
+from speculative_llm.backends.local.engine import (
+    StepCounters,
+    check_prompt_fits,
+    generate_steps,
+)
 from speculative_llm.backends.local.engine_thread import (
     aiterate_on_engine_thread,
     call_on_engine_thread,
@@ -39,6 +43,7 @@ from speculative_llm.backends.local.sampling import SamplingParams
 from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
 from speculative_llm.backends.local.text import OutputText
 from speculative_llm.backends.local.tools import ToolPlan
+from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.config import LOCAL_METHODS, SpecConfig
 from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.json_tools import final_chunk_of, json_tool_completion
@@ -47,6 +52,7 @@ from speculative_llm.types import (
     Completion,
     FinishReason,
     GenerationRequest,
+    PromptProgress,
     Usage,
 )
 
@@ -73,6 +79,8 @@ class _Job:
     """How the request's tools were offered, when it has any."""
     reuse_prefix: bool = False
     """Whether the prompt starts from the prefix it shares with the KV cache."""
+    cancellation: Cancellation | None = None
+    """The caller's cancellation scope where the request was made (``cancellable``)."""
 
 
 def _drafter_key(spec: SpecConfig) -> str:
@@ -440,6 +448,8 @@ class LocalBackend(Backend):
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
             )
+        # Refused when it arrives, before a long prefill could start.
+        check_prompt_fits(len(prompt_tokens), target.context_window)
         response_format = tools.response_format if tools else request.response_format
         grammar = (
             response_format_grammar(response_format, self._grammar_vocabulary())
@@ -448,7 +458,18 @@ class LocalBackend(Backend):
         )
         drafter = self._make_drafter(spec)
         reuse = self._reuses_prefix(request)
-        return _Job(request, spec, prompt_tokens, drafter, params, grammar, tools, reuse)
+        return _Job(
+            request,
+            spec,
+            prompt_tokens,
+            drafter,
+            params,
+            grammar,
+            tools,
+            reuse,
+            # Read in the caller's thread: its passes stop when the caller cancels.
+            current_cancellation(),
+        )
 
     def _reuses_prefix(self, request: GenerationRequest) -> bool:
         """The backend's ``prompt_cache``, unless the request's ``cache_prompt`` says otherwise.
@@ -533,6 +554,9 @@ class LocalBackend(Backend):
         seen: list[Chunk] = []
         try:
             for chunk in chunks:
+                if chunk.is_progress:
+                    yield chunk  # the prompt's progress, as without tools
+                    continue
                 seen.append(chunk)
                 if not chunk.final and chunk.stats is not None:
                     yield Chunk(stats=chunk.stats)
@@ -613,11 +637,17 @@ class LocalBackend(Backend):
             max_length=target.context_window,
             constraint=constraint,
             reuse_prefix=job.reuse_prefix,
+            cancellation=job.cancellation,
+            report_prompt=True,
         )
         output: list[int] = []
 
         try:
             for step in steps:
+                if isinstance(step, PromptProgress):
+                    # A chunk of a long prompt: the stream can stop here.
+                    yield Chunk(prompt_progress=step)
+                    continue
                 request_stats.step_arrived()
                 counters.record(step)
                 output.extend(step.tokens)

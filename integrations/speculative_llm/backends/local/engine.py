@@ -20,13 +20,18 @@ import dataclasses
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
 from speculative_llm.backends.local.drafters import Draft, Drafter, unseen_tokens
-from speculative_llm.backends.local.runner import PrefixReuse, Runner, common_prefix_length
+from speculative_llm.backends.local.runner import (
+    PrefixReuse,
+    PromptChunks,
+    Runner,
+    common_prefix_length,
+)
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local.grammar import Constraint
@@ -40,18 +45,24 @@ from speculative_llm.backends.local.sampling import (
     verify_sampled,
 )
 from speculative_llm.backends.local.steps import EngineFinish, StepResult
-from speculative_llm.errors import ConfigError
+from speculative_llm.cancellation import Cancellation
+from speculative_llm.errors import ConfigError, GenerationCancelledError
 from speculative_llm.faults import verify_delay_s
+from speculative_llm.types import PromptProgress
 
 __all__ = [
     "DraftLengthPolicy",
     "EngineFinish",
     "StepCounters",
     "StepResult",
+    "check_prompt_fits",
     "generate_steps",
     "prefill",
+    "prefill_in_chunks",
+    "prompt_passes",
     "reusable_prefix",
     "speculative_step",
+    "stop_if_cancelled",
 ]
 
 
@@ -192,8 +203,52 @@ def reusable_prefix(cached_tokens: Sequence[int], prompt_tokens: Sequence[int]) 
     return common_prefix_length(cached_tokens, prompt_tokens[:-1])
 
 
+def stop_if_cancelled(cancellation: Cancellation | None) -> None:
+    """Raise ``GenerationCancelledError`` once ``cancellation`` is cancelled (a flag read)."""
+    if cancellation is not None and cancellation.cancelled:
+        raise GenerationCancelledError("The generation was cancelled.")
+
+
+def check_prompt_fits(prompt_length: int, context_window: int | None) -> None:
+    """Refuse a prompt that leaves no room in the context window for an answer.
+
+    Called before any pass (``LocalBackend`` checks when a request arrives, so a long
+    prompt is refused at once, not after its prefill).
+
+    Raises:
+        ConfigError: The prompt has ``context_window`` tokens or more (``field="prompt"``).
+    """
+    if context_window is not None and prompt_length >= context_window:
+        raise ConfigError(
+            f"The prompt has {prompt_length:,} tokens, which fills the model's context "
+            f"window of {context_window:,} tokens (the prompt and the answer share it): "
+            "shorten the prompt.",
+            field="prompt",
+        )
+
+
+def prompt_passes(count: int, chunk: int | None) -> list[int]:
+    """Sizes of the passes that process ``count`` prompt tokens in chunks of ``chunk``.
+
+    Passes of ``chunk`` tokens, the first taking the remainder too, so that no pass is
+    shorter than a chunk: on llama.cpp's CPU kernels a pass of 64 tokens or more computes
+    each row as a pass of 512 does (bitwise, measured on the packaged SmolLM2, 2
+    threads), while a shorter one rounds differently. With chunks of 64 tokens or more
+    the prompt's keys, values and last logits are then those of one pass over the whole
+    prompt (wherever llama.cpp's own last batch of 512 has 64 tokens or more).
+
+    Example:
+        >>> prompt_passes(300, 64), prompt_passes(100, 64), prompt_passes(5, None)
+        ([108, 64, 64, 64], [100], [5])
+    """
+    if chunk is None or chunk < 1 or count < 2 * chunk:
+        return [count]
+    whole, remainder = divmod(count, chunk)
+    return [chunk + remainder] + [chunk] * (whole - 1)
+
+
 @torch.inference_mode()
-def prefill(
+def prefill_in_chunks(
     target: Runner,
     prompt_tokens: Sequence[int],
     params: SamplingParams,
@@ -201,13 +256,25 @@ def prefill(
     constraint: Constraint | None = None,
     *,
     reuse_prefix: bool = False,
-) -> StepResult:
-    """Process the prompt with the target and choose the first token.
+    cancellation: Cancellation | None = None,
+) -> Generator[PromptProgress, None, StepResult]:
+    """``prefill``, reporting after each chunk of a long prompt; returns the first step.
 
-    The target cache then holds the whole prompt: computed anew, or, with
-    ``reuse_prefix`` and a runner that supports it (``PrefixReuse``), only past the
-    prefix it shares with what the cache held. With a ``constraint``, the first token
-    is chosen from the masked distribution.
+    A runner with ``PromptChunks`` takes a prompt of two chunks or more in passes of
+    ``prompt_chunk_tokens`` (see ``prompt_passes``): every pass but the last is fed
+    without logits and followed by a ``PromptProgress`` (tokens done of total, seconds
+    so far); the last pass gives the first token. The passes depend on the prompt's
+    length alone, never on timings, so two requests with the same prompt compute the
+    same passes (the baseline and the speculative side agree bitwise under
+    ``exact="bitwise"``). Closing the generator at a report stops the prefill there:
+    cancellation between chunks, with no I/O in the loop.
+
+    A ``cancellation`` (the caller's ``Cancellation``) is checked before each pass,
+    and a chunk in flight stops early once it is cancelled (``feed``'s ``cancelled``:
+    llama.cpp checks it between the operations of its graph).
+
+    Raises:
+        GenerationCancelledError: ``cancellation`` was cancelled before the first token.
     """
     started = time.perf_counter()
     cached = 0
@@ -216,7 +283,22 @@ def prefill(
         target.restart_from(cached)
     else:
         target.reset()
-    logits = target.forward(list(prompt_tokens[cached:]), 1)
+    pending = list(prompt_tokens[cached:])
+    fed = 0
+    cancelled = None if cancellation is None else lambda: cancellation.cancelled
+    if isinstance(target, PromptChunks):
+        for size in prompt_passes(len(pending), target.prompt_chunk_tokens)[:-1]:
+            stop_if_cancelled(cancellation)
+            target.feed(pending[fed : fed + size], cancelled=cancelled)
+            fed += size
+            yield PromptProgress(
+                done=cached + fed,
+                total=len(prompt_tokens),
+                elapsed_s=time.perf_counter() - started,
+                cached=cached,
+            )
+    stop_if_cancelled(cancellation)
+    logits = target.forward(pending[fed:], 1)
     grammar_s = 0.0
     if constraint is not None:
         masking = time.perf_counter()
@@ -236,6 +318,41 @@ def prefill(
         grammar_s=grammar_s,
         cached_prompt_tokens=cached,
     )
+
+
+@torch.inference_mode()
+def prefill(
+    target: Runner,
+    prompt_tokens: Sequence[int],
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    constraint: Constraint | None = None,
+    *,
+    reuse_prefix: bool = False,
+) -> StepResult:
+    """Process the prompt with the target and choose the first token.
+
+    The target cache then holds the whole prompt: computed anew, or, with
+    ``reuse_prefix`` and a runner that supports it (``PrefixReuse``), only past the
+    prefix it shares with what the cache held. With a ``constraint``, the first token
+    is chosen from the masked distribution. The passes are those of
+    ``prefill_in_chunks``, whose reports this leaves out.
+    """
+    return _finish(
+        prefill_in_chunks(
+            target, prompt_tokens, params, generator, constraint, reuse_prefix=reuse_prefix
+        )
+    )
+
+
+def _finish(chunks: Generator[PromptProgress, None, StepResult]) -> StepResult:
+    """Run a prefill's chunks to the end, leaving its reports out; the first step."""
+    while True:
+        try:
+            next(chunks)
+        except StopIteration as finished:
+            first: StepResult = finished.value
+            return first
 
 
 @torch.inference_mode()
@@ -338,6 +455,7 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
     return step
 
 
+@overload
 def generate_steps(
     target: Runner,
     drafter: Drafter | None,
@@ -352,13 +470,56 @@ def generate_steps(
     rule: AcceptanceRule = verify_sampled,
     constraint: Constraint | None = None,
     reuse_prefix: bool = False,
-) -> Generator[StepResult, None, None]:
+    cancellation: Cancellation | None = None,
+    report_prompt: Literal[False] = False,
+) -> Generator[StepResult, None, None]: ...
+
+
+@overload
+def generate_steps(
+    target: Runner,
+    drafter: Drafter | None,
+    prompt_tokens: Sequence[int],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    draft_length: DraftLengthPolicy,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    max_length: int | None = None,
+    rule: AcceptanceRule = verify_sampled,
+    constraint: Constraint | None = None,
+    reuse_prefix: bool = False,
+    cancellation: Cancellation | None = None,
+    report_prompt: Literal[True],
+) -> Generator[StepResult | PromptProgress, None, None]: ...
+
+
+def generate_steps(
+    target: Runner,
+    drafter: Drafter | None,
+    prompt_tokens: Sequence[int],
+    *,
+    max_new_tokens: int,
+    params: SamplingParams,
+    draft_length: DraftLengthPolicy,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    max_length: int | None = None,
+    rule: AcceptanceRule = verify_sampled,
+    constraint: Constraint | None = None,
+    reuse_prefix: bool = False,
+    cancellation: Cancellation | None = None,
+    report_prompt: bool = False,
+) -> Generator[StepResult | PromptProgress, None, None]:
     """Generate speculatively, yielding one ``StepResult`` per target forward pass.
 
-    The first result is the prefill's (one token). Generation ends at an
-    end-of-sequence token (``finish_reason="stop"``, the token is included) or after
-    ``max_new_tokens`` tokens (``"length"``); the last result carries the reason. Close
-    the iterator to stop early.
+    The first result is the prefill's (one token); with ``report_prompt``, a long
+    prompt's chunks come before it, each followed by a ``PromptProgress`` (see
+    ``prefill_in_chunks``). Generation ends at an end-of-sequence token
+    (``finish_reason="stop"``, the token is included) or after ``max_new_tokens``
+    tokens (``"length"``); the last result carries the reason. Close the iterator to
+    stop early: between two chunks of the prompt or two steps, no pass is cut short.
 
     Args:
         target: The target model with its cache.
@@ -378,29 +539,37 @@ def generate_steps(
         reuse_prefix: Keep the prefix the prompt shares with the target's cache (the
             previous request's prompt and output) instead of computing it again; see
             ``prefill``.
+        cancellation: The caller's ``Cancellation`` (``cancellation.current_cancellation``
+            where the request was made): checked between the prompt's chunks (a chunk in
+            flight stops early) and between steps.
+        report_prompt: Yield a ``PromptProgress`` after each chunk of a long prompt.
 
     Raises:
         ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
             context window.
+        GenerationCancelledError: ``cancellation`` was cancelled.
     """
     if not prompt_tokens:
         raise ConfigError("The prompt has no tokens: give the model some text.", field="prompt")
     if max_new_tokens <= 0:
         raise ConfigError(f"max_tokens must be > 0, got {max_new_tokens}.", field="max_tokens")
     if max_length is not None:
-        room = max_length - len(prompt_tokens)
-        if room <= 0:
-            raise ConfigError(
-                f"The prompt has {len(prompt_tokens)} tokens, which fills the model's context "
-                f"window of {max_length}: shorten it.",
-                field="prompt",
-            )
-        max_new_tokens = min(max_new_tokens, room)
+        check_prompt_fits(len(prompt_tokens), max_length)
+        max_new_tokens = min(max_new_tokens, max_length - len(prompt_tokens))
     sequence = list(prompt_tokens)
     verify_limit = target.max_verify_tokens or max_new_tokens + 1
     if drafter is not None:
         drafter.reset(sequence)
-    first = prefill(target, sequence, params, generator, constraint, reuse_prefix=reuse_prefix)
+    chunks = prefill_in_chunks(
+        target,
+        sequence,
+        params,
+        generator,
+        constraint,
+        reuse_prefix=reuse_prefix,
+        cancellation=cancellation,
+    )
+    first = (yield from chunks) if report_prompt else _finish(chunks)
     step = _cut_at_eos(first, eos_token_ids)
     generated = 1
     while True:
@@ -413,6 +582,7 @@ def generate_steps(
         yield step
         if step.finish_reason is not None:
             return
+        stop_if_cancelled(cancellation)
         # A step emits at most k + 1 tokens: never draft past the budget, nor verify more
         # tokens in one pass than the runner scores exactly as one-token passes would. A
         # cheap drafter proposes the longest draft; the policy keeps what pays.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from speculative_llm.backends.local.layout_probe import ONE_TOKEN_FALLBACKS, OneTokenFallback
-from speculative_llm.errors import BackendError, ConfigError
+from speculative_llm.backends.local.runner import PROMPT_CHUNK_TOKENS
+from speculative_llm.errors import BackendError, ConfigError, GenerationCancelledError
 
 __all__ = [
     "ONE_TOKEN_FALLBACKS",
@@ -201,6 +202,8 @@ class LlamaCppRunner:
         """Seconds inside ``llama_decode`` after each sequence's first pass, added up
         (the prompt's pass is time to first token, not decoding)."""
         self._prompt_pass = True
+        self.prompt_chunk_tokens = PROMPT_CHUNK_TOKENS
+        """Prompt tokens per ``feed`` of the engine's chunked prefill (``PromptChunks``)."""
         self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
 
     @property
@@ -253,6 +256,53 @@ class LlamaCppRunner:
         count = len(tokens)
         if count == 0 or not 1 <= num_logits <= min(count, self._capacity):
             raise ValueError(f"cannot return {num_logits} logit rows for {count} new tokens")
+        self._check_room(count)
+        if count == 1:
+            if self.thread_plan.rescores(self._length):
+                return self._rescore(tokens[0])
+            self._set_one_token_threads(self.thread_plan.one_token_threads(self._length))
+        self._decode_batches(tokens, num_logits)
+        self._prompt_pass = False
+        return self._logit_rows(num_logits)
+
+    def feed(self, tokens: list[int], cancelled: Callable[[], bool] | None = None) -> None:
+        """Feed prompt ``tokens`` after the cache, with no logits (``PromptChunks``).
+
+        A part of the prompt's pass: its decode time is time to first token, left out of
+        ``kernel_seconds`` like the rest of the prompt's pass. With ``cancelled``,
+        llama.cpp's abort callback asks it between the operations of the pass (only
+        during this pass: decoding passes run without a callback), and the pass stops
+        within one operation once it returns True.
+
+        Raises:
+            ConfigError: The tokens would overflow the context window.
+            BackendError: llama.cpp failed to decode.
+            GenerationCancelledError: ``cancelled`` returned True (the cache keeps the
+                tokens it held before this call).
+        """
+        self._check_open()
+        if not tokens:
+            raise ValueError("feed needs at least one token")
+        self._check_room(len(tokens))
+        if cancelled is None:
+            self._decode_batches(tokens, 0)
+            return
+        if cancelled():
+            raise GenerationCancelledError("The generation was cancelled.")
+        # Kept referenced while llama.cpp may call it; errors in it count as "go on".
+        abort = self._api.ggml_abort_callback(lambda _data: bool(cancelled()))
+        self._api.llama_set_abort_callback(self._context, abort, None)
+        try:
+            self._decode_batches(tokens, 0)
+        except BackendError:
+            if cancelled():
+                raise GenerationCancelledError("The generation was cancelled.") from None
+            raise
+        finally:
+            no_callback = self._api.ggml_abort_callback()  # a NULL function pointer
+            self._api.llama_set_abort_callback(self._context, no_callback, None)
+
+    def _check_room(self, count: int) -> None:
         if self._length + count > self.model.context_window:
             raise ConfigError(
                 f"{self._length + count} tokens do not fit the context window of "
@@ -260,10 +310,10 @@ class LlamaCppRunner:
                 "model with a larger context_window.",
                 field="max_tokens",
             )
-        if count == 1:
-            if self.thread_plan.rescores(self._length):
-                return self._rescore(tokens[0])
-            self._set_one_token_threads(self.thread_plan.one_token_threads(self._length))
+
+    def _decode_batches(self, tokens: list[int], num_logits: int) -> None:
+        """Decode ``tokens`` in batches of the context's capacity; logits for the last rows."""
+        count = len(tokens)
         for start in range(0, count, self._capacity):
             chunk = tokens[start : start + self._capacity]
             size = len(chunk)
@@ -271,15 +321,13 @@ class LlamaCppRunner:
             self._tokens[:size] = chunk
             self._positions[:size] = np.arange(self._length, self._length + size)
             self._outputs[:size] = 0
-            if last:
+            if last and num_logits:
                 self._outputs[size - num_logits : size] = 1
             self._batch.n_tokens = size
             self._decode()
             self._length += size
             # Per chunk: a later chunk that fails leaves this one cached and known.
             self._history.extend(chunk)
-        self._prompt_pass = False
-        return self._logit_rows(num_logits)
 
     def _logit_rows(self, num_logits: int) -> torch.Tensor:
         rows = self._api.llama_get_logits(self._context)

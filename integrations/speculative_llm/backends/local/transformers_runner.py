@@ -10,7 +10,7 @@ layers).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -25,7 +25,8 @@ from speculative_llm.backends.local.fast_paths import (
     forward_parameters,
     new_cache,
 )
-from speculative_llm.errors import BackendError
+from speculative_llm.backends.local.runner import PROMPT_CHUNK_TOKENS
+from speculative_llm.errors import BackendError, GenerationCancelledError
 
 __all__ = ["TransformersRunner"]
 
@@ -67,6 +68,8 @@ class TransformersRunner:
         self.length = 0
         self._recording = False
         self._bounded: bool | None = None
+        self.prompt_chunk_tokens = PROMPT_CHUNK_TOKENS
+        """Prompt tokens per ``feed`` of the engine's chunked prefill (``PromptChunks``)."""
 
     @property
     def vocab_size(self) -> int:
@@ -116,6 +119,33 @@ class TransformersRunner:
         Returns:
             Logits of shape ``(num_logits, vocab)``.
         """
+        logits = self._pass(tokens, num_logits)
+        if not self._recording and self._has_bounded_layers():
+            # Sliding-window layers otherwise drop states that a crop may need back.
+            # Activated after the prompt's pass, as transformers' assisted decoding does,
+            # so a long prompt does not keep every state of every sliding layer.
+            self.cache.activate_past_recording()
+            self._recording = True
+        return logits
+
+    def feed(self, tokens: list[int], cancelled: Callable[[], bool] | None = None) -> None:
+        """Feed prompt ``tokens`` after the cache; more of the prompt follows (``PromptChunks``).
+
+        The prompt's last chunk comes through ``forward``: sliding-window layers start
+        recording their past only after it. ``cancelled`` is asked before the pass (a
+        transformers pass runs to its end once started).
+
+        Raises:
+            GenerationCancelledError: ``cancelled`` returned True; nothing was fed.
+        """
+        if not tokens:
+            raise ValueError("feed needs at least one token")
+        if cancelled is not None and cancelled():
+            raise GenerationCancelledError("The generation was cancelled.")
+        self._pass(tokens, 1)
+
+    def _pass(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+        """One pass of the model over ``tokens`` after the cache (which grows by them)."""
         self._check_open()
         if self.cache is None:
             self.reset()
@@ -123,12 +153,6 @@ class TransformersRunner:
         with self._kernels_for(len(tokens)):
             logits = self._logits(input_ids, num_logits)
         self.length += len(tokens)
-        if not self._recording and self._has_bounded_layers():
-            # Sliding-window layers otherwise drop states that a crop may need back.
-            # Activated after the first forward, as transformers' assisted decoding does,
-            # so a long prompt does not keep every state of every sliding layer.
-            self.cache.activate_past_recording()
-            self._recording = True
         return logits
 
     @contextmanager
