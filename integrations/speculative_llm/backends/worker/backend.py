@@ -5,6 +5,10 @@ Xeons), and nothing in-process survives that. ``WorkerBackend`` builds the backe
 a worker process and forwards requests to it; when the worker dies, the request in
 flight raises ``EngineCrashedError`` (with the signal and the text received so far)
 and the next request starts a fresh worker, which loads the model again.
+
+A caller's ``Cancellation`` (``cancellation.cancellable``) reaches the worker too: when
+it is cancelled, the worker's generation stops its pass in flight (a chunk of a long
+prompt) at once, instead of after the step its parent waits for.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from speculative_llm.backends.worker.protocol import (
     Stream,
     Value,
 )
+from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import BackendError, ConfigError, EngineCrashedError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
@@ -185,7 +190,10 @@ class WorkerBackend(Backend):
         """Generate in the worker, yielding its chunks as it computes them.
 
         The request's checks run in the worker before this returns (as in-process).
+        When the caller's ``Cancellation`` (read here) is cancelled, the worker stops the
+        generation's pass in flight, and the stream raises ``GenerationCancelledError``.
         """
+        cancellation = current_cancellation()
         self._hold()
         try:
             engine = self._running_engine()
@@ -195,18 +203,25 @@ class WorkerBackend(Backend):
         except BaseException:
             self._release()
             raise
-        return _RemoteStream(self, engine)
+        return _RemoteStream(self, engine, cancellation)
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream`` (its pipe is read in a thread)."""
         return iterate_in_thread(lambda: self.stream(request))
 
     def generate(self, request: GenerationRequest) -> Completion:
-        """Generate a whole completion in the worker (one message back)."""
+        """Generate a whole completion in the worker (one message back).
+
+        A cancelled ``Cancellation`` of the caller stops it, as it stops a stream.
+        """
+        cancellation = current_cancellation()
         self._hold()
         try:
             engine = self._running_engine()
-            reply = self._ask(engine, Generate(request), activity="generating")
+            with contextlib.ExitStack() as hooks:
+                if cancellation is not None:
+                    hooks.enter_context(cancellation.on_cancel(engine.interrupt))
+                reply = self._ask(engine, Generate(request), activity="generating")
         finally:
             self._release()
         if isinstance(reply, Completion):
@@ -388,12 +403,18 @@ class WorkerBackend(Backend):
 class _RemoteStream(Iterator[Chunk]):
     """A stream in the worker, pulled a chunk at a time; holds the backend until it ends."""
 
-    def __init__(self, owner: WorkerBackend, engine: EngineProcess) -> None:
+    def __init__(
+        self, owner: WorkerBackend, engine: EngineProcess, cancellation: Cancellation | None
+    ) -> None:
         self._owner = owner
         self._engine = engine
         self._texts: list[str] = []
         self._open = True
         self._ending = threading.Lock()
+        # While the stream is open, the caller's cancellation interrupts the worker.
+        self._hooks = contextlib.ExitStack()
+        if cancellation is not None:
+            self._hooks.enter_context(cancellation.on_cancel(engine.interrupt))
 
     def __iter__(self) -> _RemoteStream:
         return self
@@ -433,6 +454,7 @@ class _RemoteStream(Iterator[Chunk]):
                 return
             self._open = False
         try:
+            self._hooks.close()
             if tell_engine:
                 self._owner._close_stream(self._engine, wait=wait)
         finally:

@@ -5,6 +5,12 @@ on one, replies go out on the other, one reply per request.
 The parent-death signal is set before this program starts (``children.spawn``), and
 the end of the request pipe (the parent closed it, or died) ends this program too.
 
+Cancellation: the parent's ``INTERRUPT_SIGNAL`` (``process.EngineProcess.interrupt``)
+cancels the request in flight, which runs in a ``cancellation.cancellable`` scope of
+its own: the local engine reads that scope when a request arrives and stops its pass in
+flight (a chunk of a long prompt) or before its next step. The handler only sets the
+scope's flag; the reply that follows says what happened (``GenerationCancelledError``).
+
 Crash sites (``faults.crash_point``, for tests): ``engine-worker:load`` before the
 engine is built, ``engine-worker:step`` before each step of a stream after its first
 chunk (a death in the middle of a stream), ``engine-worker:generate`` before a whole
@@ -24,6 +30,7 @@ from typing import Any
 from speculative_llm.backends.base import Backend
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.backends.registry import register_backend
+from speculative_llm.backends.worker.process import INTERRUPT_SIGNAL
 from speculative_llm.backends.worker.protocol import (
     STATIC_ATTRIBUTES,
     Build,
@@ -43,6 +50,7 @@ from speculative_llm.backends.worker.protocol import (
     Stream,
     Value,
 )
+from speculative_llm.cancellation import Cancellation, cancellable
 from speculative_llm.errors import BackendError
 from speculative_llm.faults import crash_point
 from speculative_llm.types import Chunk
@@ -78,6 +86,17 @@ class _Server:
         self._replies = replies
         self._stream: Iterator[Chunk] | None = None
         self._chunks_sent = 0
+        self._cancellation = Cancellation()
+        """The scope of the request in flight: a new one per request that generates."""
+
+    def interrupt(self) -> None:
+        """Cancel the request in flight (the parent's ``INTERRUPT_SIGNAL``); never blocks."""
+        self._cancellation.cancel()
+
+    def _scope(self) -> Cancellation:
+        """A fresh cancellation scope for the request that starts now."""
+        self._cancellation = Cancellation()
+        return self._cancellation
 
     def handle(self, request: object) -> bool:
         """Answer one request; False once the worker should exit."""
@@ -93,7 +112,8 @@ class _Server:
             # An engine serves one generation at a time: a stream left open would hold it.
             self.close_stream()
             crash_point("engine-worker:generate")
-            self._reply(self._call(lambda: self._backend.generate(request.request)))
+            with cancellable(self._scope()):
+                self._reply(self._call(lambda: self._backend.generate(request.request)))
         elif isinstance(request, Margin):
             self.close_stream()  # scoring takes the engine, as a generation does
             score = getattr(self._backend, "logit_margin")  # noqa: B009 - checked in EngineFacts
@@ -106,7 +126,9 @@ class _Server:
 
     def _open(self, request: Stream) -> Reply:
         try:
-            self._stream = iter(self._backend.stream(request.request))
+            # The engine reads the scope here: its passes stop once the scope is cancelled.
+            with cancellable(self._scope()):
+                self._stream = iter(self._backend.stream(request.request))
         except Exception as error:
             return Failed(RemoteError.of(error))
         self._chunks_sent = 0
@@ -187,6 +209,7 @@ def serve(requests: Connection, replies: Connection) -> int:
         replies.send(Failed(RemoteError.of(error)))
         return 1
     server = _Server(backend, replies)
+    signal.signal(INTERRUPT_SIGNAL, lambda _number, _frame: server.interrupt())
     try:
         replies.send(Ready(_facts(backend)))
         while True:
@@ -210,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group: the parent decides what stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # An interrupt before the engine serves (a late one) has nothing to cancel.
+    signal.signal(INTERRUPT_SIGNAL, signal.SIG_IGN)
     requests = Connection(args.requests_fd, writable=False)
     replies = Connection(args.replies_fd, readable=False)
     try:

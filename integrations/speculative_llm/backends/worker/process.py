@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from multiprocessing.connection import Connection
@@ -25,7 +26,7 @@ from speculative_llm.backends.worker.protocol import Reply, Request, Shutdown
 from speculative_llm.children import spawn
 from speculative_llm.errors import ConfigError
 
-__all__ = ["EngineGone", "EngineProcess"]
+__all__ = ["INTERRUPT_SIGNAL", "EngineGone", "EngineProcess"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,13 @@ _BOOTSTRAP = (
     "import json, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
     "from speculative_llm.backends.worker.child import main; sys.exit(main(sys.argv[1:]))"
 )
+
+
+INTERRUPT_SIGNAL = signal.SIGUSR1
+"""What the parent sends the worker to cancel its generation in flight (see ``child``).
+
+A signal, not a message: while the worker computes a step, its parent's next request
+waits for the step's reply, and the pipes carry one exchange at a time."""
 
 
 class EngineGone(Exception):
@@ -115,6 +123,16 @@ class EngineProcess:
         except (EOFError, OSError) as error:
             raise EngineGone(str(error)) from error
         return reply
+
+    def interrupt(self) -> None:
+        """Cancel the worker's generation in flight, if any, without waiting (a signal).
+
+        Its pass in flight stops early, and the request it serves raises
+        ``GenerationCancelledError``; a worker between requests ignores it. Safe to call
+        from any thread, and after the worker ended.
+        """
+        with contextlib.suppress(OSError):
+            self._process.send_signal(INTERRUPT_SIGNAL)
 
     def reap(self, timeout_s: float) -> int:
         """Wait for the worker to end and return its exit status (-N: killed by signal N).
