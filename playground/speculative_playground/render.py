@@ -130,10 +130,22 @@ LONG_PROMPT_CHARS = 8000
 
 
 def _waiting_words(run: SideRun, comparison: Comparison | None) -> str | None:
-    """What a side that has no text yet is waiting for, with the time spent so far."""
+    """What a side that has no text yet is waiting for, with the time spent so far.
+
+    While a long prompt is processed, the engine's latest report: tokens done of total,
+    and the time left at the rate measured so far.
+    """
     if comparison is None:
         return None
     now = comparison.now
+    progress = run.prompt_progress
+    if run.running and progress is not None:
+        done = f"Processing the prompt: {progress.done:,} of {progress.total:,} tokens"
+        left = run.prompt_seconds_left(now)
+        if left is None:
+            return f"{done}…"
+        about = f"{max(round(left), 1)} s" if left < 90 else f"{round(left / 60)} min"
+        return f"{done}, about {about} left."
     if run.running and run.started_at is not None:
         waited = f" {now - run.started_at:.0f} s" if now is not None else ""
         chars = comparison.prompt_chars

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from speculative_llm.backends.base import Backend
 from speculative_llm.cancellation import Cancellation, cancellable
 from speculative_llm.divergence import Divergence, MarginScorer, explain_divergence
-from speculative_llm.errors import SpeculativeError
+from speculative_llm.errors import ConfigError, SpeculativeError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 from speculative_playground.error_summary import browser_message
@@ -208,6 +208,14 @@ def _describe(error: BaseException) -> str:
     return browser_message(error)
 
 
+def _refuses_prompt(error: BaseException) -> bool:
+    """Whether ``error`` refuses the prompt itself (too long for the context window...).
+
+    Both sides get the same prompt for the same model, so such a refusal is both sides'.
+    """
+    return isinstance(error, ConfigError) and error.field == "prompt"
+
+
 _Worker = Callable[[list[_Side], "queue.Queue[_Event]", threading.Event, Clock], None]
 _Wave = list[tuple[_Worker, list[_Side]]]
 
@@ -292,7 +300,8 @@ def run_comparison(
         speculative_request: The same request with speculation.
         mode: ``interleaved``, ``fair`` or ``concurrent`` (see the module's docstring).
         cancel: Set it to stop both sides: they stop after their next chunk, and a
-            stream that sends none (only keep-alive comments, or nothing) is cut at once.
+            stream that sends none (only keep-alive comments, or nothing, or a local
+            engine in a long prompt's chunk, in a worker process too) is cut at once.
         min_interval_s: Least time between two yielded snapshots.
         poll_s: How often a waiting loop checks ``cancel``.
         join_timeout_s: On the way out, how long to wait for the workers to close their
@@ -326,6 +335,7 @@ def run_comparison(
         ],
     )
     last_yield = float("-inf")
+    refusal: str | None = None  # the page's words for a prompt refused before any work
     threads: list[threading.Thread] = []
     interrupt = Cancellation()
     try:
@@ -370,7 +380,12 @@ def run_comparison(
                         run.error = _describe(event.error)
                         state.phase = "failed"
                         state.error = f"The {event.side} run failed: {run.error}"
+                        if _refuses_prompt(event.error):
+                            # Refused before any work: the page says so for both sides.
+                            refusal = state.error = run.error
                         stop.set()  # the other side stops too
+                    elif refusal is not None and run.finish_reason is None and not run.updates:
+                        run.error = refusal  # the same prompt and model: refused alike
                     elif run.finish_reason is None and stop.is_set():
                         run.stopped = True
                 now = clock()
@@ -390,6 +405,8 @@ def run_comparison(
                 run.done = True
                 run.finished_at = clock()
                 run.stopped = run.finish_reason is None and run.error is None
+            elif run.started_at is None and refusal is not None:
+                run.done, run.error = True, refusal  # its turn would be refused the same
             elif run.started_at is None and state.phase != "done":
                 run.done = run.skipped = True
         state.now = clock()

@@ -14,7 +14,7 @@ from typing import Literal
 
 from speculative_llm.divergence import Divergence
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, FinishReason, Token
+from speculative_llm.types import Chunk, FinishReason, PromptProgress, Token
 from speculative_playground.settings import TimingMode
 
 __all__ = ["Comparison", "Phase", "SideName", "SideRun", "SideStatus", "Speedup", "SpeedupBasis"]
@@ -53,6 +53,9 @@ class SideRun:
         done: Whether the stream has ended (finished, failed or stopped).
         stopped: The user stopped this side before it finished.
         skipped: The comparison ended (stopped or failed) before this side started.
+        prompt_progress: The latest report on a long prompt's processing (the local
+            engine sends one per chunk of the prompt), None before any.
+        prompt_progress_at: Wall-clock time that report arrived.
     """
 
     name: SideName
@@ -74,6 +77,8 @@ class SideRun:
     done: bool = False
     stopped: bool = False
     skipped: bool = False
+    prompt_progress: PromptProgress | None = None
+    prompt_progress_at: float | None = None
     _token_count: int = 0
 
     @property
@@ -197,12 +202,29 @@ class SideRun:
         end = self.finished_at if self.finished_at is not None else self.last_token_at
         return None if end is None else end - self.started_at
 
+    def prompt_seconds_left(self, now: float | None) -> float | None:
+        """Seconds the prompt's processing has left at the rate measured so far, at ``now``.
+
+        The latest report's estimate, less the time since it arrived (None: no report,
+        no rate yet, or the first token has come).
+        """
+        progress, at = self.prompt_progress, self.prompt_progress_at
+        if progress is None or at is None or self.first_token_at is not None:
+            return None
+        remaining = progress.remaining_s
+        if remaining is None:
+            return None
+        return max(remaining - (now - at if now is not None else 0.0), 0.0)
+
     def apply(self, chunk: Chunk, at: float, own_s: float | None = None) -> None:
         """Take in one chunk that arrived at wall-clock ``at`` (own time ``own_s``).
 
         The CPU the side's decoding took is in its statistics (``SpecStats.cpu_s``),
         counted by the process that decodes (the local engine's worker).
         """
+        if chunk.prompt_progress is not None:
+            self.prompt_progress, self.prompt_progress_at = chunk.prompt_progress, at
+            return
         if chunk.stats is not None:
             self.stats = chunk.stats
         if chunk.finish_reason is not None:
