@@ -45,12 +45,14 @@ from speculative_llm.bench.report import (
     write_reports,
 )
 from speculative_llm.bench.runner import BenchResult, resolve_prompts, run_benchmark, run_samples
+from speculative_llm.bench.traces import TRACE_SCHEMA, TraceWriter
 
 __all__ = [
     "ALL_CATEGORIES",
     "CATEGORIES",
     "OURS",
     "QUICK",
+    "TRACE_SCHEMA",
     "BenchOptions",
     "BenchPrompt",
     "BenchResult",
@@ -58,6 +60,7 @@ __all__ = [
     "CellSummary",
     "PromptResult",
     "Sample",
+    "TraceWriter",
     "Variant",
     "builtin_prompts",
     "hardware_predictions",

@@ -33,7 +33,7 @@ Definitions:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from speculative_llm.bench.figures import median, ratio, seconds_per_step, throughput
 from speculative_llm.bench.records import (
@@ -222,8 +222,13 @@ def _pool(
     )
 
 
-def summarize(samples: Sequence[Sample]) -> BenchSummary:
+def summarize(samples: Sequence[Sample], unchecked: Collection[str] = ()) -> BenchSummary:
     """Turn a run's samples into per-prompt results and per-category cells.
+
+    Args:
+        samples: The run's samples.
+        unchecked: Ids of prompts whose outputs are not compared with the baseline's
+            (sampled ones: two runs draw different tokens, speculation or not).
 
     Raises:
         ValueError: No samples.
@@ -238,7 +243,11 @@ def summarize(samples: Sequence[Sample]) -> BenchSummary:
         grouped.setdefault((sample.variant, sample.prompt_id), []).append(sample)
     plain = {key: summarize_prompt(group) for key, group in grouped.items()}
     results: dict[tuple[Variant, str], PromptResult] = {
-        key: _with_baseline_check(result, plain.get((key[0].baseline, key[1])))
+        key: (
+            result
+            if key[1] in unchecked
+            else _with_baseline_check(result, plain.get((key[0].baseline, key[1])))
+        )
         for key, result in plain.items()
     }
     # Baselines first so every variant finds its baseline's cell already pooled.

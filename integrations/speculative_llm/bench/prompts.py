@@ -29,6 +29,13 @@ A JSONL file has one JSON object per line with either ``messages`` (OpenAI-style
 chat messages), ``prompt`` (plain text) or Spec-Bench's ``turns`` (a list with one
 user turn), plus optional ``id``, ``category`` (default ``custom``), ``max_tokens``,
 and ``response_format``, ``tools`` and ``tool_choice`` (OpenAI's forms).
+
+A line may also be a recorded model call (``bench.traces``: it has a ``schema`` key),
+as the LangChain and LlamaIndex request recorders write them. A recorded call is
+replayed as it was asked: its messages (tool calls and results included), tools,
+response format and sampling parameters go into the request unchanged, its own
+``max_tokens`` wins over the run's, and each session is a category of its own (its
+calls named ``<session>#<call>``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.bench.traces import TraceCall, is_trace_record, parse_trace_record
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -53,6 +61,7 @@ __all__ = [
     "parse_categories",
     "parse_prompt",
     "select_prompts",
+    "trace_prompt",
 ]
 
 CATEGORIES: tuple[str, ...] = (
@@ -104,6 +113,13 @@ class BenchPrompt:
         agent: For an agent session (``bench.agent_tasks``), the framework whose agent
             answers the user turn with the bench's tools, over several model calls;
             None for a single generation.
+        temperature: Sampling temperature (None: greedy, as every built-in prompt).
+        top_p: Nucleus sampling mass (None: the default, 1).
+        top_k: Top-k (None: the default, off).
+        stop: Stop strings.
+        seed: Sampling seed, or None.
+        recorded: A recorded model call (``bench.traces``), replayed as it was asked:
+            its own ``max_tokens`` wins over the run's.
     """
 
     id: str
@@ -115,19 +131,46 @@ class BenchPrompt:
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | dict[str, Any] | None = None
     agent: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    recorded: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the prompt decodes greedily (its outputs can be compared token by token)."""
+        return not self.temperature
 
     def request(self, max_tokens: int, spec: SpecConfig | None) -> GenerationRequest:
-        """The greedy request for this prompt (its own ``max_tokens`` caps the run's)."""
-        budget = max_tokens if self.max_tokens is None else min(max_tokens, self.max_tokens)
+        """The request for this prompt: greedy unless it says otherwise.
+
+        Its own ``max_tokens`` caps the run's; a recorded call's own ``max_tokens``
+        replaces the run's (which applies only where the call set none).
+        """
+        if self.max_tokens is None:
+            budget = max_tokens
+        elif self.recorded:
+            budget = self.max_tokens
+        else:
+            budget = min(max_tokens, self.max_tokens)
+        sampling = {
+            name: value
+            for name in ("top_p", "top_k", "seed")
+            if (value := getattr(self, name)) is not None
+        }
         return GenerationRequest(
             messages=self.messages,
             prompt=self.prompt,
             max_tokens=budget,
-            temperature=0.0,
+            temperature=0.0 if self.temperature is None else self.temperature,
+            stop=self.stop,
             spec=spec,
             response_format=self.response_format,
             tools=self.tools,
             tool_choice=self.tool_choice,
+            **sampling,
         )
 
     def without_constraints(self, category: str) -> BenchPrompt:
@@ -264,17 +307,46 @@ def _read_jsonl(lines: Iterable[str], source: str) -> list[BenchPrompt]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ConfigError(f"{where}: not valid JSON ({error.msg}).", field="prompts") from error
-        prompts.append(parse_prompt(record, where=where, default_id=f"prompt-{number}"))
+            raise ConfigError(
+                f"{where}: not valid JSON ({error.msg}). A recording cut short leaves a "
+                "partial last line: delete it.",
+                field="prompts",
+            ) from error
+        if is_trace_record(record):
+            prompts.append(trace_prompt(parse_trace_record(record, where=where)))
+        else:
+            prompts.append(parse_prompt(record, where=where, default_id=f"prompt-{number}"))
     seen: set[str] = set()
     for item in prompts:
         if item.id in seen:
+            what = "recorded call" if item.recorded else "prompt"
             raise ConfigError(
-                f"{source}: the id {item.id!r} is used twice; give every prompt its own id.",
+                f"{source}: the id {item.id!r} is used twice; give every {what} its own "
+                + ("session name or call number." if item.recorded else "id."),
                 field="prompts",
             )
         seen.add(item.id)
     return prompts
+
+
+def trace_prompt(traced: TraceCall) -> BenchPrompt:
+    """The ``BenchPrompt`` that replays a recorded call, in a category named after its session."""
+    return BenchPrompt(
+        id=f"{traced.session}#{traced.call}",
+        category=traced.session,
+        messages=traced.messages,
+        prompt=traced.prompt,
+        max_tokens=traced.max_tokens,
+        response_format=traced.response_format,
+        tools=traced.tools,
+        tool_choice=traced.tool_choice,
+        temperature=traced.temperature,
+        top_p=traced.top_p,
+        top_k=traced.top_k,
+        stop=traced.stop,
+        seed=traced.seed,
+        recorded=True,
+    )
 
 
 def load_prompts(path: str | Path) -> list[BenchPrompt]:
@@ -321,7 +393,12 @@ def parse_categories(value: str | Sequence[str], available: Sequence[str]) -> tu
         ConfigError: A name is not among ``available`` (the message lists them).
     """
     names = value.split(",") if isinstance(value, str) else list(value)
-    names = [_normalize_category(name) for name in names if name.strip()]
+    # A recorded session's name is matched as written before any alias applies.
+    names = [
+        name.strip() if name.strip() in available else _normalize_category(name)
+        for name in names
+        if name.strip()
+    ]
     if not names or names == ["all"]:
         return tuple(available)
     unknown = [name for name in names if name not in available]

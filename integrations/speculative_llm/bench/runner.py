@@ -326,7 +326,14 @@ def run_benchmark(
                 warmup=options.warmup,
                 on_step=on_step or bar,
             )
-        summary = summarize(samples)
+        # Sampled calls (a recorded chain's temperature > 0) draw other tokens each run.
+        sampled = {p.id for p in chosen if not p.greedy}
+        if sampled:
+            notes.append(
+                f"{len(sampled)} of {len(chosen)} prompts sample (temperature > 0), as "
+                "recorded: their outputs are not compared with the baseline's."
+            )
+        summary = summarize(samples, unchecked=sampled)
         scorer = next(
             (
                 backend

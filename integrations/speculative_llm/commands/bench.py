@@ -8,6 +8,7 @@ Examples::
     speculative-llm bench --backend vllm --base-url http://127.0.0.1:8000 \\
         --baseline-url http://127.0.0.1:8001 --methods none,server --model M
     speculative-llm bench --quick --profile my-laptop=9.6,49.8 --profile my-gpu=155,571,8
+    speculative-llm bench --prompts traces.jsonl  # calls recorded from your own chain
 """
 
 from __future__ import annotations
@@ -65,12 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"all, or comma-separated categories: {', '.join(CATEGORIES)}",
     )
     parser.add_argument(
-        "--prompts", type=Path, help="JSONL prompt file instead of the built-in set"
+        "--prompts",
+        type=Path,
+        help="JSONL prompt file instead of the built-in set; recorded calls (a trace written "
+        "by the LangChain or LlamaIndex recorder) replay as recorded, a row per session",
     )
     parser.add_argument("--per-category", type=int, help="most prompts per category")
     parser.add_argument("--repeats", type=int, help="timed repeats per prompt (default 3)")
     parser.add_argument(
-        "--max-tokens", type=int, help="tokens to generate per prompt (default 128)"
+        "--max-tokens",
+        type=int,
+        help="tokens to generate per prompt (default 128; a recorded call keeps its own)",
     )
     parser.add_argument(
         "--quick",
@@ -229,11 +235,15 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console = Console(width=160)  # a pipe or a file: keep one row per line
     model = options.model or "smollm2-135m"
+    # Recorded calls keep their own budgets: the run's applies only where one set none.
+    budget = f"{options.max_tokens} max tokens"
+    if any(prompt.recorded for prompt in result.prompts):
+        budget = f"recorded max tokens (else {options.max_tokens})"
     console.print(
         render_table(
             result.summary,
             title=f"{options.backend} · {model} · {len(result.prompts)} prompts · "
-            f"{options.repeats} repeats · {options.max_tokens} max tokens",
+            f"{options.repeats} repeats · {budget}",
         )
     )
     for line in filter(None, (predicted_note(), no_pass_costs_note(result.summary))):
