@@ -3,7 +3,9 @@
 ``ChatSpeculative`` (chat model) and ``SpeculativeLLM`` (text completion) decode through
 any speculative-llm backend and put ``SpecStats`` on every response;
 ``SpecStatsCallbackHandler`` / ``get_spec_stats_callback`` sum them over a chain or
-agent run. Needs ``pip install "speculative-llm[langchain]"``.
+agent run; ``TraceRecorderCallbackHandler`` / ``record_traces`` write the run's model
+calls to a JSONL trace that ``speculative-llm bench --prompts`` replays. Needs
+``pip install "speculative-llm[langchain]"``.
 """
 
 from speculative_llm.errors import MissingDependencyError
@@ -22,11 +24,14 @@ from langchain_speculative.callbacks import (
 )
 from langchain_speculative.chat_models import ChatSpeculative
 from langchain_speculative.llms import SpeculativeLLM
+from langchain_speculative.recording import TraceRecorderCallbackHandler, record_traces
 
 __all__ = [
     "ChatSpeculative",
     "SpecCallRecord",
     "SpecStatsCallbackHandler",
     "SpeculativeLLM",
+    "TraceRecorderCallbackHandler",
     "get_spec_stats_callback",
+    "record_traces",
 ]
