@@ -24,12 +24,15 @@ from llama_index.llms.speculative.convert import (
     spec_stats_from_response,
 )
 from llama_index.llms.speculative.events import SpecStatsHandler, collect_spec_stats
+from llama_index.llms.speculative.recording import TraceRecorderHandler, record_traces
 
 __all__ = [
     "SPEC_STATS_KEY",
     "SPEC_TOKENS_KEY",
     "SpecStatsHandler",
     "Speculative",
+    "TraceRecorderHandler",
     "collect_spec_stats",
+    "record_traces",
     "spec_stats_from_response",
 ]

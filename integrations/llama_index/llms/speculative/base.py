@@ -339,6 +339,22 @@ class Speculative(JSONSchemaStructuredLLM):
             system_role=MessageRole.SYSTEM,
         )
 
+    def to_payload(self) -> dict[str, Any]:
+        """What LlamaIndex's LLM events show of this LLM: its metadata and sampling defaults.
+
+        The defaults every request starts from (no secrets) let a request recorder
+        (``TraceRecorderHandler``) write a call's parameters without the LLM at hand.
+        """
+        return {
+            **super().to_payload(),
+            "max_tokens": self.max_tokens or self.metadata.num_output,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "stop": list(self.stop),
+            "seed": self.seed,
+        }
+
     def _default_max_tokens(self, info: ModelInfo) -> int:
         if self.max_tokens is not None:
             return self.max_tokens
