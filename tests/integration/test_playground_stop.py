@@ -65,6 +65,7 @@ def _inputs(url: str) -> list[Any]:
         "json_schema": "",
         "seed": 0,
         "history": [],
+        "exact": "distribution",
     }
     return [values[name] for name in RunInputs.names()]
 

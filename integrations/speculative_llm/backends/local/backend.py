@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
 
 logger = logging.getLogger(__name__)
+
+_LOCK_POLL_S = 0.005
+"""How often an async request waiting for the engine lock looks again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,24 +327,22 @@ class LocalBackend(Backend):
                     raise
                 known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
                 self._drafts[name] = known
-        # Outside the lock: the engine thread measures, and a request it runs may need
-        # the lock meanwhile.
-        if _drafter_key(spec) not in self._verify_cost.draft_priors:
-            self._price_draft_model(spec, *known)
         return known[1]
 
-    def _price_draft_model(
-        self, spec: SpecConfig, draft: LoadedModel, drafter: DraftModelDrafter
-    ) -> None:
+    def _price_draft_model(self, spec: SpecConfig, drafter: DraftModelDrafter) -> None:
         """Start the cost model's figures for a draft model from its own calibration.
 
         Its one-token pass prices each drafted token, and its per-row cost each token it
         must feed before drafting (the prompt, skipped steps): without them the policy
         could only learn by drafting, which a draft model that does not pay makes dear.
         """
+        key = _drafter_key(spec)
+        if key in self._verify_cost.draft_priors:
+            return
         if self._verify_cost.calibrated_one_token_s is None:
             return  # the target was not calibrated: the draft's figures have no unit
-        costs = call_on_engine_thread(lambda: calibrate(draft, drafter.runner))
+        draft = self._drafts[spec.draft_model or ""][0]
+        costs = calibrate(draft, drafter.runner)
         if costs is None:
             return
         key = _drafter_key(spec)
@@ -424,7 +426,12 @@ class LocalBackend(Backend):
         tokens = [*self.encode_prompt(request), *generated]
 
         def score() -> float:
-            with self._lock:
+            self._runner.reset()
+            try:
+                logits = self._runner.forward(tokens, 1)[0].float()
+                top = torch.topk(logits, 2).values
+                return float(top[0] - top[1])
+            finally:
                 self._runner.reset()
                 try:
                     logits = self._runner.forward(tokens, 1)[0].float()
@@ -433,7 +440,9 @@ class LocalBackend(Backend):
                 finally:
                     self._runner.reset()
 
-        return call_on_engine_thread(score)
+        # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
+        with self._lock:
+            return call_on_engine_thread(score)
 
     def _prepare(self, request: GenerationRequest) -> _Job:
         """Check and encode ``request`` once: what every later stage of it reads."""
@@ -528,8 +537,8 @@ class LocalBackend(Backend):
         """Async twin of ``generate``: the engine's thread generates, the loop never blocks."""
         chunks = [
             chunk
-            async for chunk in aiterate_on_engine_thread(
-                lambda: self._answer_request(request, live_stats=False)
+            async for chunk in self._aholding_lock(
+                aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=False))
             )
         ]
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
@@ -541,7 +550,42 @@ class LocalBackend(Backend):
         ``engine_thread``).
         """
         job = self._prepare(request)
-        return iterate_on_engine_thread(lambda: self._answer(job, live_stats=live_stats))
+        return self._holding_lock(
+            iterate_on_engine_thread(lambda: self._answer(job, live_stats=live_stats))
+        )
+
+    def _holding_lock(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """``chunks`` read while holding the engine lock, from the first to the last.
+
+        The lock is waited for in the reader's thread: the engine thread advances a
+        stream one step per read and is free in between, so a request waiting for this
+        backend must not wait there, or the stream holding the lock could never take its
+        next step.
+        """
+        with self._lock:
+            try:
+                yield from chunks
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+                if self._closed:  # closed while this stream ran: free the models now
+                    call_on_engine_thread(self._release_models)
+
+    async def _aholding_lock(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        """Async twin of ``_holding_lock``: the lock is polled, the loop never blocks."""
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(_LOCK_POLL_S)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            try:
+                await chunks.aclose()  # type: ignore[attr-defined]
+                if self._closed:
+                    await asyncio.to_thread(call_on_engine_thread, self._release_models)
+            finally:
+                self._lock.release()
 
     def _answer(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of a checked request (a tool call parsed at the end)."""
@@ -569,24 +613,24 @@ class LocalBackend(Backend):
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``: the engine's thread generates, the loop never blocks."""
-        return aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=True))
+        return self._aholding_lock(
+            aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=True))
+        )
 
     def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of ``request``, checked first (an error reaches the reader)."""
         return self._answer(self._prepare(request), live_stats=live_stats)
 
     def _run(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
-        with self._lock:
-            try:
-                yield from self._generate(job, live_stats=live_stats)
-            finally:
-                if self._closed:  # closed while this stream ran: free the models now
-                    self._release_models()
+        # Under the engine lock, which the reader holds (``_holding_lock``).
+        yield from self._generate(job, live_stats=live_stats)
 
     def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
         request, spec = job.request, job.spec
         target = self._loaded()
         k = spec.num_speculative_tokens if spec.speculative else 0
+        if isinstance(job.drafter, DraftModelDrafter):
+            self._price_draft_model(spec, job.drafter)
         acceptance = self._acceptance.setdefault(
             (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
         )

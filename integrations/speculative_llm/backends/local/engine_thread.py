@@ -7,25 +7,27 @@ at its barriers (about a hundred spins, then a sleep), where ggml waits after ev
 operation. A process whose passes ran on two threads (a synchronous call, then an async
 one in a worker thread) then decoded at about half speed on every thread, until the
 second thread ended. So every pass of the engine runs on one thread,
-``speculative-llm-engine``: synchronous and async calls hand their work to it, and a
-request's chunks come back through a queue (the engine never waits for its reader, so a
-slow or abandoned reader holds up no other request).
+``speculative-llm-engine``: synchronous and async calls hand their work to it.
+
+A stream is advanced there one item per read: each ``next`` hands the engine thread one
+step of the generator and waits for it, so the engine computes a chunk only when its
+reader asks for one, as when the reader iterated the engine itself. The playground's
+interleaved timing depends on it (each side takes a step, timed, while the other
+waits); a stream that ran ahead made both sides decode at once and its timings
+meaningless. Between reads the engine thread is free, so streams of several backends in
+one process take turns step by step, and an abandoned stream is closed (on the engine
+thread, its ``finally`` releasing its backend) when its reader closes it or is
+collected.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, Future
 from typing import TypeVar
-
-from speculative_llm.backends.base import (
-    PUMP_DONE,
-    PumpFailure,
-    iterate_in_thread,
-    pump_iterator,
-)
 
 __all__ = [
     "ENGINE_THREAD_NAME",
@@ -99,43 +101,70 @@ def call_on_engine_thread(function: Callable[[], _Result]) -> _Result:
     return _engine().submit(function).result()
 
 
-def iterate_on_engine_thread(make_iterator: Callable[[], Iterator[_Item]]) -> Iterator[_Item]:
-    """The items of ``make_iterator()``, run on the engine thread, read in this one.
+_END = object()
+"""What one step of a finished iterator returns."""
 
-    Closing the returned iterator (or leaving it to the garbage collector) stops the
-    engine's iteration at its next item and closes it there, so a generator's ``finally``
-    (an engine lock's release) runs, and returns once it has. Errors reach the reader
-    as raised.
+
+def _step(iterator: Iterator[_Item]) -> object:
+    return next(iterator, _END)
+
+
+def _close(iterator: Iterator[object]) -> None:
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+def iterate_on_engine_thread(make_iterator: Callable[[], Iterator[_Item]]) -> Iterator[_Item]:
+    """The items of ``make_iterator()``, computed on the engine thread one per read.
+
+    ``make_iterator`` and every step of the iterator run on the engine thread, each when
+    this iterator is asked for its next item; errors reach the reader as raised. Closing
+    this iterator (or leaving it to the garbage collector) closes the engine's iterator
+    there, so a generator's ``finally`` (an engine lock's release) runs, and returns once
+    it has.
     """
     if on_engine_thread():
         yield from make_iterator()
         return
-    items: queue.SimpleQueue[object] = queue.SimpleQueue()
-    stop = threading.Event()
-
-    def produce() -> None:
-        pump_iterator(make_iterator, items.put, stop)
-
-    produced = _engine().submit(produce)
+    engine = _engine()
+    iterator = engine.submit(make_iterator).result()
+    finished = False
     try:
         while True:
-            item = items.get()
-            if item is PUMP_DONE:
+            try:
+                item = engine.submit(lambda: _step(iterator)).result()
+            except BaseException:
+                finished = True  # a generator that raised is closed already
+                raise
+            if item is _END:
+                finished = True
                 return
-            if isinstance(item, PumpFailure):
-                raise item.error
             yield item  # type: ignore[misc]
     finally:
-        stop.set()
-        # The engine is free when a close returns, as it was when the caller iterated
-        # the engine itself: the engine thread stops after its current pass. (Closed on
-        # the engine thread, the work is done or has not started: nothing to wait for.)
-        if not on_engine_thread():
-            produced.result()
+        if not finished:
+            engine.submit(lambda: _close(iterator)).result()
 
 
-def aiterate_on_engine_thread(
+async def aiterate_on_engine_thread(
     make_iterator: Callable[[], Iterator[_Item]],
 ) -> AsyncIterator[_Item]:
-    """Async twin of ``iterate_on_engine_thread`` (the event loop never blocks)."""
-    return iterate_in_thread(make_iterator, executor=_engine())
+    """Async twin of ``iterate_on_engine_thread``: the event loop never blocks."""
+    engine = _engine()
+    iterator = await asyncio.wrap_future(engine.submit(make_iterator))
+    finished = False
+    try:
+        while True:
+            try:
+                item = await asyncio.wrap_future(engine.submit(lambda: _step(iterator)))
+            except BaseException:
+                finished = True
+                raise
+            if item is _END:
+                finished = True
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        if not finished:
+            # Shielded: a cancelled reader's iterator still closes, on the engine thread.
+            await asyncio.shield(asyncio.wrap_future(engine.submit(lambda: _close(iterator))))
