@@ -335,6 +335,8 @@ class LocalBackend(Backend):
         Its one-token pass prices each drafted token, and its per-row cost each token it
         must feed before drafting (the prompt, skipped steps): without them the policy
         could only learn by drafting, which a draft model that does not pay makes dear.
+        Runs on the engine thread under the engine lock (it resets the drafter's cache),
+        once per draft model.
         """
         key = _drafter_key(spec)
         if key in self._verify_cost.draft_priors:
@@ -345,7 +347,6 @@ class LocalBackend(Backend):
         costs = calibrate(draft, drafter.runner)
         if costs is None:
             return
-        key = _drafter_key(spec)
         self._verify_cost.draft_priors[key] = costs.one_token_s
         self._verify_cost.catch_up_priors[key] = costs.one_token_s * costs.row_cost
 
@@ -433,12 +434,6 @@ class LocalBackend(Backend):
                 return float(top[0] - top[1])
             finally:
                 self._runner.reset()
-                try:
-                    logits = self._runner.forward(tokens, 1)[0].float()
-                    top = torch.topk(logits, 2).values
-                    return float(top[0] - top[1])
-                finally:
-                    self._runner.reset()
 
         # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
         with self._lock:
