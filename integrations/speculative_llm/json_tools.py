@@ -23,20 +23,25 @@ import re
 import threading
 import uuid
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from speculative_llm.errors import ConfigError
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message, ToolCall
 
 __all__ = [
     "ANSWER_KEY",
     "TOOL_KEY",
+    "ajson_tool_stream",
     "as_json_tool_request",
+    "chosen_tools",
     "final_chunk_of",
+    "forces_tool_call",
     "json_tool_completion",
     "json_tool_final_chunk",
     "json_tool_format",
     "json_tool_messages",
+    "json_tool_stream",
     "parse_json_tool_answer",
     "untyped_parameters",
     "warn_untyped_parameters",
@@ -200,25 +205,95 @@ def parse_json_tool_answer(text: str, *, call_id: str) -> tuple[str, tuple[ToolC
     return (content if isinstance(content, str) else text), ()
 
 
+def chosen_tools(
+    tools: Sequence[dict[str, Any]], tool_choice: str | Mapping[str, Any] | None
+) -> tuple[tuple[dict[str, Any], ...], bool] | None:
+    """The tools an answer may call, and whether it may answer instead of calling one.
+
+    ``auto`` (or None) offers every tool and allows an answer; ``required`` (LangChain's
+    ``any`` too) offers every tool and forces a call; a tool's name, or OpenAI's
+    ``{"type": "function", "function": {"name": ...}}``, offers that tool alone and
+    forces its call; ``none`` gives None (no tool may be called).
+
+    Raises:
+        ConfigError: ``tool_choice`` names no tool of ``tools``, or is a dict of another
+            form (a server-specific one).
+
+    Example:
+        >>> add = {"type": "function", "function": {"name": "add"}}
+        >>> chosen_tools([add], "add") == ((add,), False)
+        True
+    """
+    if tool_choice in (None, "auto"):
+        return tuple(tools), True
+    if tool_choice == "none":
+        return None
+    if tool_choice in ("required", "any"):
+        return tuple(tools), False
+    offered = ", ".join(repr(_function(tool).get("name")) for tool in tools) or "none"
+    forms = (
+        "'auto', 'required', 'none', a tool's name or "
+        "{'type': 'function', 'function': {'name': <a tool's name>}}"
+    )
+    wanted: object = tool_choice
+    if isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        if not isinstance(function, Mapping):
+            raise ConfigError(
+                f"tool_choice {tool_choice!r} is not a form the JSON tool protocol can "
+                f"follow; use {forms} (tools: {offered}).",
+                field="tool_choice",
+            )
+        wanted = function.get("name")
+    named = tuple(tool for tool in tools if _function(tool).get("name") == wanted)
+    if not named:
+        raise ConfigError(
+            f"tool_choice {tool_choice!r} names no tool of this request (tools: {offered}). "
+            f"Use {forms}.",
+            field="tool_choice",
+        )
+    return named[:1], False
+
+
+def forces_tool_call(request: GenerationRequest) -> bool:
+    """Whether ``request`` is a chat request whose ``tool_choice`` forces a tool call.
+
+    ``required`` (or ``any``), a tool's name and OpenAI's named form force a call;
+    ``auto``, ``none``, no choice and other server-specific dicts do not. A named tool
+    that is not offered is not checked here.
+    """
+    if not request.tools or request.messages is None:
+        return False
+    choice = request.tool_choice
+    if isinstance(choice, Mapping):
+        return isinstance(choice.get("function"), Mapping)
+    return choice not in (None, "auto", "none")
+
+
 def as_json_tool_request(request: GenerationRequest) -> tuple[GenerationRequest, bool]:
     """The request to send in ``json_schema`` mode, and whether its answer is a JSON call.
 
     A chat request that offers tools comes back with the tools described in its system
-    message and the answer constrained by ``response_format``; ``tool_choice`` ``auto``
-    (or none) also allows a plain answer, ``none`` drops the tools. Other requests are
-    returned unchanged.
+    message and the answer constrained by ``response_format``: ``tool_choice`` ``auto``
+    (or none) also allows a plain answer, ``required`` forces a call of one of the
+    tools, a named tool a call of that tool alone, and ``none`` drops the tools. Other
+    requests are returned unchanged.
+
+    Raises:
+        ConfigError: ``tool_choice`` names no tool of the request.
     """
     tools = request.tools
     if not tools or request.messages is None:
         return request, False
-    if request.tool_choice == "none":
+    chosen = chosen_tools(tools, request.tool_choice)
+    if chosen is None:
         return request.replace(tools=None, tool_choice=None), False
-    allow_answer = request.tool_choice in (None, "auto")
+    offered, allow_answer = chosen
     rewritten = request.replace(
-        messages=json_tool_messages(request.messages, tools, allow_answer=allow_answer),
+        messages=json_tool_messages(request.messages, offered, allow_answer=allow_answer),
         tools=None,
         tool_choice=None,
-        response_format=json_tool_format(tools, allow_answer=allow_answer),
+        response_format=json_tool_format(offered, allow_answer=allow_answer),
     )
     return rewritten, True
 
@@ -255,6 +330,45 @@ def json_tool_final_chunk(chunks: Iterable[Chunk], *, model: str, backend: str) 
         if close is not None:
             close()
     return final_chunk_of(json_tool_completion(completion))
+
+
+def json_tool_stream(chunks: Iterable[Chunk], *, model: str, backend: str) -> Iterator[Chunk]:
+    """A streamed constrained answer as a stream: reports on the prompt, then one final chunk.
+
+    Progress chunks (``Chunk.is_progress``) pass through as they come; the answer's JSON
+    is parsed whole, so the rest arrives as the one chunk ``json_tool_final_chunk`` makes.
+    ``chunks`` is closed when this stream is.
+    """
+    gathered: list[Chunk] = []
+    try:
+        for chunk in chunks:
+            if chunk.is_progress:
+                yield chunk
+            else:
+                gathered.append(chunk)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    yield json_tool_final_chunk(gathered, model=model, backend=backend)
+
+
+async def ajson_tool_stream(
+    chunks: AsyncIterator[Chunk], *, model: str, backend: str
+) -> AsyncGenerator[Chunk, None]:
+    """Async twin of ``json_tool_stream`` (``chunks`` is closed when this stream is)."""
+    gathered: list[Chunk] = []
+    try:
+        async for chunk in chunks:
+            if chunk.is_progress:
+                yield chunk
+            else:
+                gathered.append(chunk)
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    yield json_tool_final_chunk(gathered, model=model, backend=backend)
 
 
 # Keys that give a JSON schema a type (a property with none of them accepts any value).

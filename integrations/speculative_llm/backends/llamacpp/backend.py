@@ -53,6 +53,10 @@ class LlamaCppDialect(Dialect):
     routes: ClassVar[Mapping[str, Route]] = {"chat": "chat", "completion": "native"}
     prompt_route: ClassVar[Route] = "native"
     confirms_speculation: ClassVar[bool] = True
+    # llama-server reads tool_choice as a string (a named function is served as "auto")
+    # and enforces "required" only through grammars of chat templates it recognises, which
+    # allow text first: forced choices go through response_format (see the package doc).
+    honours_forced_tool_choice: ClassVar[bool] = False
 
     live_stats: bool = True
     _server_info: LlamaServerInfo | None = field(default=None, init=False, repr=False)

@@ -6,13 +6,23 @@ speculative-decoding figures, or has endpoints of its own, is a ``Dialect``
 with no I/O. The client checks its options (``options.py``: the same checks for every
 engine), and its sync and async shells (``generate``/``stream`` and
 ``agenerate``/``astream``) do the I/O through one ``HTTPTransport``, asking the dialect
-at each step.
+at each step. A forced tool choice that the engine's server would not enforce goes in
+``json_tools``' protocol (``Dialect.tool_request``), and its answer is parsed back into a
+tool call, streamed or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
@@ -44,6 +54,7 @@ from speculative_llm.backends.openai_compat.responses import (
 )
 from speculative_llm.backends.openai_compat.stream import DecoderOptions
 from speculative_llm.errors import UnsupportedFeatureError
+from speculative_llm.json_tools import ajson_tool_stream, json_tool_completion, json_tool_stream
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Usage
 
 __all__ = ["HTTPOptions", "OpenAICompatibleBackend", "Phase"]
@@ -204,8 +215,20 @@ class OpenAICompatibleBackend(Backend):
         """The endpoint a request goes to."""
         return self.dialect.path(self._route(request), stream=stream)
 
+    def tool_request(self, request: GenerationRequest) -> tuple[GenerationRequest, bool]:
+        """The request as sent, and whether its answer is a JSON tool call to parse.
+
+        The request itself, unless its tool choice forces a call that the engine's server
+        does not enforce: then the JSON tool protocol's (``Dialect.tool_request``).
+
+        Raises:
+            ConfigError: ``tool_choice`` names no tool of the request.
+        """
+        return self.dialect.tool_request(request)
+
     def build_body(self, request: GenerationRequest, *, stream: bool) -> dict[str, Any]:
-        """The JSON body of a request."""
+        """The JSON body of a request (a forced tool choice as ``tool_request`` sends it)."""
+        request, _ = self.tool_request(request)
         return self.dialect.build_body(
             request,
             self._route(request),
@@ -276,6 +299,20 @@ class OpenAICompatibleBackend(Backend):
             StreamInterruptedError: The body stops before the stream's end marker.
             MalformedResponseError: The body is not a valid event stream of this engine.
         """
+        sent, json_tools = self.tool_request(request)
+        chunks = self._replayed_chunks(sent, pieces, clock=clock, limits=limits)
+        if json_tools:
+            chunks = json_tool_stream(chunks, model=self.model_name, backend=self.name)
+        yield from chunks
+
+    def _replayed_chunks(
+        self,
+        request: GenerationRequest,
+        pieces: Iterable[bytes],
+        *,
+        clock: Callable[[], float],
+        limits: StreamLimits | None,
+    ) -> Iterator[Chunk]:
         context = self._context(request, streamed=True)
         context.started = clock()
         decoder = self._decoder(context)
@@ -296,13 +333,15 @@ class OpenAICompatibleBackend(Backend):
             MalformedResponseError: The body is not a valid answer of this engine.
             BackendError: The body is an error answer (typed like a live one).
         """
-        context = self._context(request, streamed=False)
+        sent, json_tools = self.tool_request(request)
+        context = self._context(sent, streamed=False)
         context.ended = context.started
         if isinstance(data, bytes | str):
             data = decode_json_object(data, url=context.url)
         response = JSONResponse(dict(data), dict(headers or {}))
         context.headers = response.headers
-        return self._completion(context, response)
+        completion = self._completion(context, response)
+        return json_tool_completion(completion) if json_tools else completion
 
     # ---- shells: the I/O around the hooks, sync and async ----
 
@@ -321,7 +360,8 @@ class OpenAICompatibleBackend(Backend):
 
     def _exchange(self, request: GenerationRequest, *, streamed: bool) -> _Exchange:
         self.check_request(request)
-        return _Exchange(self, self._context(request, streamed=streamed))
+        sent, json_tools = self.tool_request(request)
+        return _Exchange(self, self._context(sent, streamed=streamed), json_tools=json_tools)
 
     def _fetch(self, exchange: _Exchange, phase: Phase, deadline: Deadline | None) -> None:
         paths = exchange.fetches(phase)
@@ -332,10 +372,11 @@ class OpenAICompatibleBackend(Backend):
         results = {p: await self._transport.afetch(p, deadline=deadline) for p in paths}
         exchange.fetched(phase, results)
 
-    # Every shell runs inside ``redactor.errors()``: an error raised while parsing what
-    # the server sent (which may echo the API key) has the secrets masked. One deadline
-    # bounds each call: the GETs before it, the request and its retries (and, for a
-    # non-streamed call, the GETs after it); a started stream runs while bytes come.
+    # Every shell runs inside ``redactor.errors()`` (the private steps they call run in
+    # the shell's block): an error raised while parsing what the server sent (which may
+    # echo the API key) has the secrets masked. One deadline bounds each call: the GETs
+    # before it, the request and its retries (and, for a non-streamed call, the GETs
+    # after it); a started stream runs while bytes come.
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion (one non-streamed request)."""
@@ -349,7 +390,7 @@ class OpenAICompatibleBackend(Backend):
             )
             exchange.answered(response)
             self._fetch(exchange, "after", deadline)
-            return self._completion(exchange.context, response)
+            return exchange.completion(self._completion(exchange.context, response))
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``."""
@@ -363,52 +404,81 @@ class OpenAICompatibleBackend(Backend):
             )
             exchange.answered(response)
             await self._afetch(exchange, "after", deadline)
-            return self._completion(exchange.context, response)
+            return exchange.completion(self._completion(exchange.context, response))
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
-        """Stream chunks; the last one is final and carries the statistics."""
+        """Stream chunks; the last one is final and carries the statistics.
+
+        A tool call the client enforces (``tool_request``) arrives whole, in the final
+        chunk, once the server has finished.
+        """
         with self._transport.redactor.errors():
             exchange = self._exchange(request, streamed=True)
-            deadline = self._transport.deadline()
-            self._fetch(exchange, "before", deadline)
-            body = exchange.start()
-            session = exchange.session()
-            with session.keeping_partial_text():
-                with self._transport.open_stream(
-                    exchange.path, body, model=exchange.model, deadline=deadline
-                ) as pieces:
-                    yield from session.decode(pieces)
-                self._fetch(exchange, "after", None)
-                yield from session.end()
+            chunks = self._streamed_chunks(exchange)
+            if exchange.json_tools:
+                chunks = json_tool_stream(chunks, model=self.model_name, backend=self.name)
+            yield from chunks
+
+    def _streamed_chunks(self, exchange: _Exchange) -> Iterator[Chunk]:
+        # Iterated inside stream's redactor block, which masks what this raises.
+        deadline = self._transport.deadline()
+        self._fetch(exchange, "before", deadline)
+        body = exchange.start()
+        session = exchange.session()
+        with session.keeping_partial_text():
+            with self._transport.open_stream(
+                exchange.path, body, model=exchange.model, deadline=deadline
+            ) as pieces:
+                yield from session.decode(pieces)
+            self._fetch(exchange, "after", None)
+            yield from session.end()
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``."""
         with self._transport.redactor.errors():
             exchange = self._exchange(request, streamed=True)
-            deadline = self._transport.deadline()
-            await self._afetch(exchange, "before", deadline)
-            body = exchange.start()
-            session = exchange.session()
-            with session.keeping_partial_text():
-                async with self._transport.aopen_stream(
-                    exchange.path, body, model=exchange.model, deadline=deadline
-                ) as pieces:
-                    async for chunk in session.adecode(pieces):
-                        yield chunk
-                await self._afetch(exchange, "after", None)
-                for chunk in session.end():
+            chunks = self._astreamed_chunks(exchange)
+            if exchange.json_tools:
+                chunks = ajson_tool_stream(chunks, model=self.model_name, backend=self.name)
+            # Closed on leaving: an abandoned stream frees its HTTP response at once.
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
                     yield chunk
+
+    async def _astreamed_chunks(self, exchange: _Exchange) -> AsyncGenerator[Chunk, None]:
+        # Iterated inside astream's redactor block, which masks what this raises.
+        deadline = self._transport.deadline()
+        await self._afetch(exchange, "before", deadline)
+        body = exchange.start()
+        session = exchange.session()
+        with session.keeping_partial_text():
+            async with self._transport.aopen_stream(
+                exchange.path, body, model=exchange.model, deadline=deadline
+            ) as pieces:
+                async for chunk in session.adecode(pieces):
+                    yield chunk
+            await self._afetch(exchange, "after", None)
+            for chunk in session.end():
+                yield chunk
 
 
 class _Exchange:
     """The steps of one request around its I/O, the same for the sync and async shells."""
 
-    def __init__(self, backend: OpenAICompatibleBackend, context: RequestContext) -> None:
+    def __init__(
+        self, backend: OpenAICompatibleBackend, context: RequestContext, *, json_tools: bool
+    ) -> None:
         self.backend = backend
         self.context = context
         self.path = context.path
         self.model = context.model
         self.dialect = backend.dialect
+        self.json_tools = json_tools
+        """The answer is a JSON tool call to parse (``OpenAICompatibleBackend.tool_request``)."""
+
+    def completion(self, completion: Completion) -> Completion:
+        """A whole answer as the caller sees it: a JSON tool call parsed into a ``ToolCall``."""
+        return json_tool_completion(completion) if self.json_tools else completion
 
     def fetches(self, phase: Phase) -> tuple[str, ...]:
         """The auxiliary GETs to run ``before`` or ``after`` the request."""

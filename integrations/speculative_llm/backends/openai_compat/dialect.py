@@ -6,6 +6,8 @@ the clock) and asks its dialect for everything that differs between engines:
 
 * where a request goes (``route``: OpenAI chat, OpenAI completions or the engine's own
   endpoint; ``path``) and what the engine refuses (``check_request``);
+* a forced tool choice the engine does not enforce (``honours_forced_tool_choice``),
+  sent through ``response_format`` instead (``tool_request``);
 * the request body (``engine_fields`` adds to OpenAI's bodies, ``native_body`` builds
   the body of the engine's own endpoint);
 * what to read off the server around a request (``scrapes``: ``/metrics``, ``/slots``...)
@@ -44,6 +46,7 @@ from speculative_llm.backends.openai_compat.responses import (
     parse_completion_response,
 )
 from speculative_llm.backends.openai_compat.stream import DecoderOptions, OpenAIStreamDecoder
+from speculative_llm.json_tools import as_json_tool_request, forces_tool_call
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import GenerationRequest
 
@@ -93,6 +96,11 @@ class Dialect:
     """Where ``endpoint="auto"`` sends a prompt request (chat requests go to ``chat``)."""
     confirms_speculation: ClassVar[bool] = False
     """Whether the engine can tell that its server speculates (``require_speculation``)."""
+    honours_forced_tool_choice: ClassVar[bool] = True
+    """Whether the server constrains the answer to a tool call when ``tool_choice`` forces
+    one (``required``, or a named tool), as OpenAI does. An engine whose server may answer
+    in text, refuse the choice or write arguments off the schema sets False, and
+    ``tool_request`` enforces the choice."""
 
     require_speculation: bool = False
 
@@ -128,6 +136,23 @@ class Dialect:
 
     def check_request(self, request: GenerationRequest, route: Route) -> None:
         """Refuse what the engine cannot do (after the client's own checks)."""
+
+    def tool_request(self, request: GenerationRequest) -> tuple[GenerationRequest, bool]:
+        """The request to send, and whether its answer is a JSON tool call to parse.
+
+        A forced tool choice the server does not honour (``honours_forced_tool_choice``
+        False) is enforced with the JSON tool protocol of ``json_tools``: the tools are
+        described in the system message and ``response_format`` constrains the answer to
+        a call (of the named tool alone, for a named choice), which the server's grammar
+        follows; ``json_tool_completion`` turns it back into a ``ToolCall``. Any other
+        request is sent as it is.
+
+        Raises:
+            ConfigError: ``tool_choice`` names no tool of the request.
+        """
+        if self.honours_forced_tool_choice or not forces_tool_call(request):
+            return request, False
+        return as_json_tool_request(request)
 
     def engine_fields(
         self, request: GenerationRequest, route: Route, *, stream: bool
