@@ -550,11 +550,25 @@ def test_waiting_words_the_url_hint_presets_and_focus(app_url: str, browser: Any
     )
     waiting = page.inner_text("#baseline-pane")
     assert "characters" in waiting and "long prompt" in waiting
+    # Then the engine's own progress: tokens done of the prompt's, and the time left.
+    page.wait_for_function(
+        "() => /Processing the prompt: [0-9,]+ of [0-9,]+ tokens, about [0-9]+ (s|min) left/"
+        ".test(document.querySelector('#baseline-pane').innerText)",
+        timeout=RUN_TIMEOUT_MS,
+    )
     page.click("#stop-button")
     page.wait_for_function(
         "() => document.querySelector('#run-status').innerText.startsWith('Stopped')",
         timeout=RUN_TIMEOUT_MS,
     )
+    # A prompt longer than the model's context window is refused before any pass, with
+    # its token count and the window, and no stale pane text.
+    page.fill("#prompt-box textarea", "word " * 9000)
+    page.click("#run-button")
+    page.wait_for_selector("#run-status .sp-status-error", timeout=120_000)
+    refusal = page.inner_text("#run-status")
+    assert "tokens" in refusal and "context window" in refusal and "shorten" in refusal
+    assert "Processing the prompt" not in page.inner_text("#baseline-pane")
     # The URL backend says how to allow typed URLs.
     page.get_by_label(BACKEND_KINDS["url"]).check()
     page.wait_for_selector("#server-url", state="visible")
