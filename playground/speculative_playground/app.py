@@ -41,7 +41,7 @@ from speculative_playground.page_script import (
     preset_script,
     preset_tip_html,
 )
-from speculative_playground.pairings import draft_candidates, draft_note
+from speculative_playground.pairings import draft_candidates, draft_note, model_note
 from speculative_playground.presets import CATEGORIES, CUSTOM, PRESETS, preset_names
 from speculative_playground.render import (
     basis_html,
@@ -128,6 +128,17 @@ class _PromptArea:
     tip: Any
 
 
+def _target_info(target: str, policy: SecurityPolicy) -> str:
+    """The target picker's hint: what may be typed, and what a packaged variant stands for."""
+    what = (
+        "Packaged alias, Hugging Face id, local directory or .gguf file."
+        if policy.custom_models_allowed
+        else "Models this deployment serves."
+    )
+    note = model_note(target)
+    return f"{what} {note}" if note else what
+
+
 def _draft_picker(
     target: str, draft: str, policy: SecurityPolicy, offered: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -178,9 +189,7 @@ def _sidebar(start: RunSettings, policy: SecurityPolicy, offered: tuple[str, ...
                 choices=list(offered),
                 value=start.model if not url else offered[0],
                 label="Target model",
-                info="Packaged alias, Hugging Face id, local directory or .gguf file."
-                if policy.custom_models_allowed
-                else "Models this deployment serves.",
+                info=_target_info(start.model if not url else offered[0], policy),
                 allow_custom_value=policy.custom_models_allowed,
             )
             draft_model = gr.Dropdown(
@@ -437,6 +446,7 @@ def _settings_events(
 
     def target_changed(target: str, draft: str, kind: str, method: str) -> dict[Any, Any]:
         return {
+            sidebar.model: gr.Dropdown(info=_target_info(target, policy)),
             sidebar.draft_model: gr.Dropdown(**_draft_picker(target, draft, policy, offered)),
             sidebar.method: gr.Dropdown(**_method_picker(kind, target, method, policy, offered)),
         }
@@ -447,7 +457,7 @@ def _settings_events(
     sidebar.model.change(
         target_changed,
         inputs=[sidebar.model, sidebar.draft_model, sidebar.backend, sidebar.method],
-        outputs=[sidebar.draft_model, sidebar.method],
+        outputs=[sidebar.model, sidebar.draft_model, sidebar.method],
         api_visibility="private",
     )
     sidebar.backend.change(

@@ -83,10 +83,8 @@ def draft_note(target: str, candidates: Sequence[str], *, custom_allowed: bool) 
         custom_allowed: Whether users may type a model of their own.
     """
     name = target.strip()
-    note = model_note(name)
-    regime = f" {note}" if note else ""
     if candidates:
-        return "For the draft-model method; same vocabulary as the target." + regime
+        return "For the draft-model method; same vocabulary as the target."
     why = (
         f"No draft model ships for {name}: the other packaged models have another "
         "vocabulary or cost more per token."
@@ -99,7 +97,7 @@ def draft_note(target: str, candidates: Sequence[str], *, custom_allowed: bool) 
         if custom_allowed
         else " Use prompt lookup."
     )
-    return why + typed + regime
+    return why + typed
 
 
 def model_note(model: str) -> str:
