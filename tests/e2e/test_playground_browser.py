@@ -61,7 +61,6 @@ from speculative_playground.settings import (  # noqa: E402
     BACKEND_KINDS,
     EXACT_LABELS,
     METHOD_LABELS,
-    TIMING_LABELS,
     RunSettings,
 )
 
