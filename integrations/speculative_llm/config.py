@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from speculative_llm.drafter_registry import BUILTIN_DRAFTERS, drafter_names
 from speculative_llm.errors import ConfigError
 
-__all__ = ["EXACT_POLICIES", "LOCAL_METHODS", "METHODS", "Method", "SpecConfig"]
+__all__ = ["EXACT_POLICIES", "LOCAL_METHODS", "METHODS", "Method", "SpecConfig", "local_methods"]
 
 Method = Literal["none", "draft_model", "ngram", "suffix", "eagle", "eagle3", "mtp", "server"]
 """How draft tokens are proposed.
@@ -20,12 +21,19 @@ the same vocabulary; ``ngram`` is prompt lookup; ``suffix`` is suffix decoding (
 et al. 2024: the most frequent continuation in suffix trees over the request and over
 earlier outputs, sized by the match length); ``eagle``/``eagle3``/``mtp`` are
 served by engines that load such heads; ``server`` means "whatever the server was
-started with" (speculation configured at launch, not per request).
+started with" (speculation configured at launch, not per request). A drafter registered
+with the local engine (``drafter_registry.register_drafter``) adds its own name.
 """
 
 METHODS: tuple[str, ...] = get_args(Method)
-LOCAL_METHODS: tuple[str, ...] = ("none", "draft_model", "ngram", "suffix")
-"""Methods the in-process engine implements."""
+LOCAL_METHODS: tuple[str, ...] = ("none", *(entry.name for entry in BUILTIN_DRAFTERS))
+"""Methods the in-process engine implements out of the box (its built-in drafters)."""
+
+
+def local_methods() -> tuple[str, ...]:
+    """Methods the in-process engine runs now: ``none`` and every drafter registered."""
+    return ("none", *drafter_names())
+
 
 EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
 """The in-process engine's exactness policies (``LocalBackend(exact=...)``):
@@ -43,7 +51,8 @@ class SpecConfig:
     """How a request should be decoded speculatively.
 
     Args:
-        method: The drafting method; ``"none"`` is the baseline.
+        method: The drafting method (one of ``Method``, or the name of a drafter
+            registered with the local engine); ``"none"`` is the baseline.
         num_speculative_tokens: Draft length k: tokens proposed per verify step
             (the starting length when ``adaptive`` is on).
         draft_model: Hugging Face id, local directory, ``.gguf`` file or packaged
@@ -76,7 +85,7 @@ class SpecConfig:
         ConfigError: A value is out of range; the message names the field and the fix.
     """
 
-    method: Method = "ngram"
+    method: Method | str = "ngram"
     num_speculative_tokens: int = 5
     draft_model: str | None = None
     ngram_min: int = 1
@@ -91,10 +100,11 @@ class SpecConfig:
     suffix_cache_tokens: int = 32768
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if self.method not in METHODS and self.method not in drafter_names():
+            known = tuple(dict.fromkeys((*METHODS, *drafter_names())))
             raise ConfigError(
-                f"Unknown speculative method {self.method!r}.{_suggest(str(self.method), METHODS)} "
-                f"Choose one of: {', '.join(METHODS)}.",
+                f"Unknown speculative method {self.method!r}.{_suggest(str(self.method), known)} "
+                f"Choose one of: {', '.join(known)}.",
                 field="method",
             )
         for name in (

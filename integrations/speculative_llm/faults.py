@@ -5,9 +5,6 @@ that may crash runs in a child process and the parent must survive it. Tests pro
 that without a crashing CPU: they name sites in ``SPECULATIVE_LLM_CRASH_AT``
 (comma-separated) for a child's environment, and the child kills itself with SIGSEGV
 when it reaches one. Sites are only placed on code paths that run in child processes.
-
-``verify_delay_s`` slows the engine's verify passes down, as a busy machine would, so
-that a test can check that drafting survives a slow run.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["CRASH_ENV", "VERIFY_DELAY_ENV", "crash_point", "verify_delay_s"]
+__all__ = ["CRASH_ENV", "crash_point"]
 
 CRASH_ENV = "SPECULATIVE_LLM_CRASH_AT"
 """Environment variable naming the sites where a child process dies (tests only)."""
@@ -26,22 +23,3 @@ def crash_point(site: str) -> None:
     sites = os.environ.get(CRASH_ENV)
     if sites and site in (name.strip() for name in sites.split(",")):
         os.kill(os.getpid(), signal.SIGSEGV)
-
-
-VERIFY_DELAY_ENV = "SPECULATIVE_LLM_SLOW_VERIFY_S"
-"""Environment variable: seconds added to every verify pass that checks a draft (tests only)."""
-
-
-def verify_delay_s() -> float:
-    """Seconds to add to a verify pass: ``SPECULATIVE_LLM_SLOW_VERIFY_S``, else 0.
-
-    Read at each pass, so a test can slow one run down (as a busy CPU would) and let
-    the next run go at full speed, in the same process.
-    """
-    value = os.environ.get(VERIFY_DELAY_ENV)
-    if not value:
-        return 0.0
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return 0.0

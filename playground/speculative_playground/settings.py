@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
 from speculative_llm.config import EXACT_POLICIES, SpecConfig
+from speculative_llm.drafter_registry import drafter_entries
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
 
@@ -68,23 +69,31 @@ PACKAGED_MODELS: tuple[str, ...] = (
 """Models shipped as PyPI packages, and their F16 variants made from them on first use
 (llama-quantize, no download): they load with no model hub."""
 
-METHOD_LABELS: dict[str, str] = {
-    "ngram": "Prompt lookup (n-gram)",
-    "suffix": "Suffix decoding (local engine)",
-    "draft_model": "Draft model",
+METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "local": tuple(entry.name for entry in drafter_entries()),
+    "managed": ("ngram", "draft_model"),
+    "url": ("server", "ngram", "draft_model", "eagle", "eagle3", "mtp"),
+}
+"""The methods each backend kind runs (what ``RunSettings`` accepts): the local engine's
+are its drafters (``drafter_registry``, read when the playground is imported)."""
+
+_SERVER_ONLY_LABELS = {
     "server": "As the server was started (running servers)",
     "eagle": "EAGLE (running servers)",
     "eagle3": "EAGLE-3 (running servers)",
     "mtp": "MTP heads (running servers)",
 }
-"""Speculative methods and their labels in the page (errors name methods by these)."""
-
-METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "local": ("ngram", "suffix", "draft_model"),
-    "managed": ("ngram", "draft_model"),
-    "url": ("server", "ngram", "draft_model", "eagle", "eagle3", "mtp"),
+METHOD_LABELS: dict[str, str] = {
+    **{
+        entry.name: entry.label
+        if entry.name in METHODS_BY_KIND["managed"] + METHODS_BY_KIND["url"]
+        else f"{entry.label} (local engine)"
+        for entry in drafter_entries()
+    },
+    **_SERVER_ONLY_LABELS,
 }
-"""The methods each backend kind runs (what ``RunSettings`` accepts)."""
+"""Speculative methods and their labels in the page (errors name methods by these): a
+drafter's label from its registry entry, marked when only the local engine runs it."""
 
 TIMING_LABELS: dict[str, str] = {
     "auto": "Auto",

@@ -9,8 +9,8 @@ On the packaged SmolLM2 (interleaved timing, the local default):
   headline speedup;
 * at phone width (390x844) the prompt comes first, the panes stack, nothing overflows
   the page, the settings toggle is a 44 px target and the settings open fully on screen;
-* a run slowed on purpose (``SPECULATIVE_LLM_SLOW_VERIFY_S`` adds latency to every verify
-  pass that checks a draft, as a busy machine would) is followed by a run that still
+* a run slowed on purpose (the ``slow-verify`` runner adds latency to every verify pass
+  that checks a draft, as a busy machine would) is followed by a run that still
   drafts on the default prompt, and the page gives the engine's reason for short drafts
   instead of guessing;
 * a second tab's run waits visibly in the queue and Stop takes it out within a second;
@@ -51,7 +51,7 @@ sync_api = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need playwright: pip install playwright"
 )
 
-from speculative_llm.faults import VERIFY_DELAY_ENV  # noqa: E402
+from slow_verify import SLOW_VERIFY_RUNNER, VerifyDelay, register_slow_verify  # noqa: E402
 from speculative_playground import build_app, launch  # noqa: E402
 from speculative_playground.backend_pool import BackendPool, build_backend_by_name  # noqa: E402
 from speculative_playground.history import TABLE_HEADERS  # noqa: E402
@@ -212,14 +212,23 @@ def app_url(smollm2_gguf: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def one_thread_app_url(smollm2_gguf: Path) -> Iterator[str]:
+def verify_delay() -> VerifyDelay:
+    """The delay of the ``slow-verify`` runner's passes that check a draft (0 at first)."""
+    return register_slow_verify()
+
+
+@pytest.fixture(scope="module")
+def one_thread_app_url(smollm2_gguf: Path, verify_delay: VerifyDelay) -> Iterator[str]:
     """The app on one thread: its verify passes cost what the rows compute, not what
     another process's load does to a 2-thread pass on a shared 2-core machine (there a
     multi-row pass measured 15-60 one-token passes, and drafting rightly stops).
 
-    In the app's process, not a worker: a worker copies the environment when it starts,
-    so the slow-verify hook a test sets and removes would stay on in it."""
-    pool = BackendPool(local_options={"threads": 1}, backend_factory=build_backend_by_name)
+    On the ``slow-verify`` runner (llama.cpp's, its passes slowed while a test sets
+    ``verify_delay``), in the app's process: a worker process would not see the delay."""
+    pool = BackendPool(
+        local_options={"threads": 1, "runner": SLOW_VERIFY_RUNNER},
+        backend_factory=build_backend_by_name,
+    )
     app = build_app(pool=pool, defaults=RunSettings(model="smollm2-135m", max_tokens=96))
     _, url, _ = launch(app, port=free_port(), prevent_thread_lock=True, quiet=True)
     yield url
@@ -460,15 +469,17 @@ def draft_tokens_of_the_speculative_side(page: Any) -> int:
 
 
 def test_a_run_after_a_slowed_run_still_drafts(
-    one_thread_app_url: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+    one_thread_app_url: str, browser: Any, verify_delay: VerifyDelay
 ) -> None:
     page = open_page(browser, one_thread_app_url, DESKTOP, color_scheme="light")
     default = page.input_value("#prompt-box textarea")
     assert default.strip()
-    monkeypatch.setenv(VERIFY_DELAY_ENV, "0.08")  # every pass that checks a draft: +80 ms
-    run_to_the_end(page)
+    verify_delay.seconds = 0.08  # every pass that checks a draft: +80 ms
+    try:
+        run_to_the_end(page)
+    finally:
+        verify_delay.seconds = 0.0
     slowed = draft_tokens_of_the_speculative_side(page)
-    monkeypatch.delenv(VERIFY_DELAY_ENV)
     run_to_the_end(page)
     assert page.input_value("#prompt-box textarea") == default  # the same default prompt
     after = draft_tokens_of_the_speculative_side(page)
@@ -736,7 +747,7 @@ def type_rate(page: Any, field: str, value: str) -> None:
 
 
 def test_numbers_a_user_can_trust_and_what_they_buy_elsewhere(
-    one_thread_app_url: str, browser: Any, monkeypatch: pytest.MonkeyPatch
+    one_thread_app_url: str, browser: Any, verify_delay: VerifyDelay
 ) -> None:
     """Issue 34 on a real local-engine run: the expected card's formula and inputs, one
     acceptance figure in card and table, a run slowed on purpose flagged with its reason,
@@ -822,9 +833,11 @@ def test_numbers_a_user_can_trust_and_what_they_buy_elsewhere(
     # Item 5: a run slowed on purpose (every pass that checks a draft sleeps 1 s, as if
     # another process held the core: one such pass outweighs the CPU of the 48 tokens) is
     # flagged, with the reason, everywhere it shows.
-    monkeypatch.setenv(VERIFY_DELAY_ENV, "1.0")
-    run_to_the_end(page)
-    monkeypatch.delenv(VERIFY_DELAY_ENV)
+    verify_delay.seconds = 1.0
+    try:
+        run_to_the_end(page)
+    finally:
+        verify_delay.seconds = 0.0
     share = stats_row(page, "CPU share")[1]
     status = page.locator("#run-status .sp-status-flagged")
     assert status.count() == 1, (page.inner_text("#run-status"), share)

@@ -1,4 +1,4 @@
-"""docs/contributing.md stays true: its runner, engine and backend walk-throughs run as written.
+"""docs/contributing.md stays true: its runner, drafter, engine and backend walk-throughs run.
 
 Each ``python title="file.py"`` block of the page is written to that file, the modules
 are importable from there, and the ``use_*.py`` blocks run (their asserts are the test).
@@ -26,6 +26,7 @@ def doc_files() -> dict[str, str]:
 @pytest.fixture
 def walkthrough_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The page's files in a directory on sys.path, with registries left as they were."""
+    from speculative_llm import drafter_registry
     from speculative_llm.backends import registry
     from speculative_llm.backends.local import runner_registry
 
@@ -36,6 +37,8 @@ def walkthrough_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setattr(registry, "_REGISTERED", {})
     monkeypatch.setattr(runner_registry, "_registered", {})
     monkeypatch.setattr(runner_registry, "_loaded", {})
+    monkeypatch.setattr(drafter_registry, "_registered", {})
+    monkeypatch.setattr(drafter_registry, "_factories", {})
     modules = {path.stem for path in tmp_path.glob("*.py")}
     yield tmp_path
     for module in modules:
@@ -45,6 +48,7 @@ def walkthrough_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 def test_the_page_has_every_walkthrough() -> None:
     assert {"next_letter.py", "use_next_letter.py", "reverse_backend.py"} <= set(doc_files())
     assert {"use_reverse_backend.py", "tally_dialect.py", "use_tally.py"} <= set(doc_files())
+    assert {"alphabet_drafter.py", "use_alphabet_drafter.py"} <= set(doc_files())
 
 
 def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
@@ -61,6 +65,25 @@ def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path
     assert caught.value.field == "stpe"
     with pytest.raises(ConfigError, match="positive integer"):
         load_model("letters", runner="next-letter", step=0)
+
+
+def test_a_new_drafter_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
+    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    import argparse
+
+    from speculative_llm import ConfigError, SpecConfig
+    from speculative_llm.commands import generate
+
+    runpy.run_path(str(walkthrough_dir / "use_alphabet_drafter.py"))
+    # The command line offers it and builds its configuration...
+    parser = argparse.ArgumentParser()
+    generate.add_arguments(parser)
+    args = parser.parse_args(["--method", "alphabet", "hello"])
+    assert generate.build_spec(args).method == "alphabet"
+    # ...and a method nobody registered is refused with the registered ones named.
+    with pytest.raises(ConfigError, match="alphabet") as caught:
+        SpecConfig(method="alphabett")
+    assert caught.value.field == "method"
 
 
 def test_a_new_backend_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:

@@ -25,7 +25,7 @@ from speculative_llm.backends.local.draft_cost import (  # noqa: E402
     expected_tokens,
     match_quality_bucket,
 )
-from speculative_llm.backends.local.drafters import Draft  # noqa: E402
+from speculative_llm.backends.local.drafters import Draft, DrafterBase  # noqa: E402
 from speculative_llm.backends.local.engine import DraftLengthPolicy, generate_steps  # noqa: E402
 from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
 from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
@@ -183,7 +183,7 @@ def test_cost_aware_and_adaptive_are_exclusive() -> None:
     assert caught.value.field == "cost_aware"
 
 
-class CopyOrMissDrafter:
+class CopyOrMissDrafter(DrafterBase):
     """Drafts the target's greedy continuation in the first half, wrong tokens after."""
 
     name = "oracle"
@@ -195,7 +195,7 @@ class CopyOrMissDrafter:
         self.rng = random.Random(3)
         self.prompt_length = 0
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         self.prompt_length = len(prompt_tokens)
 
     def propose(self, sequence: Sequence[int], k: int, params: Any, generator: Any) -> Draft:
@@ -210,7 +210,7 @@ def target(tiny_model_dir: Path) -> Any:
     return load_float32(tiny_model_dir)
 
 
-class ShortMatchesMissDrafter:
+class ShortMatchesMissDrafter(DrafterBase):
     """Prompt-lookup-like: drafts labelled as 3-token matches copy the target's
     continuation, drafts labelled as 1-token matches are wrong, turn about."""
 
@@ -222,7 +222,7 @@ class ShortMatchesMissDrafter:
         self.prompt_length = 0
         self.calls = 0
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         self.prompt_length = len(prompt_tokens)
 
     def propose(self, sequence: Sequence[int], k: int, params: Any, generator: Any) -> Draft:

@@ -140,7 +140,7 @@ def test_incremental_index_matches_the_naive_scan(seed: int) -> None:
     candidates, context = rng.choice([(8, 32), (1, 32), (3, 2), (8, 0)])
     drafter = PromptLookupDrafter(ngram_min, ngram_max, candidates=candidates, context=context)
     sequence = [rng.randrange(6) for _ in range(20)]
-    drafter.reset(sequence)
+    drafter.begin(sequence)
     for _ in range(200):
         proposed = drafter.propose(sequence, k, GREEDY, None)
         expected = naive_lookup(sequence, k, ngram_min, ngram_max, candidates, context)
@@ -152,7 +152,7 @@ def test_incremental_index_matches_the_naive_scan(seed: int) -> None:
 def test_reset_forgets_the_previous_sequence() -> None:
     drafter = PromptLookupDrafter(1, 2)
     assert drafter.propose([1, 2, 1], 2, GREEDY, None).tokens == [2, 1]
-    drafter.reset([3, 4])
+    drafter.begin([3, 4])
     assert drafter.propose([3, 4, 1], 2, GREEDY, None).tokens == []
 
 
@@ -179,7 +179,7 @@ def _greedy_continuation(model: object, sequence: list[int], k: int) -> list[int
 def test_draft_model_proposes_its_greedy_continuation(draft_model: object) -> None:
     drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
     sequence = [1, *range(10, 30)]
-    drafter.reset(sequence)
+    drafter.begin(sequence)
     assert drafter.propose(sequence, 4, GREEDY, None).tokens == _greedy_continuation(
         draft_model, sequence, 4
     )
@@ -189,7 +189,7 @@ def test_draft_cache_follows_a_diverging_sequence(draft_model: object) -> None:
     """After partial acceptance the cache is cropped: proposals stay exact."""
     drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
     sequence = [1, *range(10, 25)]
-    drafter.reset(sequence)
+    drafter.begin(sequence)
     rng = random.Random(0)
     for _ in range(8):
         draft = drafter.propose(sequence, 3, GREEDY, None).tokens
@@ -205,7 +205,7 @@ def test_a_draft_model_catches_up_in_a_pass_of_its_own(draft_model: object) -> N
     on every step feeds at most two tokens per proposal and never catches up."""
     drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=99)
     sequence = [1, *range(10, 25)]
-    drafter.reset(sequence)
+    drafter.begin(sequence)
     assert drafter.unseen(sequence) == len(sequence)
     first = drafter.propose(sequence, 3, GREEDY, None)
     assert first.caught_up == len(sequence) - 1 and first.catch_up_s > 0
@@ -227,7 +227,7 @@ def test_a_draft_model_catches_up_in_a_pass_of_its_own(draft_model: object) -> N
 def test_sampling_draft_returns_its_distributions(draft_model: object) -> None:
     drafter = DraftModelDrafter(TransformersRunner(draft_model), target_vocab_size=105)
     sequence = [1, *range(10, 20)]
-    drafter.reset(sequence)
+    drafter.begin(sequence)
     params = SamplingParams(temperature=0.8, top_k=20)
     draft = drafter.propose(sequence, 3, params, torch.Generator().manual_seed(0))
     assert draft.probs is not None

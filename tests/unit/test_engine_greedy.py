@@ -190,7 +190,7 @@ def test_suffix_drafts_from_earlier_outputs_stay_exact(
         for prompt, expected in zip(prompts, transformers_greedy, strict=True):
             tokens, counters = run_engine(target, drafter, prompt, DraftLengthPolicy(6))
             assert tokens == expected
-            drafter.remember(tokens)
+            drafter.finish(tokens)
             global_accepted += counters.accepted_by_source.get("global", 0)
             assert sum(counters.drafted_by_source.values()) == counters.draft_tokens
     # The second round repeats the first: its outputs come from the global trie.

@@ -15,7 +15,11 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import expected_tokens_per_step  # noqa: E402
-from speculative_llm.backends.local.drafters import Draft, PromptLookupDrafter  # noqa: E402
+from speculative_llm.backends.local.drafters import (  # noqa: E402
+    Draft,
+    DrafterBase,
+    PromptLookupDrafter,
+)
 from speculative_llm.backends.local.engine import (  # noqa: E402
     DraftLengthPolicy,
     StepCounters,
@@ -36,7 +40,7 @@ def target(tiny_model_dir: Path) -> Any:
 PROMPT = [1, *range(10, 40)]
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterBase):
     """Proposes the target's true greedy token with probability ``alpha``, else a wrong one.
 
     Each draft position is right independently, which is exactly Leviathan et al.'s
@@ -52,7 +56,7 @@ class OracleDrafter:
         self.rng = random.Random(seed)
         self.prompt_length = 0
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         self.prompt_length = len(prompt_tokens)
 
     def propose(

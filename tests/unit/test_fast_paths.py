@@ -70,5 +70,5 @@ def test_fast_paths_are_a_transformers_option(tiny_model_dir: Path, tiny_gguf: P
 def test_runners_of_one_model_share_its_probe(tiny_model_dir: Path) -> Any:
     with LocalBackend(str(tiny_model_dir), draft_model=str(tiny_model_dir)) as backend:
         backend.generate(GenerationRequest(prompt="x = 1\n", max_tokens=4))
-        draft_runner = backend._drafts[str(tiny_model_dir)][1].runner
+        draft_runner = backend._drafter_host.draft_model(str(tiny_model_dir))[1]
         assert draft_runner.fast_paths is backend._runner.fast_paths  # type: ignore[attr-defined]

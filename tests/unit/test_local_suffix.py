@@ -71,10 +71,11 @@ def test_without_a_global_trie_only_the_request_drafts(backend: LocalBackend) ->
 
 
 def test_the_global_trie_belongs_to_its_backend(backend: LocalBackend) -> None:
-    """The global trie lives on the backend, one per (depth, size kept)."""
+    """The global trie is kept by the backend for the drafter, one per (depth, size kept)."""
     backend.generate(_request(SUFFIX.replace(suffix_max_depth=12)))
-    caches = backend._suffix_caches
-    assert caches is not None and caches[(12, SUFFIX.suffix_cache_tokens)].outputs >= 1
+    key = ("suffix", 12, SUFFIX.suffix_cache_tokens)
+    cache = backend._drafter_host.kept(key, lambda: None)
+    assert cache is not None and cache.outputs >= 1
     assert "suffix" in backend.capabilities.methods
 
 

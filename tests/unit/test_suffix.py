@@ -149,7 +149,7 @@ def test_the_request_trie_ignores_its_own_trailing_occurrence() -> None:
     # probability and stop the walk at once.
     drafter = SuffixDrafter(None, min_token_prob=0.9)
     prompt = [7, 8, 9, 1, 2, 3, 4, 7, 8, 9]
-    drafter.reset(prompt)
+    drafter.begin(prompt)
     draft = drafter.propose(prompt, 8, GREEDY, None)
     assert draft.tokens == [1, 2, 3]  # alpha = 1: the match is 3 tokens long
     assert draft.match_length == 3 and draft.source == "request"
@@ -161,11 +161,11 @@ def test_the_global_trie_drafts_from_the_second_request_on() -> None:
     drafter: Drafter = SuffixDrafter(cache)
     call = [40, 41, 42, 43, 44, 45, 46, 47]
     prompt = [1, 2, 3, 40, 41]
-    drafter.reset(prompt)
+    drafter.begin(prompt)
     assert drafter.propose(prompt, 8, GREEDY, None).tokens == []  # nothing seen yet
     assert isinstance(drafter, SuffixDrafter)
-    drafter.remember(call)
-    drafter.reset(prompt)
+    drafter.finish(call)
+    drafter.begin(prompt)
     draft = drafter.propose(prompt, 8, GREEDY, None)
     assert draft.source == "global"
     assert draft.tokens == [42, 43]  # a 2-token match drafts 2 tokens (alpha = 1)

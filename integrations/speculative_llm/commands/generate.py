@@ -17,8 +17,9 @@ from typing import Any, TextIO
 
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
-from speculative_llm.config import Method, SpecConfig
+from speculative_llm.config import SpecConfig, local_methods
 from speculative_llm.divergence import Divergence, explain_divergence
+from speculative_llm.drafter_registry import drafter_entries, drafter_entry
 from speculative_llm.errors import ConfigError
 from speculative_llm.prediction import FORMULA, expectation
 from speculative_llm.stats import SpecStats
@@ -42,9 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", help="draft model for --method draft_model (same vocabulary)")
     parser.add_argument(
         "--method",
-        choices=("none", "ngram", "suffix", "draft_model"),
-        help="speculative method (default: draft_model with --draft, else ngram); suffix: "
-        "suffix decoding over the prompt and the outputs before it in this process",
+        choices=local_methods(),
+        help="speculative method (default: draft_model with --draft, else ngram); "
+        + "; ".join(f"{entry.name}: {entry.summary}" for entry in drafter_entries()),
     )
     parser.add_argument(
         "-k",
@@ -85,13 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_local_engine_arguments(parser)
 
 
-_SPECULATIVE_METHODS: dict[str, Method] = {
-    "ngram": "ngram",
-    "suffix": "suffix",
-    "draft_model": "draft_model",
-}
-
-
 def build_spec(args: argparse.Namespace) -> SpecConfig:
     """The speculative configuration the arguments ask for.
 
@@ -99,14 +93,15 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
         ConfigError: Inconsistent arguments (draft_model without --draft, k < 1...).
     """
     method = args.method or ("draft_model" if args.draft else "ngram")
-    if method == "draft_model" and not args.draft:
+    if method == "none":
+        return SpecConfig.baseline()
+    needs_draft = drafter_entry(method).needs_draft_model
+    if needs_draft and not args.draft:
         raise ConfigError(
-            "--method draft_model needs --draft MODEL (a model with the target's vocabulary); "
+            f"--method {method} needs --draft MODEL (a model with the target's vocabulary); "
             "without one, use --method ngram.",
             field="draft_model",
         )
-    if method == "none":
-        return SpecConfig.baseline()
     bounds: dict[str, Any] = {"cost_aware": args.cost_aware}
     if args.adaptive:
         bounds = {
@@ -116,9 +111,9 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
             "max_speculative_tokens": max(16, args.k),
         }
     return SpecConfig(
-        method=_SPECULATIVE_METHODS[method],
+        method=method,
         num_speculative_tokens=args.k,
-        draft_model=args.draft if method == "draft_model" else None,
+        draft_model=args.draft if needs_draft else None,
         ngram_max=args.ngram_max,
         **bounds,
     )

@@ -17,13 +17,9 @@ from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
 from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.backends.local.draft_length import DraftLengthPolicy
-from speculative_llm.backends.local.draft_vocabulary import check_draft_vocabulary
-from speculative_llm.backends.local.drafters import Drafter, DraftModelDrafter, PromptLookupDrafter
-from speculative_llm.backends.local.engine import (
-    StepCounters,
-    check_prompt_fits,
-    generate_steps,
-)
+from speculative_llm.backends.local.drafter_host import BackendDrafterHost
+from speculative_llm.backends.local.drafters import Drafter
+from speculative_llm.backends.local.engine import check_prompt_fits, decode
 from speculative_llm.backends.local.engine_thread import (
     aiterate_on_engine_thread,
     call_on_engine_thread,
@@ -34,18 +30,18 @@ from speculative_llm.backends.local.grammar import (
     GrammarVocabulary,
     response_format_grammar,
 )
-from speculative_llm.backends.local.model_sources import resolve_model
 from speculative_llm.backends.local.models import load_model
 from speculative_llm.backends.local.pass_costs import calibrate
 from speculative_llm.backends.local.prompts import encode_request
 from speculative_llm.backends.local.request_stats import RequestStats
 from speculative_llm.backends.local.runner import LoadedModel, Runner
 from speculative_llm.backends.local.sampling import SamplingParams
-from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter
+from speculative_llm.backends.local.session import SpeculationSession
 from speculative_llm.backends.local.text import OutputText
 from speculative_llm.backends.local.tools import ToolPlan
 from speculative_llm.cancellation import Cancellation, current_cancellation
-from speculative_llm.config import LOCAL_METHODS, SpecConfig
+from speculative_llm.config import SpecConfig, local_methods
+from speculative_llm.drafter_registry import drafter_factory
 from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.json_tools import final_chunk_of, json_tool_completion
 from speculative_llm.types import (
@@ -85,13 +81,6 @@ class _Job:
     """Whether the prompt starts from the prefix it shares with the KV cache."""
     cancellation: Cancellation | None = None
     """The caller's cancellation scope where the request was made (``cancellable``)."""
-
-
-def _drafter_key(spec: SpecConfig) -> str:
-    """Which drafter's costs a request weighs: its method, and the draft model's name."""
-    if spec.method == "draft_model":
-        return f"draft_model:{spec.draft_model}"
-    return spec.method
 
 
 class LocalBackend(Backend):
@@ -164,8 +153,6 @@ class LocalBackend(Backend):
     """
 
     name: ClassVar[str] = "local"
-    _suffix_caches: dict[tuple[int, int], GlobalSuffixCache] | None = None
-    """Suffix decoding's global tries, by (depth, tokens kept): this backend's model only."""
 
     def __init__(
         self,
@@ -224,11 +211,13 @@ class LocalBackend(Backend):
         self._verify_cost = self._calibrated_cost(calibrate_costs)
         self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
-        self._drafts: dict[str, tuple[LoadedModel, DraftModelDrafter]] = {}
+        self._drafter_host = BackendDrafterHost(
+            self._target, self._runner.vocab_size, self._options, self._load_lock
+        )
         self._grammar: GrammarVocabulary | None = None
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
-            self._draft_drafter(self._default_spec)
+            self._make_drafter(self._default_spec)
 
     def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
         """The cost model, started from the model's measured pass costs when asked."""
@@ -251,7 +240,7 @@ class LocalBackend(Backend):
     def capabilities(self) -> Capabilities:
         """Methods none/draft_model/ngram/suffix, exact stats, provenance, tools, JSON output."""
         return Capabilities(
-            methods=frozenset(LOCAL_METHODS),
+            methods=frozenset(local_methods()),
             per_request_stats=True,
             live_stats=True,
             token_provenance=True,
@@ -306,98 +295,16 @@ class LocalBackend(Backend):
 
     # ---- drafters --------------------------------------------------------------------------
 
-    def _draft_drafter(self, spec: SpecConfig) -> DraftModelDrafter:
-        name = spec.draft_model
-        if not name:
-            raise ConfigError(
-                "method='draft_model' needs draft_model (a model with the target's "
-                "vocabulary), or use method='ngram'.",
-                field="draft_model",
-            )
-        with self._load_lock:
-            known = self._drafts.get(name)
-            if known is None:
-                target = self._loaded()
-                try:
-                    draft = self._load_draft(target, name)
-                except ConfigError as error:
-                    # The draft's file is at fault, not the target's: name the right field.
-                    if error.field in (None, "model"):
-                        error.field = "draft_model"
-                    raise
-                known = (draft, DraftModelDrafter(draft.new_runner(), self._runner.vocab_size))
-                self._drafts[name] = known
-        return known[1]
-
-    def _price_draft_model(self, spec: SpecConfig, drafter: DraftModelDrafter) -> None:
-        """Start the cost model's figures for a draft model from its own calibration.
-
-        Its one-token pass prices each drafted token, and its per-row cost each token it
-        must feed before drafting (the prompt, skipped steps): without them the policy
-        could only learn by drafting, which a draft model that does not pay makes dear.
-        Runs on the engine thread under the engine lock (it resets the drafter's cache),
-        once per draft model.
-        """
-        key = _drafter_key(spec)
-        if key in self._verify_cost.draft_priors:
-            return
-        if self._verify_cost.calibrated_one_token_s is None:
-            return  # the target was not calibrated: the draft's figures have no unit
-        draft = self._drafts[spec.draft_model or ""][0]
-        costs = calibrate(draft, drafter.runner)
-        if costs is None:
-            return
-        self._verify_cost.draft_priors[key] = costs.one_token_s
-        self._verify_cost.catch_up_priors[key] = costs.one_token_s * costs.row_cost
-
-    def _load_draft(self, target: LoadedModel, name: str) -> LoadedModel:
-        # Refused from the files' vocabularies before any weight loads.
-        check_draft_vocabulary(target, name, progress=bool(self._options["progress"]))
-        source = resolve_model(name, progress=False)
-        same_files = (source.location, source.gguf_file) == (
-            target.source.location,
-            target.source.gguf_file,
-        )
-        # A model drafting for itself shares its weights (a cache of its own).
-        if same_files:
-            return target
-        return load_model(name, runner=target.runner_name, **self._options)
-
     def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
-        if spec.method == "none":
+        """The request's drafter, built by its registry entry's factory (None: baseline)."""
+        if not spec.speculative:
             return None
-        if spec.method == "ngram":
-            return PromptLookupDrafter(spec.ngram_min, spec.ngram_max)
-        if spec.method == "suffix":
-            return SuffixDrafter(
-                self._suffix_cache(spec),
-                max_depth=spec.suffix_max_depth,
-                max_spec_factor=spec.suffix_max_spec_factor,
-                min_token_prob=spec.suffix_min_token_prob,
-            )
-        return self._draft_drafter(spec)
+        drafter: Drafter = drafter_factory(spec.method)(spec, self._drafter_host)
+        return drafter
 
     def forget_outputs(self) -> None:
-        """Empty suffix decoding's global tries (the outputs of earlier requests)."""
-        with self._load_lock:
-            self._suffix_caches = None
-
-    def _suffix_cache(self, spec: SpecConfig) -> GlobalSuffixCache | None:
-        """The global trie of earlier outputs for this depth and size (None: turned off).
-
-        It lives on the backend, so it never mixes models or tokenizers.
-        """
-        if spec.suffix_cache_tokens == 0:
-            return None
-        key = (spec.suffix_max_depth, spec.suffix_cache_tokens)
-        with self._load_lock:
-            if self._suffix_caches is None:
-                self._suffix_caches = {}
-            cache = self._suffix_caches.get(key)
-            if cache is None:
-                cache = GlobalSuffixCache(*key)
-                self._suffix_caches[key] = cache
-            return cache
+        """Drop what drafters learned from earlier requests (suffix decoding's global tries)."""
+        self._drafter_host.forget()
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -620,12 +527,19 @@ class LocalBackend(Backend):
         # Under the engine lock, which the reader holds (``_holding_lock``).
         yield from self._generate(job, live_stats=live_stats)
 
-    def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
-        request, spec = job.request, job.spec
-        target = self._loaded()
+    def _session(self, job: _Job, started: float) -> tuple[SpeculationSession, Constraint | None]:
+        """The request's speculation (drafter, draft-length policy, statistics) and grammar.
+
+        The policy weighs this backend's measured pass costs and the acceptance its
+        earlier requests learned for the same drafter and decoding mode.
+        """
+        spec, drafter = job.spec, job.drafter
         k = spec.num_speculative_tokens if spec.speculative else 0
-        if isinstance(job.drafter, DraftModelDrafter):
-            self._price_draft_model(spec, job.drafter)
+        constraint = (
+            None
+            if job.grammar is None
+            else Constraint(job.grammar, self._grammar_vocabulary(), k + 1)
+        )
         acceptance = self._acceptance.setdefault(
             (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
         )
@@ -637,86 +551,76 @@ class LocalBackend(Backend):
             cost=self._verify_cost,
             cost_aware=spec.cost_aware and spec.speculative,
             acceptance=acceptance,
-            drafter=_drafter_key(spec),
+            drafter=spec.method if drafter is None else drafter.cost_key,
         )
+        stats = RequestStats(
+            backend=self.name,
+            method=spec.method,
+            num_speculative_tokens=k,
+            prompt_tokens=len(job.prompt_tokens),
+            draft_length=draft_length,
+            constraint=constraint,
+            runners=(self._runner, *(() if drafter is None else drafter.runners)),
+            started=started,
+            cpu_threads=self._loaded().cpu_threads,
+            draft_sources=() if drafter is None else drafter.draft_sources,
+        )
+        session = SpeculationSession(
+            drafter, draft_length, eos_token_ids=self._eos_token_ids, stats=stats
+        )
+        return session, constraint
+
+    def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
+        request = job.request
+        target = self._loaded()
+        started = time.perf_counter()
         seed = request.seed if request.seed is not None else secrets.randbits(62)
         generator = torch.Generator(device=self._runner.device).manual_seed(seed)
         output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
-        counters = StepCounters()
-        started = time.perf_counter()
-        constraint = (
-            None
-            if job.grammar is None
-            else Constraint(job.grammar, self._grammar_vocabulary(), draft_length.k + 1)
-        )
-        runners: list[Runner] = [self._runner]
-        if isinstance(job.drafter, DraftModelDrafter):
-            runners.append(job.drafter.runner)
-        request_stats = RequestStats(
-            backend=self.name,
-            spec=spec,
-            num_speculative_tokens=k,
-            prompt_tokens=len(job.prompt_tokens),
-            counters=counters,
-            draft_length=draft_length,
-            constraint=constraint,
-            runners=runners,
-            started=started,
-            cpu_threads=target.cpu_threads,
-        )
-        steps = generate_steps(
+        session, constraint = self._session(job, started)
+        steps = decode(
             self._runner,
-            job.drafter,
+            session,
             job.prompt_tokens,
             max_new_tokens=request.max_tokens,
             params=job.params,
-            draft_length=draft_length,
-            eos_token_ids=self._eos_token_ids,
             generator=generator,
             max_length=target.context_window,
             constraint=constraint,
             reuse_prefix=job.reuse_prefix,
             cancellation=job.cancellation,
-            report_prompt=True,
         )
-        output: list[int] = []
-
         try:
             for step in steps:
                 if isinstance(step, PromptProgress):
                     # A chunk of a long prompt: the stream can stop here.
                     yield Chunk(prompt_progress=step)
                     continue
-                request_stats.step_arrived()
-                counters.record(step)
-                output.extend(step.tokens)
                 tokens, dropped = output_text.add(
                     step.tokens, step.num_accepted, last=step.finish_reason is not None
                 )
                 finish: FinishReason | None = step.finish_reason
                 if output_text.stopped:
-                    counters.keep_first(counters.generated_tokens - dropped)
+                    session.keep_first(session.generated_tokens - dropped)
                     finish = "stop"
                 text = "".join(token.text for token in tokens)
                 if finish is None:
-                    live = request_stats.snapshot(time.perf_counter()) if live_stats else None
+                    live = session.snapshot() if live_stats else None
                     yield Chunk(text=text, tokens=tokens, stats=live)
                     continue
                 yield Chunk(
                     text=text,
                     tokens=tokens,
-                    stats=request_stats.snapshot(time.perf_counter()),
+                    stats=session.finish(),
                     finish_reason=finish,
-                    usage=Usage(len(job.prompt_tokens), counters.generated_tokens),
+                    usage=Usage(len(job.prompt_tokens), session.generated_tokens),
                     final=True,
                 )
                 return
         finally:
             steps.close()
-            if isinstance(job.drafter, SuffixDrafter):
-                # What the caller got (a stop string may have cut the tail) serves the
-                # requests that follow.
-                job.drafter.remember(output[: counters.generated_tokens])
+            # The drafter learns from what the caller got, however the stream ended.
+            session.finish()
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.
@@ -733,12 +637,7 @@ class LocalBackend(Backend):
 
     def _release_models(self) -> None:
         target, self._target = self._target, None
-        drafts = list(self._drafts.values())
-        self._drafts.clear()
+        self._drafter_host.close()
         self._runner.close()
-        for draft, drafter in drafts:
-            drafter.runner.close()
-            if draft is not target:
-                draft.close()
         if target is not None:
             target.close()

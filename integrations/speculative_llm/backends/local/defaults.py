@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from speculative_llm.config import LOCAL_METHODS, SpecConfig
+from speculative_llm.config import SpecConfig, local_methods
 from speculative_llm.errors import ConfigError
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "default_spec"]
@@ -50,10 +50,10 @@ def default_spec(
         speculative = {**speculative, "draft_model": draft_model}
     config = SpecConfig.from_value(speculative)
     assert config is not None
-    if config.method not in LOCAL_METHODS:
+    if config.method not in local_methods():
         raise ConfigError(
             f"The local engine does not implement method {config.method!r}; use one of "
-            f"{', '.join(LOCAL_METHODS)}.",
+            f"{', '.join(local_methods())}.",
             field="method",
         )
     return config

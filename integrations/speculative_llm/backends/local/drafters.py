@@ -12,16 +12,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from speculative_llm.backends.local.runner import Runner, common_prefix_length
+from speculative_llm.backends.local.pass_costs import calibrate
+from speculative_llm.backends.local.runner import LoadedModel, Runner, common_prefix_length
 
 if TYPE_CHECKING:
+    from speculative_llm.backends.local.draft_cost import VerifyCost
     from speculative_llm.backends.local.grammar import Constraint
+    from speculative_llm.config import SpecConfig
 from speculative_llm.backends.local.sampling import (
     SamplingParams,
     argmax_rows,
@@ -31,13 +34,17 @@ from speculative_llm.backends.local.sampling import (
 from speculative_llm.errors import ConfigError
 
 __all__ = [
-    "CatchUp",
     "Draft",
     "DraftModelDrafter",
     "Drafter",
+    "DrafterBase",
+    "DrafterHost",
     "PromptLookupDrafter",
-    "unseen_tokens",
+    "build_draft_model",
+    "build_prompt_lookup",
 ]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +80,55 @@ class Draft:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Proposes draft tokens for the engine to verify."""
+    """Proposes draft tokens for the engine to verify, one request at a time.
+
+    A request's ``SpeculationSession`` (see ``session``) drives it: ``prime_costs`` and
+    ``begin`` when the request starts, ``unseen`` and ``propose`` before each verify
+    pass, ``finish`` once with the tokens the caller got. ``DrafterBase`` gives every
+    member but ``propose`` a default; a drafter is built for each request by its
+    registry entry's factory (``drafter_registry``), so what it keeps across requests
+    (suffix decoding's global trie) it gets from the backend's keeping when built.
+    """
 
     name: str
-    """Method name reported in statistics (``ngram``, ``draft_model``...)."""
+    """Method name (``ngram``, ``draft_model``...)."""
 
     cheap: bool
     """Whether a proposal costs next to nothing (prompt lookup): the loop then asks for
     the longest draft and lets the policy cut it once its match is known."""
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
-        """Forget the previous sequence; a new one starts with ``prompt_tokens``."""
+    draft_sources: tuple[str, ...]
+    """The ``Draft.source`` values its drafts carry (suffix decoding: ``request``,
+    ``global``), each counted apart in the statistics; empty for the others."""
+
+    @property
+    def cost_key(self) -> str:
+        """Whose costs the draft-length policy weighs (``VerifyCost.draft_ratio``)."""
+        ...
+
+    @property
+    def runners(self) -> tuple[Runner, ...]:
+        """Runners of its own, whose kernel seconds the request counts (none: ``()``)."""
+        ...
+
+    def prime_costs(self, cost: VerifyCost) -> None:
+        """Start ``cost``'s figures for this drafter before it has drafted.
+
+        A draft model's calibration; drafters whose proposals cost nothing leave it alone.
+        """
+        ...
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
+        """Forget the previous request; a new one starts with ``prompt_tokens``."""
+        ...
+
+    def unseen(self, sequence: Sequence[int]) -> int:
+        """Tokens of ``sequence`` it must feed before drafting (0: nothing to feed).
+
+        A drafter with a cache of its own feeds what the cache lacks in one pass before
+        its next draft.
+        """
+        ...
 
     def propose(
         self,
@@ -100,23 +145,73 @@ class Drafter(Protocol):
         samples draft from the allowed tokens; the engine cuts every proposal at its
         first forbidden token either way.
         """
+        ...
 
-
-@runtime_checkable
-class CatchUp(Protocol):
-    """A drafter with a cache of its own, which must see every token before it drafts."""
-
-    def unseen(self, sequence: Sequence[int]) -> int:
-        """Tokens of ``sequence`` its cache lacks (fed in one pass before its next draft)."""
+    def finish(self, output_tokens: Sequence[int]) -> None:
+        """The request ended with ``output_tokens`` (what the caller got): learn from it."""
         ...
 
 
-def unseen_tokens(drafter: Drafter | None, sequence: Sequence[int]) -> int:
-    """What ``drafter`` must feed before drafting after ``sequence`` (0: nothing to feed)."""
-    return drafter.unseen(sequence) if isinstance(drafter, CatchUp) else 0
+class DrafterHost(Protocol):
+    """What a backend offers the drafters it builds (a factory's second argument)."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the target's logit rows (a draft distribution is fitted to it)."""
+        ...
+
+    def draft_model(self, name: str) -> tuple[LoadedModel, Runner]:
+        """Draft model ``name``, loaded once, and a runner of it with a cache of its own.
+
+        Its vocabulary is checked against the target's before its weights load.
+
+        Raises:
+            ConfigError: The model cannot be loaded (``field="draft_model"``).
+            VocabularyMismatchError: Its vocabulary differs from the target's.
+        """
+        ...
+
+    def kept(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """What drafters keep across this backend's requests, under ``key``.
+
+        Made by ``make`` the first time ``key`` is asked for, the same object after
+        (until ``LocalBackend.forget_outputs``).
+        """
+        ...
 
 
-class PromptLookupDrafter:
+class DrafterBase:
+    """Defaults for every ``Drafter`` member but ``propose``.
+
+    They describe a drafter with no cache, no costs to prime and nothing to learn
+    across requests.
+    """
+
+    name = "drafter"
+    cheap = False
+    draft_sources: tuple[str, ...] = ()
+    runners: tuple[Runner, ...] = ()
+
+    @property
+    def cost_key(self) -> str:
+        """The drafter's name: one set of costs per kind of drafter."""
+        return self.name
+
+    def prime_costs(self, cost: VerifyCost) -> None:
+        """Nothing to prime."""
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
+        """Nothing to forget."""
+
+    def unseen(self, sequence: Sequence[int]) -> int:
+        """No cache of its own: nothing to feed."""
+        return 0
+
+    def finish(self, output_tokens: Sequence[int]) -> None:
+        """Nothing to learn."""
+
+
+class PromptLookupDrafter(DrafterBase):
     """Prompt lookup decoding: copy what followed an earlier occurrence of the last n-gram.
 
     The index maps each n-gram (for every n in ``[ngram_min, ngram_max]``) to the
@@ -162,7 +257,7 @@ class PromptLookupDrafter:
         self._index: dict[tuple[int, ...], list[int]] = {}
         self._indexed_until = 0
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         """Clear the index (it is rebuilt lazily on the next proposal)."""
         self._index = {}
         self._indexed_until = 0
@@ -263,7 +358,7 @@ every step leaves at most two (its last draft token and the target's); more mean
 skipped steps."""
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(DrafterBase):
     """Drafts with a smaller model of the same vocabulary, keeping its own KV cache.
 
     Before each proposal the draft cache is cropped to the longest prefix it shares with
@@ -275,18 +370,56 @@ class DraftModelDrafter:
             this drafter alone.
         target_vocab_size: Width of the target's logits; draft distributions are padded
             or cut to it (embedding matrices are often padded to different sizes).
+        model: The loaded draft model, whose passes ``prime_costs`` times once (None:
+            the policy learns its costs from its drafts alone).
+        cost_key: Whose costs the policy weighs: one key per draft model.
     """
 
     name = "draft_model"
     cheap = False
 
-    def __init__(self, runner: Runner, target_vocab_size: int) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        target_vocab_size: int,
+        *,
+        model: LoadedModel | None = None,
+        cost_key: str = "draft_model",
+    ) -> None:
         self.runner = runner
+        self.runners = (runner,)
         self.target_vocab_size = target_vocab_size
+        self.model = model
+        self._cost_key = cost_key
         self._cached_tokens: list[int] = []
         self._confirmed = 0
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    @property
+    def cost_key(self) -> str:
+        """``draft_model:`` and the draft model's name: each draft model's own costs."""
+        return self._cost_key
+
+    def prime_costs(self, cost: VerifyCost) -> None:
+        """Start the cost model's figures for this draft model from its own calibration.
+
+        Its one-token pass prices each drafted token, and its per-row cost each token it
+        must feed before drafting (the prompt, skipped steps): without them the policy
+        could only learn by drafting, which a draft model that does not pay makes dear.
+        Once per draft model and cost model; it resets the drafter's cache, so it runs
+        before ``begin``, on the engine's thread.
+        """
+        key = self.cost_key
+        if self.model is None or key in cost.draft_priors:
+            return
+        if cost.calibrated_one_token_s is None:
+            return  # the target was not calibrated: the draft's figures have no unit
+        costs = calibrate(self.model, self.runner)
+        if costs is None:
+            return
+        cost.draft_priors[key] = costs.one_token_s
+        cost.catch_up_priors[key] = costs.one_token_s * costs.row_cost
+
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         """Start a new sequence (the prompt is fed on the first proposal)."""
         self.runner.reset()
         self._cached_tokens = []
@@ -385,3 +518,26 @@ class DraftModelDrafter:
                 constraint.advance(token)
             self._cached_tokens.append(token)
             pending = [token]
+
+
+def build_prompt_lookup(spec: SpecConfig, host: DrafterHost) -> PromptLookupDrafter:
+    """The ``ngram`` drafter of a request (``drafter_registry``'s factory)."""
+    return PromptLookupDrafter(spec.ngram_min, spec.ngram_max)
+
+
+def build_draft_model(spec: SpecConfig, host: DrafterHost) -> DraftModelDrafter:
+    """The ``draft_model`` drafter of a request, on the backend's runner of its model.
+
+    Raises:
+        ConfigError: No draft model named, or one that cannot be loaded.
+        VocabularyMismatchError: Its vocabulary differs from the target's.
+    """
+    name = spec.draft_model
+    if not name:
+        raise ConfigError(
+            "method='draft_model' needs draft_model (a model with the target's "
+            "vocabulary), or use method='ngram'.",
+            field="draft_model",
+        )
+    model, runner = host.draft_model(name)
+    return DraftModelDrafter(runner, host.vocab_size, model=model, cost_key=f"draft_model:{name}")

@@ -20,7 +20,9 @@ own masked distribution (``mask_next``/``advance``/``rewind``), so its q propose
 allowed tokens.
 
 Grammars are compiled once per model and schema (``GrammarCompiler`` caches them); a
-matcher and its bitmask are per request.
+matcher and its bitmask are per request. The constraint times its own work on the
+verify side (``cut``, ``mask``, ``commit``: ``Constraint.seconds``), the one place the
+request's ``SpecStats.grammar_s`` comes from.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 
@@ -179,6 +182,26 @@ class GrammarVocabulary:
                 ) from error
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _timed(
+    method: Callable[Concatenate[Constraint, _P], _R],
+) -> Callable[Concatenate[Constraint, _P], _R]:
+    """``method``, its seconds added to the constraint's ``seconds``."""
+
+    def timed(self: Constraint, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        started = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    timed.__name__, timed.__doc__ = method.__name__, method.__doc__
+    return timed
+
+
 class Constraint:
     """One generation's progress through a grammar (see the module docstring).
 
@@ -201,6 +224,10 @@ class Constraint:
         self._advanced = 0
         self.cut_tokens = 0
         """Draft tokens dropped because the grammar forbids them, over the generation."""
+        self.seconds = 0.0
+        """Seconds spent cutting drafts, masking rows and following the emitted tokens
+        (``cut``, ``mask``, ``commit``), over the generation; a draft model's own
+        masking is part of its drafting time."""
 
     @property
     def finished(self) -> bool:
@@ -219,6 +246,7 @@ class Constraint:
             self._bitmask = grown
         self._matcher.fill_next_token_bitmask(self._bitmask, row)
 
+    @_timed
     def cut(self, draft_tokens: Sequence[int]) -> int:
         """Advance through a proposal; return how many leading tokens the grammar allows.
 
@@ -239,6 +267,7 @@ class Constraint:
         self.cut_tokens += len(draft_tokens) - kept
         return kept
 
+    @_timed
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
         """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared."""
         rows = logits.shape[0]
@@ -249,6 +278,7 @@ class Constraint:
         )
         return logits
 
+    @_timed
     def commit(self, num_accepted: int, token: int | None) -> None:
         """Keep the accepted drafts and add the target's token (None: the step ended at EOS).
 

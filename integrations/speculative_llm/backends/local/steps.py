@@ -28,8 +28,6 @@ class StepResult:
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
         match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.
-        grammar_s: Seconds of ``verify_s`` spent on the grammar (cutting the draft,
-            masking the rows, following the emitted tokens).
         draft_source: The draft's ``Draft.source`` (suffix decoding's trie), if any.
         asked: The draft length the drafter was asked for (after the token budget).
         num_proposed: Tokens the drafter proposed, before any was cut.
@@ -50,7 +48,6 @@ class StepResult:
     prefill: bool = False
     finish_reason: EngineFinish | None = None
     match_length: int | None = None
-    grammar_s: float = 0.0
     draft_source: str | None = None
     asked: int = 0
     num_proposed: int = 0

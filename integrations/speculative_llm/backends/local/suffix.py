@@ -26,14 +26,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from speculative_llm.backends.local.drafters import Draft
+from speculative_llm.backends.local.drafters import Draft, DrafterBase
 from speculative_llm.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
 
+    from speculative_llm.backends.local.drafters import DrafterHost
     from speculative_llm.backends.local.grammar import Constraint
     from speculative_llm.backends.local.sampling import SamplingParams
+    from speculative_llm.config import SpecConfig
 
 __all__ = [
     "DraftSource",
@@ -41,6 +43,7 @@ __all__ = [
     "SuffixDrafter",
     "SuffixMatcher",
     "SuffixTrie",
+    "build_suffix_drafter",
 ]
 
 DraftSource = Literal["request", "global"]
@@ -384,14 +387,14 @@ class GlobalSuffixCache:
         return tuple(trie for trie in held if trie is not None and trie.tokens)
 
 
-class SuffixDrafter:
+class SuffixDrafter(DrafterBase):
     """Suffix decoding: drafts from the request's own trie and the backend's global one.
 
-    On ``reset`` the prompt goes into a fresh per-request trie and the global tries
+    On ``begin`` the prompt goes into a fresh per-request trie and the global tries
     are taken from ``cache`` (a snapshot: outputs added meanwhile serve later
     requests). Each proposal appends the tokens accepted since the last one, then
     takes the best draft among the per-request trie and the global ones (see the
-    module docstring). ``remember`` adds a finished output to the global cache.
+    module docstring). ``finish`` adds the request's output to the global cache.
 
     Args:
         cache: The backend's global cache, or None for per-request tries only.
@@ -405,6 +408,7 @@ class SuffixDrafter:
 
     name = "suffix"
     cheap = True
+    draft_sources: tuple[str, ...] = ("request", "global")
 
     def __init__(
         self,
@@ -433,7 +437,7 @@ class SuffixDrafter:
         self._seen = 0
         self._last: int | None = None
 
-    def reset(self, prompt_tokens: Sequence[int]) -> None:
+    def begin(self, prompt_tokens: Sequence[int]) -> None:
         """Start a request: a new trie over the prompt, a snapshot of the global tries."""
         self._trie = SuffixTrie(self.max_depth)
         self._globals = [SuffixMatcher(trie) for trie in self.cache.tries()] if self.cache else []
@@ -447,7 +451,7 @@ class SuffixDrafter:
         if seen > len(sequence) or (seen and sequence[seen - 1] != self._last):
             # Not a continuation of what was seen (the engine only ever appends, but a
             # caller may reuse the drafter): start over on this sequence.
-            self.reset(sequence[:0])
+            self.begin(sequence[:0])
             seen = 0
         fresh = sequence[seen:]
         if not fresh:
@@ -487,7 +491,26 @@ class SuffixDrafter:
             return Draft([])
         return Draft(tokens, match_length=length, source=source)
 
-    def remember(self, output_tokens: Sequence[int]) -> None:
-        """Add a finished request's output to the global cache (if there is one)."""
+    def finish(self, output_tokens: Sequence[int]) -> None:
+        """Add the request's output to the global cache (if there is one)."""
         if self.cache is not None:
             self.cache.add(output_tokens)
+
+
+def build_suffix_drafter(spec: SpecConfig, host: DrafterHost) -> SuffixDrafter:
+    """The ``suffix`` drafter of a request (``drafter_registry``'s factory).
+
+    Its global trie (the backend's earlier outputs, per depth and size) is kept by the
+    backend across requests, so it never mixes models or tokenizers;
+    ``suffix_cache_tokens=0`` turns it off.
+    """
+    cache = None
+    if spec.suffix_cache_tokens:
+        depth, tokens = spec.suffix_max_depth, spec.suffix_cache_tokens
+        cache = host.kept(("suffix", depth, tokens), lambda: GlobalSuffixCache(depth, tokens))
+    return SuffixDrafter(
+        cache,
+        max_depth=spec.suffix_max_depth,
+        max_spec_factor=spec.suffix_max_spec_factor,
+        min_token_prob=spec.suffix_min_token_prob,
+    )
