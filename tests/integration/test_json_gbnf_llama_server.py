@@ -128,3 +128,58 @@ def test_llama_server_parses_the_agent_benchs_tool_grammars(
     assert value.get("tool") in {tool["function"]["name"] for tool in tools} or (
         allow_answer and set(value) == {"answer"}
     )
+
+
+BEYOND_THE_BASICS: dict[str, dict[str, Any]] = {
+    "formats-bounds-lengths": {
+        "type": "object",
+        "properties": {
+            "day": {"type": "string", "format": "date"},
+            "mail": {"type": "string", "format": "email"},
+            "n": {"type": "integer", "minimum": 3, "maximum": 120},
+            "x": {"type": "number", "exclusiveMaximum": 1},
+            "s": {"type": "string", "minLength": 1, "maxLength": 3},
+            "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]},
+        },
+        "required": ["day", "mail", "n", "x", "s", "pair"],
+    },
+    "escapes-in-constants-and-classes": {
+        "type": "object",
+        "properties": {
+            "c": {"const": "\x00\x07\x1b'?é a 😀\t\"\\"},
+            "e": {"enum": ["a-b", "x]y", "^z", "[q", "back\\slash"]},
+        },
+        "required": ["e", "c"],
+    },
+    "named-and-additional-properties": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": {"type": "string"},
+    },
+}
+"""Schemas whose grammars use more of xgrammar's output: date/email character classes,
+numeric ranges, repeats, every kind of escape."""
+
+
+@pytest.mark.parametrize("name", list(BEYOND_THE_BASICS))
+def test_llama_server_takes_grammars_beyond_the_basics(
+    llama_server_plain: LlamaServer, name: str
+) -> None:
+    """llama-server parses them, and what it writes under them xgrammar's grammar allows."""
+    schema = BEYOND_THE_BASICS[name]
+    response = complete(llama_server_plain, json_schema_gbnf(schema), max_tokens=24)
+    assert response.status_code == 200, response.text
+    text = response.json()["content"]
+    assert text.startswith("{"), text
+
+    xgrammar = pytest.importorskip("xgrammar", reason="the local engine's grammar needs xgrammar")
+    compiler = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo([]), cache_enabled=False)
+    matcher = xgrammar.GrammarMatcher(
+        compiler.compile_json_schema(
+            json.dumps(schema), any_whitespace=True, max_whitespace_cnt=JSON_WHITESPACE
+        ),
+        terminate_without_stop_token=True,
+    )
+    # The answer may be cut at max_tokens: it must be a start the local engine allows.
+    assert matcher.accept_string(text), f"the local engine's grammar refuses {text!r}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 
@@ -69,6 +70,22 @@ def test_a_schema_gbnf_cannot_mirror_stays_the_servers_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="speculative_llm.bench.same_work"):
         assert with_local_json_grammar(request) == request
     assert "pattern" in caplog.text
+
+
+def test_without_xgrammar_a_schema_stays_the_servers_with_a_warning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """json_schema_gbnf writes xgrammar's grammar: without xgrammar the bench goes on."""
+    monkeypatch.setitem(sys.modules, "xgrammar", None)  # import xgrammar -> ImportError
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    request = GenerationRequest(
+        prompt="p",
+        max_tokens=8,
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+    )
+    with caplog.at_level(logging.WARNING, logger="speculative_llm.bench.same_work"):
+        assert with_local_json_grammar(request) == request
+    assert "xgrammar" in caplog.text
 
 
 class _Recording:

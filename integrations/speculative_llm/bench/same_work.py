@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from speculative_llm.backends.openai_compat.requests import response_schema
-from speculative_llm.errors import ConfigError
+from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.json_gbnf import JSON_WHITESPACE, json_schema_gbnf
 from speculative_llm.json_tools import as_json_tool_request
 from speculative_llm.types import GenerationRequest
@@ -33,15 +33,16 @@ logger = logging.getLogger(__name__)
 def with_local_json_grammar(request: GenerationRequest) -> GenerationRequest:
     """A JSON-constrained request with the local engine's grammar, as GBNF, in its place.
 
-    A schema that ``json_schema_gbnf`` cannot mirror keeps its ``response_format`` (the
-    server converts it its own way), with a warning: the comparison then differs there.
+    A schema that ``json_schema_gbnf`` cannot write as GBNF, or any schema when xgrammar
+    (whose grammar it writes) is not installed, keeps its ``response_format`` (the server
+    converts it its own way), with a warning: the comparison then differs there.
     """
     schema = response_schema(request.response_format)
     if schema is None:
         return request
     try:
         grammar = json_schema_gbnf(schema, max_whitespace=JSON_WHITESPACE)
-    except ConfigError as error:
+    except (ConfigError, MissingDependencyError) as error:
         logger.warning("llama-server converts this schema itself, not as ours: %s", error)
         return request
     return request.replace(response_format=None, extra={**request.extra, "grammar": grammar})
