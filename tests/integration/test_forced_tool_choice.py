@@ -21,7 +21,7 @@ import pytest
 
 from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json
 from speculative_llm import Chunk, Completion, GenerationRequest, Message
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

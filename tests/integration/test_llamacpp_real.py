@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 from speculative_llm.errors import (
     ConfigError,
     EngineCrashedError,

@@ -32,12 +32,12 @@ from speculative_llm import (
     ModelNotLoadedError,
     StreamInterruptedError,
 )
-from speculative_llm.backends.llamacpp import LlamaCppBackend
-from speculative_llm.backends.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.sglang import SGLangBackend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
-from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

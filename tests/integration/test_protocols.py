@@ -27,11 +27,11 @@ from speculative_llm import (
     Completion,
     SpeculationNotEnabledError,
 )
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.sglang import SGLangBackend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
-from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMBackend
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -23,7 +23,7 @@ from speculative_llm import (
     GenerationRequest,
     Message,
 )
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
 from speculative_llm.cancellation import Cancellation, cancellable
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.llamacpp import LlamaCppBackend
-from speculative_llm.backends.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.sglang import SGLangBackend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
-from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMBackend
 
 URL = "http://127.0.0.1:9"
 

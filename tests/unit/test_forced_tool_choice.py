@@ -22,12 +22,12 @@ from backend_parsing import URL, pieces
 from fakeserver import fixture_bytes, fixture_json
 from speculative_llm import Chunk, Completion, ConfigError, GenerationRequest, Message
 from speculative_llm.backends.base import ModelInfo
-from speculative_llm.backends.llamacpp import LlamaCppBackend
-from speculative_llm.backends.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.sglang import SGLangBackend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
-from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMBackend
 from speculative_llm.json_tools import as_json_tool_request, chosen_tools, forces_tool_call
 
 ADD = fixture_json("llamacpp/chat_forced_tool.json")  # the recorded enforced answer

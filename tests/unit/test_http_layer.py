@@ -18,6 +18,9 @@ from speculative_llm import (
     ConfigError,
     ModelNotLoadedError,
 )
+from speculative_llm.backends.engines.llamacpp import (
+    LlamaCppBackend,
+)
 from speculative_llm.backends.http import (
     EngineHints,
     Redactor,
@@ -33,9 +36,6 @@ from speculative_llm.backends.http import (
     validate_base_url,
 )
 from speculative_llm.backends.http.errors import describe_seconds, not_a_stream_error
-from speculative_llm.backends.llamacpp import (
-    LlamaCppBackend,
-)
 from speculative_llm.backends.openai_compat import (
     OpenAICompatibleBackend,
 )

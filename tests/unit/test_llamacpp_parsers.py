@@ -19,17 +19,17 @@ from speculative_llm import (
     SpeculationNotEnabledError,
     UnsupportedFeatureError,
 )
-from speculative_llm.backends.http import (
-    EngineHints,
-    error_for_status,
-)
-from speculative_llm.backends.llamacpp import (
+from speculative_llm.backends.engines.llamacpp import (
     DraftProvenanceTracker,
     LlamaCppBackend,
     LlamaServerInfo,
     llamacpp_stats,
     method_of_spec_types,
     parse_slots,
+)
+from speculative_llm.backends.http import (
+    EngineHints,
+    error_for_status,
 )
 from speculative_llm.backends.prometheus import parse_prometheus_text
 

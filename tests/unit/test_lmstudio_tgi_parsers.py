@@ -13,8 +13,8 @@ from speculative_llm import (
     SpecConfig,
     SpeculationNotEnabledError,
 )
-from speculative_llm.backends.lmstudio import LMStudioBackend
-from speculative_llm.backends.tgi import TGIBackend, tgi_grammar
+from speculative_llm.backends.engines.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.tgi import TGIBackend, tgi_grammar
 
 # ---- LM Studio ----
 

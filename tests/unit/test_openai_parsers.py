@@ -22,7 +22,7 @@ from speculative_llm import (
     UnsupportedFeatureError,
     create_backend,
 )
-from speculative_llm.backends.llamacpp import (
+from speculative_llm.backends.engines.llamacpp import (
     LlamaCppBackend,
 )
 from speculative_llm.backends.openai_compat import (

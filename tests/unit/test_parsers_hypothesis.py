@@ -17,15 +17,15 @@ from hypothesis import strategies as st
 
 from fakeserver import fixture_bytes
 from speculative_llm import Chunk, GenerationRequest, Message, SpeculativeError
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.lmstudio import LMStudioBackend
+from speculative_llm.backends.engines.sglang import SGLangBackend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.http import extract_server_message, parse_retry_after
 from speculative_llm.backends.http.sse import SSEParser
-from speculative_llm.backends.llamacpp import LlamaCppBackend
-from speculative_llm.backends.lmstudio import LMStudioBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
 from speculative_llm.backends.prometheus import parse_prometheus_text
-from speculative_llm.backends.sglang import SGLangBackend
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMBackend
 
 pytestmark = pytest.mark.timeout(300)
 

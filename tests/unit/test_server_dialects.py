@@ -14,10 +14,10 @@ from typing import ClassVar
 import pytest
 
 from speculative_llm import ConfigError, build_backend, create_backend
+from speculative_llm.backends.engines.tgi import TGIBackend
+from speculative_llm.backends.engines.vllm import VLLMDialect
 from speculative_llm.backends.openai_compat import Dialect, OpenAICompatibleBackend, Route
 from speculative_llm.backends.registry import SERVER_BACKENDS, backend_factory
-from speculative_llm.backends.tgi import TGIBackend
-from speculative_llm.backends.vllm import VLLMDialect
 from speculative_llm.types import GenerationRequest
 
 URL = "http://127.0.0.1:9"

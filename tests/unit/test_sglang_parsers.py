@@ -12,7 +12,7 @@ from fakeserver import fixture_bytes, fixture_json, sse_body
 from speculative_llm import (
     MalformedResponseError,
 )
-from speculative_llm.backends.sglang import SGLangBackend, parse_server_info, sglang_stats
+from speculative_llm.backends.engines.sglang import SGLangBackend, parse_server_info, sglang_stats
 
 # ---- SGLang ----
 

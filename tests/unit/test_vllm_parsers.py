@@ -12,13 +12,13 @@ from fakeserver import fixture_bytes, fixture_json
 from speculative_llm import (
     ConfigError,
 )
-from speculative_llm.backends.prometheus import parse_prometheus_text
-from speculative_llm.backends.vllm import (
+from speculative_llm.backends.engines.vllm import (
     VLLMBackend,
     read_spec_counters,
     vllm_counter_stats,
     vllm_per_request_stats,
 )
+from speculative_llm.backends.prometheus import parse_prometheus_text
 
 # ---- vLLM ----
 

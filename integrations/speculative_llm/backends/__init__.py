@@ -1,4 +1,12 @@
-"""Backends: one module per serving engine, plus the protocol and a registry."""
+"""Backends: the ``Backend`` protocol, the registry, and every built-in backend.
+
+``base`` is the protocol, ``catalog`` the table of built-in backends and ``registry``
+creates them by name. ``local/`` is the in-process engine; ``engines/`` holds the
+server engines' clients (one module per engine), built on ``openai_compat/`` (the
+OpenAI-compatible client every engine shares, also the ``openai`` backend) and
+``http/`` (transport, retries, deadlines, streams). ``worker/`` runs a backend in a
+child process.
+"""
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.builder import BackendSetup, build_backend

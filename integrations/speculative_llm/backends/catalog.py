@@ -66,7 +66,7 @@ BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
     ),
     BackendEntry(
         "llamacpp",
-        "speculative_llm.backends.llamacpp:LlamaCppBackend",
+        "speculative_llm.backends.engines.llamacpp:LlamaCppBackend",
         label="llama.cpp llama-server",
         server=True,
         tool_calling=True,
@@ -74,21 +74,21 @@ BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
     ),
     BackendEntry(
         "vllm",
-        "speculative_llm.backends.vllm:VLLMBackend",
+        "speculative_llm.backends.engines.vllm:VLLMBackend",
         label="vLLM",
         server=True,
         tool_calling=True,
     ),
     BackendEntry(
         "sglang",
-        "speculative_llm.backends.sglang:SGLangBackend",
+        "speculative_llm.backends.engines.sglang:SGLangBackend",
         label="SGLang",
         server=True,
         tool_calling=True,
     ),
     BackendEntry(
         "lmstudio",
-        "speculative_llm.backends.lmstudio:LMStudioBackend",
+        "speculative_llm.backends.engines.lmstudio:LMStudioBackend",
         label="LM Studio",
         server=True,
         tool_calling=True,
@@ -96,7 +96,7 @@ BUILTIN_BACKENDS: tuple[BackendEntry, ...] = (
     ),
     BackendEntry(
         "tgi",
-        "speculative_llm.backends.tgi:TGIBackend",
+        "speculative_llm.backends.engines.tgi:TGIBackend",
         label="Text Generation Inference",
         server=True,
         tool_calling=True,

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 from speculative_llm.bench.prompts import BenchPrompt, builtin_prompts
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError

@@ -29,7 +29,7 @@ from speculative_llm.servers.process import ManagedServer, _ManagedProcess, form
 from speculative_llm.servers.repack import RepackChoice, choose_repack
 
 if TYPE_CHECKING:
-    from speculative_llm.backends.llamacpp import LlamaCppBackend
+    from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 
 __all__ = ["LlamaServer", "LlamaServerOptions"]
 

@@ -24,7 +24,7 @@ from speculative_llm.servers.command_lines import compact_json, vllm_speculative
 from speculative_llm.servers.process import ManagedServer, run_for_output
 
 if TYPE_CHECKING:
-    from speculative_llm.backends.vllm import VLLMBackend
+    from speculative_llm.backends.engines.vllm import VLLMBackend
 
 __all__ = ["VLLM_VENV_ENV", "VLLMServer", "default_vllm_python", "vllm_supports_option"]
 
@@ -212,7 +212,7 @@ class VLLMServer(ManagedServer):
 
     def backend(self, **options: Any) -> VLLMBackend:
         """A ``VLLMBackend`` talking to this server (options go to its constructor)."""
-        from speculative_llm.backends.vllm import VLLMBackend
+        from speculative_llm.backends.engines.vllm import VLLMBackend
 
         options.setdefault("model", self.served_model_name)
         return VLLMBackend(self.base_url, **options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from speculative_llm.backends.llamacpp import LlamaCppBackend
+from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
 from speculative_llm.errors import BackendError
 from speculative_llm.servers.process import ManagedServer
 from speculative_llm.types import Chunk, Completion, GenerationRequest

@@ -51,8 +51,8 @@ Field names and behaviour were read in the llama.cpp server source shipped by Py
   ``response_format``'s grammar makes the answer a call of the chosen tool(s).
 """
 
-from speculative_llm.backends.llamacpp.backend import LlamaCppBackend, LlamaCppDialect
-from speculative_llm.backends.llamacpp.facts import (
+from speculative_llm.backends.engines.llamacpp.backend import LlamaCppBackend, LlamaCppDialect
+from speculative_llm.backends.engines.llamacpp.facts import (
     HINTS,
     NO_SPECULATION_MIN_TOKENS,
     LlamaServerInfo,
@@ -61,7 +61,7 @@ from speculative_llm.backends.llamacpp.facts import (
     parse_slots,
     parse_spec_types,
 )
-from speculative_llm.backends.llamacpp.stream import DraftProvenanceTracker
+from speculative_llm.backends.engines.llamacpp.stream import DraftProvenanceTracker
 
 __all__ = [
     "HINTS",

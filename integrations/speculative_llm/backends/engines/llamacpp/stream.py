@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from speculative_llm.backends.engines.llamacpp.facts import LlamaServerInfo, llamacpp_stats
 from speculative_llm.backends.fields import count, usage_of
-from speculative_llm.backends.llamacpp.facts import LlamaServerInfo, llamacpp_stats
 from speculative_llm.backends.openai_compat.responses import map_finish_reason
 from speculative_llm.backends.openai_compat.stream import OpenAIStreamDecoder, StreamDecoderBase
 from speculative_llm.errors import (

@@ -1,7 +1,7 @@
 """What llama-server says: its speculation facts (``/slots``) and its ``timings`` (pure).
 
 Field names and their meaning are those of the server source cited in the package's
-docstring (``speculative_llm.backends.llamacpp``).
+docstring (``speculative_llm.backends.engines.llamacpp``).
 """
 
 from __future__ import annotations

@@ -7,15 +7,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Unpack
 
 from speculative_llm.backends.base import Capabilities
-from speculative_llm.backends.fields import usage_of
-from speculative_llm.backends.http import EngineHints, FetchResult, JSONResponse, StreamDecoder
-from speculative_llm.backends.llamacpp import facts
-from speculative_llm.backends.llamacpp.facts import HINTS, LlamaServerInfo
-from speculative_llm.backends.llamacpp.stream import (
+from speculative_llm.backends.engines.llamacpp import facts
+from speculative_llm.backends.engines.llamacpp.facts import HINTS, LlamaServerInfo
+from speculative_llm.backends.engines.llamacpp.stream import (
     LiveStats,
     LlamaChatDecoder,
     LlamaCompletionDecoder,
 )
+from speculative_llm.backends.fields import usage_of
+from speculative_llm.backends.http import EngineHints, FetchResult, JSONResponse, StreamDecoder
 from speculative_llm.backends.openai_compat import responses
 from speculative_llm.backends.openai_compat.backend import HTTPOptions, OpenAICompatibleBackend
 from speculative_llm.backends.openai_compat.dialect import Dialect, Phase
