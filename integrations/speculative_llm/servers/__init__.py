@@ -7,6 +7,14 @@ the installed build, read from ``llama-server --help``. ``VLLMServer`` does the 
 for vLLM's OpenAI server in its own virtual environment. ``vllm_command`` and
 ``sglang_command`` return the command lines users run themselves.
 
+Modules: ``launch_llama_server`` (``LlamaServer``) and ``launch_vllm_server``
+(``VLLMServer``) start a server and wait until it serves; ``process`` is the lifecycle
+they share (child process, health polling, orderly stop); ``llama_flags`` builds
+llama-server's command line from the installed build's flags; ``command_lines`` prints
+vLLM's and SGLang's; before a llama-server loads its models, ``gguf_vocab`` checks that
+a draft's vocabulary fits its target's and ``repack`` whether this CPU may repack weights;
+``watched`` names a managed server that died mid-request.
+
 Example:
     >>> from speculative_llm.servers import LlamaServer
     >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
@@ -18,7 +26,13 @@ from speculative_llm.servers.command_lines import (
     vllm_command,
     vllm_speculative_config,
 )
-from speculative_llm.servers.llama import LlamaServer, LlamaServerOptions
+from speculative_llm.servers.launch_llama_server import LlamaServer, LlamaServerOptions
+from speculative_llm.servers.launch_vllm_server import (
+    VLLM_VENV_ENV,
+    VLLMServer,
+    default_vllm_python,
+    vllm_supports_option,
+)
 from speculative_llm.servers.llama_flags import (
     LLAMA_SERVER_ENV,
     LLAMA_SPEC_TYPE_ALIASES,
@@ -31,12 +45,6 @@ from speculative_llm.servers.llama_flags import (
     resolve_gguf,
 )
 from speculative_llm.servers.process import ManagedServer, format_command, free_port
-from speculative_llm.servers.vllm import (
-    VLLM_VENV_ENV,
-    VLLMServer,
-    default_vllm_python,
-    vllm_supports_option,
-)
 
 __all__ = [
     "LLAMA_SERVER_ENV",
