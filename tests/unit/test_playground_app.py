@@ -152,11 +152,11 @@ def test_the_target_is_never_offered_as_its_own_draft() -> None:
 
 
 def test_the_target_picker_says_what_an_f16_variant_stands_for() -> None:
-    from speculative_playground.app import _target_info
     from speculative_playground.pairings import model_note
     from speculative_playground.security import SecurityPolicy
+    from speculative_playground.settings_panel import target_info
 
     policy = SecurityPolicy()
-    info = _target_info("smollm2-135m-f16", policy)
+    info = target_info("smollm2-135m-f16", policy)
     assert info.endswith(model_note("smollm2-135m-f16"))
-    assert _target_info("smollm2-135m", policy) in info  # the plain hint, then the note
+    assert target_info("smollm2-135m", policy) in info  # the plain hint, then the note

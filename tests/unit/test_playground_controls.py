@@ -266,7 +266,7 @@ def test_a_run_that_fails_clears_the_previous_results(tmp_path: Path) -> None:
 def test_run_is_disabled_from_the_click_until_the_comparison_ends() -> None:
     app = build_app(pool=BackendPool(warm_up=False))
     run = next(b for b in app.blocks.values() if getattr(b, "elem_id", None) == "run-button")
-    started, ended = _event(app, "_run_started"), _event(app, "_run_ended")
+    started, ended = _event(app, "run_button_busy"), _event(app, "run_button_ready")
     (compare,) = [fn for fn in app.fns.values() if fn.api_name == "compare"]
     # The click disables Run at once (no queue); the comparison follows; Run comes back
     # after it, however it ended (``then``, not ``success``).
