@@ -24,7 +24,7 @@ pytest.importorskip("torch", reason="the local engine needs torch (extra 'local'
 from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.llama_cpp_runner import (
+from speculative_llm.backends.local.runners.llama_cpp.runner import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
     ThreadPlan,

@@ -32,7 +32,7 @@ import torch
 from local_runners import require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.engine import prompt_passes
+from speculative_llm.backends.local.loop.engine import prompt_passes
 from speculative_llm.backends.worker import WorkerBackend
 from speculative_playground.runner import run_comparison
 from speculative_playground.sides import Comparison

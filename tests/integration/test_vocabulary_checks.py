@@ -24,7 +24,8 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
 ) -> None:
     pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
     from local_runners import require_llama_cpp
-    from speculative_llm.backends.local import LocalBackend, backend, draft_vocabulary
+    from speculative_llm.backends.local import LocalBackend, backend
+    from speculative_llm.backends.local.drafters import vocabulary as draft_vocabulary
 
     require_llama_cpp()
     monkeypatch.setattr(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from speculative_llm.backends.local.layout_probe import LayoutProbe
+from speculative_llm.backends.local.runners.llama_cpp.layout_probe import LayoutProbe
 from speculative_llm.cpu_features import cpu_flags, has_amx, system_info_features
 from speculative_llm.servers import repack
 

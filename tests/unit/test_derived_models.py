@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
-from speculative_llm.backends.local import quantize
-from speculative_llm.backends.local.derived_files import record_path
-from speculative_llm.backends.local.model_sources import (
+from speculative_llm.backends.local.models import quantize
+from speculative_llm.backends.local.models.derived_files import record_path
+from speculative_llm.backends.local.models.sources import (
     DERIVED_MODELS,
     PACKAGED_MODELS,
     DerivedModel,
@@ -207,7 +207,7 @@ print(module.make_once(target, make, recipe={"tool": "test"}))
 
 def test_concurrent_maker_processes_make_it_once(tmp_path: Path) -> None:
     """Processes that ask at once: one makes the file, the others wait and reuse it."""
-    from speculative_llm.backends.local import derived_files
+    from speculative_llm.backends.local.models import derived_files
 
     script = tmp_path / "maker.py"
     script.write_text(_MAKER)

@@ -10,13 +10,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.drafters import (  # noqa: E402
-    Drafter,
-    DraftModelDrafter,
-    PromptLookupDrafter,
-)
-from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.transformers_runner import TransformersRunner  # noqa: E402
+from speculative_llm.backends.local.drafters.base import Drafter  # noqa: E402
+from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter  # noqa: E402
+from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
 
 GREEDY = SamplingParams()
 

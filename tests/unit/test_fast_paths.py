@@ -13,7 +13,7 @@ pytest.importorskip("transformers", reason="the local engine needs transformers"
 
 from speculative_llm import ConfigError, GenerationRequest  # noqa: E402
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
-from speculative_llm.backends.local.fast_paths import FastPaths  # noqa: E402
+from speculative_llm.backends.local.runners.transformers.fast_paths import FastPaths  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 NAMES = ("linears", "head", "attention", "cache")

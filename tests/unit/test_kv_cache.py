@@ -18,8 +18,11 @@ if not hasattr(cache_utils, "DynamicLayer"):
         allow_module_level=True,
     )
 
-from speculative_llm.backends.local.fast_paths import cache as fast_cache  # noqa: E402
-from speculative_llm.backends.local.fast_paths import growing_layer_class, new_cache  # noqa: E402
+from speculative_llm.backends.local.runners.transformers.fast_paths import cache as fast_cache  # noqa: E402
+from speculative_llm.backends.local.runners.transformers.fast_paths import (  # noqa: E402
+    growing_layer_class,
+    new_cache,
+)
 from tiny_models import (  # noqa: E402
     load_float32,
     logits_along_a_decode,

@@ -19,20 +19,18 @@ from speculative_llm import (  # noqa: E402
     ModelNotFoundError,
     SpecConfig,
 )
-from speculative_llm.backends.local import (  # noqa: E402
-    LocalBackend,
-    layout_probe,
-    llama_cpp_lib,
-    llama_cpp_model,
-)
-from speculative_llm.backends.local.layout_probe import LayoutProbe  # noqa: E402
-from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel  # noqa: E402
-from speculative_llm.backends.local.llama_cpp_runner import (  # noqa: E402
+from speculative_llm.backends.local import LocalBackend  # noqa: E402
+from speculative_llm.backends.local.models.loading import choose_runner  # noqa: E402
+from speculative_llm.backends.local.models.sources import resolve_model  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp import layout_probe  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp import model as llama_cpp_model  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp.layout_probe import LayoutProbe  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel  # noqa: E402
+from speculative_llm.backends.local.runners.llama_cpp.runner import (  # noqa: E402
     ThreadPlan,
     exact_verify_rows,
 )
-from speculative_llm.backends.local.model_sources import resolve_model  # noqa: E402
-from speculative_llm.backends.local.models import choose_runner  # noqa: E402
 from speculative_llm.cpu_features import has_amx  # noqa: E402
 from speculative_llm.faults import CRASH_ENV  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
@@ -80,7 +78,7 @@ def skip_repacked_on_amx(layout: str) -> None:
     kernels, which crash (llama.cpp issue 20824): the real probe, in a child, is tested
     by ``test_a_layout_that_kills_its_probe_is_never_loaded`` instead.
     """
-    from speculative_llm.backends.local import llama_cpp_lib
+    from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib
     from speculative_llm.cpu_features import has_amx
 
     if layout == "repacked" and has_amx(llama_cpp_lib.load().system_info):

@@ -14,8 +14,9 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 
 from local_runners import ADD_TOOL, RUNNERS, require_llama_cpp  # noqa: E402
 from speculative_llm import GenerationRequest, Message, SpecConfig, SpecStats  # noqa: E402
-from speculative_llm.backends.local import LocalBackend, tools  # noqa: E402
-from speculative_llm.backends.local.request_stats import RequestStats  # noqa: E402
+from speculative_llm.backends.local import LocalBackend  # noqa: E402
+from speculative_llm.backends.local.loop.request_stats import RequestStats  # noqa: E402
+from speculative_llm.backends.local.request import tools  # noqa: E402
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from speculative_llm.backends.local import pass_costs
-from speculative_llm.backends.local.draft_cost import VerifyCost
-from speculative_llm.backends.local.model_sources import ModelSource
-from speculative_llm.backends.local.pass_costs import PassCosts, calibrate, measure_pass_costs
-from speculative_llm.backends.local.runner import LoadedModel
+from speculative_llm.backends.local.loop import pass_costs
+from speculative_llm.backends.local.loop.draft_cost import VerifyCost
+from speculative_llm.backends.local.loop.pass_costs import PassCosts, calibrate, measure_pass_costs
+from speculative_llm.backends.local.models.sources import ModelSource
+from speculative_llm.backends.local.runners.base import LoadedModel
 
 
 class FakeClock:

@@ -24,8 +24,8 @@ from speculative_llm import (  # noqa: E402
     GenerationRequest,
     cancellable,
 )
-from speculative_llm.backends.local.draft_length import DraftLengthPolicy  # noqa: E402
-from speculative_llm.backends.local.engine import (  # noqa: E402
+from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy  # noqa: E402
+from speculative_llm.backends.local.loop.engine import (  # noqa: E402
     StepResult,
     check_prompt_fits,
     generate_steps,
@@ -33,8 +33,8 @@ from speculative_llm.backends.local.engine import (  # noqa: E402
     prefill_in_chunks,
     prompt_passes,
 )
-from speculative_llm.backends.local.runner import PromptChunks, Runner  # noqa: E402
-from speculative_llm.backends.local.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.backends.local.runners.base import PromptChunks, Runner  # noqa: E402
 from speculative_llm.types import PromptProgress  # noqa: E402
 
 VOCAB = 50

@@ -1,11 +1,17 @@
 """The in-process speculative decoding engine (the embedded default backend).
 
 ``LocalBackend`` runs exact speculative decoding in this process: prompt lookup
-(``ngram``), a draft model (``draft_model``) or none (the baseline), with exact
-per-request statistics and per-token provenance. One decoding loop (``engine``) drives
-either runner: llama.cpp's kernels for GGUF files and packaged aliases
-(``LlamaCppRunner``), or Hugging Face transformers (``TransformersRunner``). Needs the
-``local`` extra.
+(``ngram``), suffix decoding (``suffix``), a draft model (``draft_model``) or none (the
+baseline), with exact per-request statistics and per-token provenance. One decoding
+loop (``loop.engine``) drives either runner: llama.cpp's kernels for GGUF files and
+packaged aliases (``LlamaCppRunner``), or Hugging Face transformers
+(``TransformersRunner``). Needs the ``local`` extra.
+
+The package: ``backend`` (``LocalBackend``: loading, the engine thread, the public
+methods), ``loop`` (the decoding loop and what it consults), ``drafters``, ``runners``,
+``models`` (where models come from, how they load) and ``request`` (from a request to
+what the loop runs, and its output back to text); each package's docstring lists its
+modules. What users need is re-exported here.
 """
 
 from speculative_llm.errors import MissingDependencyError
@@ -18,23 +24,26 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
     ) from _error
 
 from speculative_llm.backends.local.backend import DEFAULT_MODEL, DEFAULT_SPEC, LocalBackend
-from speculative_llm.backends.local.draft_length import DraftLengthPolicy
-from speculative_llm.backends.local.draft_vocabulary import check_vocabulary
-from speculative_llm.backends.local.drafters import (
-    Draft,
-    Drafter,
-    DraftModelDrafter,
-    PromptLookupDrafter,
+from speculative_llm.backends.local.drafters.base import Draft, Drafter
+from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter
+from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter
+from speculative_llm.backends.local.drafters.suffix import (
+    GlobalSuffixCache,
+    SuffixDrafter,
+    SuffixTrie,
 )
-from speculative_llm.backends.local.engine import (
+from speculative_llm.backends.local.drafters.vocabulary import check_vocabulary
+from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy
+from speculative_llm.backends.local.loop.engine import (
     StepCounters,
     generate_steps,
     prefill,
     speculative_step,
 )
-from speculative_llm.backends.local.llama_cpp_model import LlamaCppModel, LlamaCppTokenizer
-from speculative_llm.backends.local.llama_cpp_runner import LlamaCppRunner
-from speculative_llm.backends.local.model_sources import (
+from speculative_llm.backends.local.loop.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.loop.steps import StepResult
+from speculative_llm.backends.local.models.loading import RUNNER_CHOICES, load_model
+from speculative_llm.backends.local.models.sources import (
     DERIVED_MODELS,
     PACKAGED_MODELS,
     DerivedModel,
@@ -42,14 +51,15 @@ from speculative_llm.backends.local.model_sources import (
     derived_model_path,
     packaged_model_path,
 )
-from speculative_llm.backends.local.models import RUNNER_CHOICES, load_model
-from speculative_llm.backends.local.runner import LoadedModel, Runner
-from speculative_llm.backends.local.sampling import SamplingParams, verify_sampled
-from speculative_llm.backends.local.steps import StepResult
-from speculative_llm.backends.local.suffix import GlobalSuffixCache, SuffixDrafter, SuffixTrie
-from speculative_llm.backends.local.tokenizers import HfTokenizer, Tokenizer
-from speculative_llm.backends.local.transformers_model import export_hf_checkpoint, resolve_dtype
-from speculative_llm.backends.local.transformers_runner import TransformersRunner
+from speculative_llm.backends.local.models.tokenizers import HfTokenizer, Tokenizer
+from speculative_llm.backends.local.runners.base import LoadedModel, Runner
+from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel, LlamaCppTokenizer
+from speculative_llm.backends.local.runners.llama_cpp.runner import LlamaCppRunner
+from speculative_llm.backends.local.runners.transformers.model import (
+    export_hf_checkpoint,
+    resolve_dtype,
+)
+from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -15,30 +15,30 @@ import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
-from speculative_llm.backends.local.draft_cost import PositionAcceptance, VerifyCost
-from speculative_llm.backends.local.draft_length import DraftLengthPolicy
-from speculative_llm.backends.local.drafter_host import BackendDrafterHost
-from speculative_llm.backends.local.drafters import Drafter
-from speculative_llm.backends.local.engine import check_prompt_fits, decode
+from speculative_llm.backends.local.drafters.base import Drafter
+from speculative_llm.backends.local.drafters.host import BackendDrafterHost
 from speculative_llm.backends.local.engine_thread import (
     aiterate_on_engine_thread,
     call_on_engine_thread,
     iterate_on_engine_thread,
 )
-from speculative_llm.backends.local.grammar import (
+from speculative_llm.backends.local.loop.draft_cost import PositionAcceptance, VerifyCost
+from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy
+from speculative_llm.backends.local.loop.engine import check_prompt_fits, decode
+from speculative_llm.backends.local.loop.pass_costs import calibrate
+from speculative_llm.backends.local.loop.request_stats import RequestStats
+from speculative_llm.backends.local.loop.sampling import SamplingParams
+from speculative_llm.backends.local.loop.session import SpeculationSession
+from speculative_llm.backends.local.models.loading import load_model
+from speculative_llm.backends.local.request.grammar import (
     Constraint,
     GrammarVocabulary,
     response_format_grammar,
 )
-from speculative_llm.backends.local.models import load_model
-from speculative_llm.backends.local.pass_costs import calibrate
-from speculative_llm.backends.local.prompts import encode_request
-from speculative_llm.backends.local.request_stats import RequestStats
-from speculative_llm.backends.local.runner import LoadedModel, Runner
-from speculative_llm.backends.local.sampling import SamplingParams
-from speculative_llm.backends.local.session import SpeculationSession
-from speculative_llm.backends.local.text import OutputText
-from speculative_llm.backends.local.tools import ToolPlan
+from speculative_llm.backends.local.request.prompts import encode_request
+from speculative_llm.backends.local.request.text import OutputText
+from speculative_llm.backends.local.request.tools import ToolPlan
+from speculative_llm.backends.local.runners.base import LoadedModel, Runner
 from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.config import SpecConfig, local_methods
 from speculative_llm.drafter_registry import drafter_factory
@@ -54,7 +54,7 @@ from speculative_llm.types import (
 )
 
 if TYPE_CHECKING:
-    from speculative_llm.backends.local.tokenizers import Tokenizer
+    from speculative_llm.backends.local.models.tokenizers import Tokenizer
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
 
