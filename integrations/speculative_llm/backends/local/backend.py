@@ -4,54 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
-from speculative_llm.backends.local.drafters.base import Drafter
 from speculative_llm.backends.local.drafters.host import BackendDrafterHost
 from speculative_llm.backends.local.engine_thread import (
     aiterate_on_engine_thread,
     call_on_engine_thread,
     iterate_on_engine_thread,
 )
-from speculative_llm.backends.local.loop.draft_cost import PositionAcceptance, VerifyCost
-from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy
-from speculative_llm.backends.local.loop.engine import check_prompt_fits, decode
+from speculative_llm.backends.local.loop.chunks import TargetContext, request_chunks
+from speculative_llm.backends.local.loop.draft_cost import VerifyCost
+from speculative_llm.backends.local.loop.engine import logit_margin
 from speculative_llm.backends.local.loop.pass_costs import calibrate
-from speculative_llm.backends.local.loop.request_stats import RequestStats
-from speculative_llm.backends.local.loop.sampling import SamplingParams
-from speculative_llm.backends.local.loop.session import SpeculationSession
 from speculative_llm.backends.local.models.loading import load_model
-from speculative_llm.backends.local.request.grammar import (
-    Constraint,
-    GrammarVocabulary,
-    response_format_grammar,
-)
+from speculative_llm.backends.local.request.preparation import PreparedRequest, RequestPreparer
 from speculative_llm.backends.local.request.prompts import encode_request
-from speculative_llm.backends.local.request.text import OutputText
-from speculative_llm.backends.local.request.tools import ToolPlan
+from speculative_llm.backends.local.request.tools import tool_answer
 from speculative_llm.backends.local.runners.base import LoadedModel, Runner
-from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.config import SpecConfig, local_methods
-from speculative_llm.drafter_registry import drafter_factory
 from speculative_llm.errors import BackendError, ConfigError
-from speculative_llm.json_tools import final_chunk_of, json_tool_completion
-from speculative_llm.types import (
-    Chunk,
-    Completion,
-    FinishReason,
-    GenerationRequest,
-    PromptProgress,
-    Usage,
-)
+from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 if TYPE_CHECKING:
     from speculative_llm.backends.local.models.tokenizers import Tokenizer
@@ -62,25 +40,6 @@ logger = logging.getLogger(__name__)
 
 _LOCK_POLL_S = 0.005
 """How often an async request waiting for the engine lock looks again."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    """A validated request, ready to run under the engine lock."""
-
-    request: GenerationRequest
-    spec: SpecConfig
-    prompt_tokens: list[int]
-    drafter: Drafter | None
-    params: SamplingParams
-    grammar: Any = None
-    """The compiled grammar the output must follow, or None."""
-    tools: ToolPlan | None = None
-    """How the request's tools were offered, when it has any."""
-    reuse_prefix: bool = False
-    """Whether the prompt starts from the prefix it shares with the KV cache."""
-    cancellation: Cancellation | None = None
-    """The caller's cancellation scope where the request was made (``cancellable``)."""
 
 
 class LocalBackend(Backend):
@@ -208,16 +167,25 @@ class LocalBackend(Backend):
         # per method, shared by every request: cost-aware requests choose their draft
         # lengths from them. The timings start from a calibration (cached on disk per
         # model and machine), so the first request already knows what a row costs.
-        self._verify_cost = self._calibrated_cost(calibrate_costs)
-        self._acceptance: dict[tuple[str, str | None, bool], PositionAcceptance] = {}
+        self._context = TargetContext(
+            self.name, self._target, self._runner, self._calibrated_cost(calibrate_costs)
+        )
         self._eos_token_ids = self._target.tokenizer.eos_token_ids
         self._drafter_host = BackendDrafterHost(
             self._target, self._runner.vocab_size, self._options, self._load_lock
         )
-        self._grammar: GrammarVocabulary | None = None
+        self._preparer = RequestPreparer(
+            self._target,
+            self._runner.vocab_size,
+            self._drafter_host,
+            default_spec=self._default_spec,
+            prompt_cache=self._prompt_cache,
+            exact=exact,
+            lock=self._load_lock,
+        )
         if self._default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
-            self._make_drafter(self._default_spec)
+            self._drafter_host.drafter_for(self._default_spec)
 
     def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
         """The cost model, started from the model's measured pass costs when asked."""
@@ -295,13 +263,6 @@ class LocalBackend(Backend):
 
     # ---- drafters --------------------------------------------------------------------------
 
-    def _make_drafter(self, spec: SpecConfig) -> Drafter | None:
-        """The request's drafter, built by its registry entry's factory (None: baseline)."""
-        if not spec.speculative:
-            return None
-        drafter: Drafter = drafter_factory(spec.method)(spec, self._drafter_host)
-        return drafter
-
     def forget_outputs(self) -> None:
         """Drop what drafters learned from earlier requests (suffix decoding's global tries)."""
         self._drafter_host.forget()
@@ -313,7 +274,8 @@ class LocalBackend(Backend):
 
         Models without a chat template (base models such as gemma3-270m) get a plain
         transcript: ``User: ...`` lines followed by ``Assistant:``. A request with tools
-        is encoded as ``tools.plan_tools`` plans it (see ``prompts.encode_request``).
+        is encoded as ``request.tools.plan_tools`` plans it (see
+        ``request.prompts.encode_request``).
 
         Raises:
             ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
@@ -332,87 +294,16 @@ class LocalBackend(Backend):
             ConfigError: The prompt and ``generated`` do not fit the context window.
         """
         tokens = [*self.encode_prompt(request), *generated]
-
-        def score() -> float:
-            self._runner.reset()
-            try:
-                logits = self._runner.forward(tokens, 1)[0].float()
-                top = torch.topk(logits, 2).values
-                return float(top[0] - top[1])
-            finally:
-                self._runner.reset()
-
+        runner = self._runner
         # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
         with self._lock:
-            return call_on_engine_thread(score)
+            return call_on_engine_thread(lambda: logit_margin(runner, tokens))
 
-    def _prepare(self, request: GenerationRequest) -> _Job:
+    def _prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Check and encode ``request`` once: what every later stage of it reads."""
-        target = self._loaded()
+        self._loaded()
         self.check_request(request)
-        spec = request.spec if request.spec is not None else self._default_spec
-        params = SamplingParams(request.temperature, request.top_p, request.top_k)
-        # One tool plan per request: the prompt shows it and the grammar enforces it.
-        prompt = encode_request(request, target.tokenizer)
-        prompt_tokens, tools = prompt.tokens, prompt.tools
-        if not prompt_tokens:
-            raise ConfigError(
-                "The prompt encodes to no tokens: give the model some text.", field="prompt"
-            )
-        # Refused when it arrives, before a long prefill could start.
-        check_prompt_fits(len(prompt_tokens), target.context_window)
-        response_format = tools.response_format if tools else request.response_format
-        grammar = (
-            response_format_grammar(response_format, self._grammar_vocabulary())
-            if response_format
-            else None
-        )
-        drafter = self._make_drafter(spec)
-        reuse = self._reuses_prefix(request)
-        return _Job(
-            request,
-            spec,
-            prompt_tokens,
-            drafter,
-            params,
-            grammar,
-            tools,
-            reuse,
-            # Read in the caller's thread: its passes stop when the caller cancels.
-            current_cancellation(),
-        )
-
-    def _reuses_prefix(self, request: GenerationRequest) -> bool:
-        """The backend's ``prompt_cache``, unless the request's ``cache_prompt`` says otherwise.
-
-        Raises:
-            ConfigError: ``cache_prompt`` is not a bool, or asks for the cache under
-                ``exact="bitwise"``.
-        """
-        asked = request.extra.get("cache_prompt")
-        if asked is None:
-            return self._prompt_cache
-        if not isinstance(asked, bool):
-            raise ConfigError(
-                f"cache_prompt must be true or false, got {asked!r}.", field="cache_prompt"
-            )
-        if asked and self._exact == "bitwise":
-            raise ConfigError(
-                'cache_prompt cannot be on under exact="bitwise": a cached prefix\'s keys '
-                "and values are not bitwise those the baseline computes. Leave it out, or "
-                'load the backend with exact="distribution".',
-                field="cache_prompt",
-            )
-        return asked
-
-    def _grammar_vocabulary(self) -> GrammarVocabulary:
-        """The target's vocabulary for grammars, built on the first constrained request."""
-        with self._load_lock:
-            if self._grammar is None:
-                self._grammar = GrammarVocabulary.for_tokenizer(
-                    self._loaded().tokenizer, self._runner.vocab_size
-                )
-            return self._grammar
+        return self._preparer.prepare(request)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Generate, yielding one chunk per target forward pass; the last is final.
@@ -489,29 +380,14 @@ class LocalBackend(Backend):
             finally:
                 self._lock.release()
 
-    def _answer(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
-        """The chunks of a checked request (a tool call parsed at the end)."""
-        chunks = self._run(job, live_stats=live_stats)
-        return chunks if job.tools is None else self._tool_answer(chunks)
+    def _answer(self, job: PreparedRequest, *, live_stats: bool) -> Iterator[Chunk]:
+        """The chunks of a checked request (a tool call parsed at the end).
 
-    @staticmethod
-    def _tool_answer(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        """The stream of a request with tools: live statistics, then the parsed answer."""
-        seen: list[Chunk] = []
-        try:
-            for chunk in chunks:
-                if chunk.is_progress:
-                    yield chunk  # the prompt's progress, as without tools
-                    continue
-                seen.append(chunk)
-                if not chunk.final and chunk.stats is not None:
-                    yield Chunk(stats=chunk.stats)
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        completion = Completion.from_chunks(seen, backend="local")
-        yield final_chunk_of(json_tool_completion(completion))
+        Run under the engine lock, which the reader holds (``_holding_lock``).
+        """
+        self._loaded()  # the backend may have been closed since the request was checked
+        chunks = request_chunks(self._context, job, live_stats=live_stats)
+        return chunks if job.tools is None else tool_answer(chunks)
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``: the engine's thread generates, the loop never blocks."""
@@ -522,105 +398,6 @@ class LocalBackend(Backend):
     def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of ``request``, checked first (an error reaches the reader)."""
         return self._answer(self._prepare(request), live_stats=live_stats)
-
-    def _run(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
-        # Under the engine lock, which the reader holds (``_holding_lock``).
-        yield from self._generate(job, live_stats=live_stats)
-
-    def _session(self, job: _Job, started: float) -> tuple[SpeculationSession, Constraint | None]:
-        """The request's speculation (drafter, draft-length policy, statistics) and grammar.
-
-        The policy weighs this backend's measured pass costs and the acceptance its
-        earlier requests learned for the same drafter and decoding mode.
-        """
-        spec, drafter = job.spec, job.drafter
-        k = spec.num_speculative_tokens if spec.speculative else 0
-        constraint = (
-            None
-            if job.grammar is None
-            else Constraint(job.grammar, self._grammar_vocabulary(), k + 1)
-        )
-        acceptance = self._acceptance.setdefault(
-            (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
-        )
-        draft_length = DraftLengthPolicy(
-            k,
-            adaptive=spec.adaptive and spec.speculative,
-            min_k=spec.min_speculative_tokens,
-            max_k=spec.max_speculative_tokens,
-            cost=self._verify_cost,
-            cost_aware=spec.cost_aware and spec.speculative,
-            acceptance=acceptance,
-            drafter=spec.method if drafter is None else drafter.cost_key,
-        )
-        stats = RequestStats(
-            backend=self.name,
-            method=spec.method,
-            num_speculative_tokens=k,
-            prompt_tokens=len(job.prompt_tokens),
-            draft_length=draft_length,
-            constraint=constraint,
-            runners=(self._runner, *(() if drafter is None else drafter.runners)),
-            started=started,
-            cpu_threads=self._loaded().cpu_threads,
-            draft_sources=() if drafter is None else drafter.draft_sources,
-        )
-        session = SpeculationSession(
-            drafter, draft_length, eos_token_ids=self._eos_token_ids, stats=stats
-        )
-        return session, constraint
-
-    def _generate(self, job: _Job, *, live_stats: bool) -> Iterator[Chunk]:
-        request = job.request
-        target = self._loaded()
-        started = time.perf_counter()
-        seed = request.seed if request.seed is not None else secrets.randbits(62)
-        generator = torch.Generator(device=self._runner.device).manual_seed(seed)
-        output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
-        session, constraint = self._session(job, started)
-        steps = decode(
-            self._runner,
-            session,
-            job.prompt_tokens,
-            max_new_tokens=request.max_tokens,
-            params=job.params,
-            generator=generator,
-            max_length=target.context_window,
-            constraint=constraint,
-            reuse_prefix=job.reuse_prefix,
-            cancellation=job.cancellation,
-        )
-        try:
-            for step in steps:
-                if isinstance(step, PromptProgress):
-                    # A chunk of a long prompt: the stream can stop here.
-                    yield Chunk(prompt_progress=step)
-                    continue
-                tokens, dropped = output_text.add(
-                    step.tokens, step.num_accepted, last=step.finish_reason is not None
-                )
-                finish: FinishReason | None = step.finish_reason
-                if output_text.stopped:
-                    session.keep_first(session.generated_tokens - dropped)
-                    finish = "stop"
-                text = "".join(token.text for token in tokens)
-                if finish is None:
-                    live = session.snapshot() if live_stats else None
-                    yield Chunk(text=text, tokens=tokens, stats=live)
-                    continue
-                yield Chunk(
-                    text=text,
-                    tokens=tokens,
-                    stats=session.finish(),
-                    finish_reason=finish,
-                    usage=Usage(len(job.prompt_tokens), session.generated_tokens),
-                    final=True,
-                )
-                return
-        finally:
-            steps.close()
-            # The drafter learns from what the caller got, however the stream ended.
-            session.finish()
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.

@@ -1,10 +1,10 @@
 """What a ``LocalBackend`` keeps for its drafters across requests (``DrafterHost``).
 
 Drafters are built for each request by their registry entry's factory
-(``drafter_registry``); what outlives a request lives here, keyed by what the drafter
-asks for: draft models, loaded once per name with a runner of their own, and the state a
-drafter keeps between requests (suffix decoding's global trie of earlier outputs). The
-backend knows none of it by kind.
+(``drafter_registry``), which ``drafter_for`` calls; what outlives a request lives here,
+keyed by what the drafter asks for: draft models, loaded once per name with a runner of
+their own, and the state a drafter keeps between requests (suffix decoding's global trie
+of earlier outputs). The backend knows none of it by kind.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+from speculative_llm.backends.local.drafters.base import Drafter
 from speculative_llm.backends.local.drafters.vocabulary import check_draft_vocabulary
 from speculative_llm.backends.local.models.loading import load_model
 from speculative_llm.backends.local.models.sources import resolve_model
 from speculative_llm.backends.local.runners.base import LoadedModel, Runner
+from speculative_llm.config import SpecConfig
+from speculative_llm.drafter_registry import drafter_factory
 from speculative_llm.errors import ConfigError
 
 __all__ = ["BackendDrafterHost"]
@@ -54,6 +57,19 @@ class BackendDrafterHost:
     def vocab_size(self) -> int:
         """Width of the target's logit rows."""
         return self._vocab_size
+
+    def drafter_for(self, spec: SpecConfig) -> Drafter | None:
+        """A request's drafter, built by its registry entry's factory (None: the baseline).
+
+        Raises:
+            ConfigError: An unknown method, or a drafter that cannot be built (a draft
+                model that cannot be loaded).
+            VocabularyMismatchError: The draft model's vocabulary differs from the target's.
+        """
+        if not spec.speculative:
+            return None
+        drafter: Drafter = drafter_factory(spec.method)(spec, self)
+        return drafter
 
     def draft_model(self, name: str) -> tuple[LoadedModel, Runner]:
         """Draft model ``name`` and its runner, loaded on first use.

@@ -8,6 +8,7 @@
 * ``draft_length``: how long a draft to ask for and how much of it to verify.
 * ``draft_cost``: what a verify row and a draft cost, and the acceptance learned per position.
 * ``pass_costs``: a model's pass costs, measured once per model and machine.
+* ``chunks``: a prepared request run as chunks (text cut at stop strings, statistics).
 """
 
 __all__: list[str] = []

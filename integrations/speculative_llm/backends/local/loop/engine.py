@@ -62,6 +62,7 @@ __all__ = [
     "check_prompt_fits",
     "decode",
     "generate_steps",
+    "logit_margin",
     "prefill",
     "prefill_in_chunks",
     "prompt_passes",
@@ -315,6 +316,22 @@ def speculative_step(
         caught_up=draft.caught_up,
         catch_up_s=draft.catch_up_s,
     )
+
+
+def logit_margin(target: Runner, tokens: Sequence[int]) -> float:
+    """The target's top-1 minus top-2 logit after ``tokens``, scored in one batched pass.
+
+    What explains two greedy outputs that part after ``tokens``: a margin within rounding
+    is a tie that other kernels broke the other way. The runner is reset before and after
+    (its cache holds nothing of a request afterwards).
+    """
+    target.reset()
+    try:
+        logits = target.forward(list(tokens), 1)[0].float()
+        top = torch.topk(logits, 2).values
+        return float(top[0] - top[1])
+    finally:
+        target.reset()
 
 
 def decode(

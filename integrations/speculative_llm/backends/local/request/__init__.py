@@ -4,6 +4,7 @@
 * ``tools``: how a request's tools are offered, and the answer parsed back as a call.
 * ``grammar``: the grammar a response format or tool call constrains the output with.
 * ``text``: the output's text, token by token, cut at stop strings.
+* ``preparation``: a request checked and encoded once (``PreparedRequest``).
 """
 
 __all__: list[str] = []

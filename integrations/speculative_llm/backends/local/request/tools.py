@@ -11,20 +11,27 @@ results in the conversation are written as text the template can show.
 
 ``tool_choice``: ``auto`` (or none) lets the model call a tool or answer; ``required``
 forces a call; ``{"type": "function", "function": {"name": ...}}`` (or the bare name)
-forces a call of that tool; ``none`` hides the tools and leaves the text free.
+forces a call of that tool; ``none`` hides the tools and leaves the text free. The
+object generated is parsed back into the call or the answer when the stream ends
+(``tool_answer``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from speculative_llm.errors import ConfigError
-from speculative_llm.json_tools import json_tool_format, json_tool_messages
-from speculative_llm.types import GenerationRequest, Message
+from speculative_llm.json_tools import (
+    final_chunk_of,
+    json_tool_completion,
+    json_tool_format,
+    json_tool_messages,
+)
+from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
-__all__ = ["ToolPlan", "plan_tools", "template_renders_tools"]
+__all__ = ["ToolPlan", "plan_tools", "template_renders_tools", "tool_answer"]
 
 _PROBE_TOOL = {
     "type": "function",
@@ -151,3 +158,27 @@ def plan_tools(request: GenerationRequest, tokenizer: Any) -> ToolPlan | None:
         return ToolPlan(messages, tuple(tools), response_format, allow_answer)
     messages = json_tool_messages(request.messages, tools, allow_answer=allow_answer)
     return ToolPlan(messages, None, response_format, allow_answer)
+
+
+def tool_answer(chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """The stream of a request with tools: live statistics, then the parsed answer.
+
+    The generated JSON object is held back and parsed once the stream ends: its last
+    chunk carries the call (``tool_calls``, finish reason ``tool_calls``) or the
+    answer's text; the chunks before it carry the prompt's progress and live statistics.
+    """
+    seen: list[Chunk] = []
+    try:
+        for chunk in chunks:
+            if chunk.is_progress:
+                yield chunk  # the prompt's progress, as without tools
+                continue
+            seen.append(chunk)
+            if not chunk.final and chunk.stats is not None:
+                yield Chunk(stats=chunk.stats)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    completion = Completion.from_chunks(seen, backend="local")
+    yield final_chunk_of(json_tool_completion(completion))
