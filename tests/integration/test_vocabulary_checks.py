@@ -24,7 +24,8 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
 ) -> None:
     pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
     from local_runners import require_llama_cpp
-    from speculative_llm.backends.local import LocalBackend, backend
+    from speculative_llm.backends.local import LocalBackend
+    from speculative_llm.backends.local.drafters import host
     from speculative_llm.backends.local.drafters import vocabulary as draft_vocabulary
 
     require_llama_cpp()
@@ -35,17 +36,17 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
     weight_loads: list[str] = []
     read_vocabulary = draft_vocabulary.load_vocabulary
 
-    def counting_vocabulary(name: str, **options: Any) -> Any:
-        vocabulary_reads.append(name)
-        return read_vocabulary(name, **options)
+    def counting_vocabulary(source: Any, **options: Any) -> Any:
+        vocabulary_reads.append(source.name)  # the draft's name, resolved once
+        return read_vocabulary(source, **options)
 
-    def no_weights(name: str, **options: Any) -> Any:
-        weight_loads.append(name)
-        raise AssertionError(f"the draft's weights were loaded: {name}")
+    def no_weights(source: Any, **options: Any) -> Any:
+        weight_loads.append(str(source))
+        raise AssertionError(f"the draft's weights were loaded: {source}")
 
     with LocalBackend(str(smollm2_gguf), threads=1) as local:
         monkeypatch.setattr(draft_vocabulary, "load_vocabulary", counting_vocabulary)
-        monkeypatch.setattr(backend, "load_model", no_weights)
+        monkeypatch.setattr(host, "load_model", no_weights)  # where drafts load
         spec = SpecConfig(method="draft_model", draft_model=str(gemma_gguf))
         for _ in range(2):  # the retry is answered from the cache
             with pytest.raises(VocabularyMismatchError, match="method='ngram'"):

@@ -1,8 +1,10 @@
-"""LocalBackend does each piece of a request's work once: the tool plan, the statistics."""
+"""LocalBackend does each piece of a request's work once: the tool plan, the statistics,
+the resolution of each model name."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,9 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 from local_runners import ADD_TOOL, RUNNERS, require_llama_cpp  # noqa: E402
 from speculative_llm import GenerationRequest, Message, SpecConfig, SpecStats  # noqa: E402
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
+from speculative_llm.backends.local.drafters import vocabulary  # noqa: E402
 from speculative_llm.backends.local.loop.request_stats import RequestStats  # noqa: E402
+from speculative_llm.backends.local.models import sources  # noqa: E402
 from speculative_llm.backends.local.request import tools  # noqa: E402
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
@@ -115,3 +119,51 @@ def test_generate_gives_what_the_stream_gives(backend: LocalBackend) -> None:
     assert final is not None
     assert completion.stats.generated_tokens == final.generated_tokens
     assert completion.stats.verify_steps == final.verify_steps
+
+
+def _count_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every model name ``resolve_model`` resolves from now on, wherever it was imported."""
+    names: list[str] = []
+    real = sources.resolve_model
+
+    def counting(name: str, **options: Any) -> Any:
+        names.append(name)
+        return real(name, **options)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("speculative_llm") and getattr(module, "resolve_model", None) is real:
+            monkeypatch.setattr(module, "resolve_model", counting)
+    return names
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_each_model_name_is_resolved_once_per_request(
+    runner: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft model's vocabulary check and its load read one resolution of its name."""
+    if runner == "llamacpp":
+        require_llama_cpp()
+        target, draft = (
+            request.getfixturevalue("tiny_gguf"),
+            request.getfixturevalue("tiny_draft_gguf"),
+        )
+        options: dict[str, Any] = {"threads": 1}
+    else:
+        target, draft = (
+            request.getfixturevalue("tiny_model_dir"),
+            request.getfixturevalue("tiny_draft_dir"),
+        )
+        options = {"dtype": "float32"}
+    # No verdict remembered from earlier tests: this request reads the draft's vocabulary.
+    monkeypatch.setattr(vocabulary, "_vocabulary_verdicts", {})
+    resolved = _count_resolutions(monkeypatch)
+    with LocalBackend(str(target), runner=runner, calibrate_costs=False, **options) as local:
+        assert resolved == [str(target)]
+        resolved.clear()
+        spec = SpecConfig(method="draft_model", draft_model=str(draft), num_speculative_tokens=3)
+        drafted = GenerationRequest(prompt=PROMPT, max_tokens=4, spec=spec)
+        assert local.generate(drafted).stats.method == "draft_model"
+        assert resolved == [str(draft)]
+        resolved.clear()
+        local.generate(drafted)  # the draft model is loaded: nothing to resolve
+        assert resolved == []

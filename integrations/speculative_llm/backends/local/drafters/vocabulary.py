@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from speculative_llm.backends.local.models.loading import load_vocabulary
-from speculative_llm.backends.local.models.sources import ModelSource, resolve_model
+from speculative_llm.backends.local.models.sources import ModelSource
 from speculative_llm.backends.local.models.tokenizers import Tokenizer
 from speculative_llm.backends.local.runners.base import LoadedModel
 from speculative_llm.errors import VocabularyMismatchError
@@ -62,25 +62,28 @@ _vocabulary_verdicts: dict[tuple[Any, ...], str] = {}
 _verdicts_lock = threading.Lock()
 
 
-def check_draft_vocabulary(target: LoadedModel, draft_name: str, *, progress: bool = True) -> None:
+def check_draft_vocabulary(target: LoadedModel, draft: ModelSource) -> None:
     """Refuse a draft model whose vocabulary differs from the target's, before its weights load.
 
     The draft's vocabulary is read from its files alone (a GGUF's header, or the
     tokenizer files), and the verdict is remembered per pair of files, so a retry with
     the same mismatched pair fails at once.
 
+    Args:
+        target: The loaded target model.
+        draft: Where the draft model loads from (its name resolved once by the caller).
+
     Raises:
         VocabularyMismatchError: The vocabularies differ.
     """
-    draft_source = resolve_model(draft_name, progress=progress)
-    key = (target.runner_name, _identity(target.source), _identity(draft_source))
+    key = (target.runner_name, _identity(target.source), _identity(draft))
     with _verdicts_lock:
         verdict = _vocabulary_verdicts.get(key)
     if verdict is None:
-        draft_tokenizer = load_vocabulary(draft_name, runner=target.runner_name, progress=progress)
+        draft_tokenizer = load_vocabulary(draft, runner=target.runner_name)
         try:
             check_vocabulary(
-                target.tokenizer, draft_tokenizer, target_name=target.name, draft_name=draft_name
+                target.tokenizer, draft_tokenizer, target_name=target.name, draft_name=draft.name
             )
             verdict = ""
         except VocabularyMismatchError as error:

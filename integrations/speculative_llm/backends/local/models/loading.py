@@ -104,7 +104,7 @@ def _own_options(loader: RunnerLoader, name: str, options: dict[str, Any]) -> di
 
 
 def load_model(
-    name: str,
+    name: str | ModelSource,
     *,
     runner: str = "auto",
     device: str = "cpu",
@@ -117,7 +117,9 @@ def load_model(
     """Load a model and its tokenizer by name (see ``sources`` for names).
 
     Args:
-        name: Packaged alias, ``.gguf`` file, local directory or Hugging Face id.
+        name: Packaged alias, ``.gguf`` file, local directory or Hugging Face id, or
+            where one of them resolved to (a ``ModelSource``: resolved once per
+            request, the name is not resolved again).
         runner: ``auto``, ``llamacpp``, ``transformers`` or a registered runner.
         device: Torch device of the transformers runner (``cpu``, ``cuda``...).
         dtype: Transformers runner: ``auto`` (float32 on a CPU), ``float32``,
@@ -127,7 +129,7 @@ def load_model(
             for the runners that take it (``"exact"`` in their loader's options); the
             transformers runner is bitwise-exact under either (its fast paths are probed
             to leave the logits unchanged).
-        progress: Show download progress for packaged models.
+        progress: Show download progress for packaged models (when ``name`` is resolved).
         **runner_options: Options of the chosen runner, each checked by its loader:
             llama.cpp's ``context_window`` (tokens its cache holds; default the
             model's, at most 8192) and ``weight_layout`` (``auto``, ``repacked`` or
@@ -146,20 +148,30 @@ def load_model(
             f"on every thread) or 'bitwise' (token-identical to the baseline), got {exact!r}.",
             field="exact",
         )
-    source = resolve_model(name, progress=progress)
+    source = _resolved(name, progress)
     loader = runner_loader(choose_runner(runner, source, str(device)))
-    options = _own_options(loader, name, runner_options)
+    options = _own_options(loader, source.name, runner_options)
     if "exact" in loader.options:
         options["exact"] = exact
     return loader.load(source, device=device, dtype=dtype, threads=threads, **options)
 
 
-def load_vocabulary(name: str, *, runner: RunnerName, progress: bool = True) -> Tokenizer:
+def load_vocabulary(
+    name: str | ModelSource, *, runner: RunnerName, progress: bool = True
+) -> Tokenizer:
     """The tokenizer of a model without its weights (for compatibility checks).
+
+    ``name`` is a model name, or the ``ModelSource`` it already resolved to.
 
     Raises:
         ModelNotFoundError: The model cannot be found or its vocabulary read.
         ConfigError: The model cannot run on ``runner``.
     """
-    source = resolve_model(name, progress=progress)
-    return runner_loader(runner).load_vocabulary(source)
+    return runner_loader(runner).load_vocabulary(_resolved(name, progress))
+
+
+def _resolved(name: str | ModelSource, progress: bool) -> ModelSource:
+    """Where ``name`` loads from: resolved now, unless it already is a source."""
+    if isinstance(name, ModelSource):
+        return name
+    return resolve_model(name, progress=progress)
