@@ -1,8 +1,10 @@
 """Progress of a long benchmark on stderr, with an estimate of the time left.
 
 On a terminal, a rich progress bar (description, bar, done of total, elapsed, time
-left). Elsewhere (a log file, a pipe) a bar cannot redraw, so a plain line every
-``PLAIN_INTERVAL_S`` seconds and at the end::
+left). In a Jupyter notebook, a tqdm text bar: the notebook redraws it in place, and a
+saved notebook keeps its last state as plain text (no widget). Elsewhere (a log file, a
+pipe) a bar cannot redraw, so a plain line every ``PLAIN_INTERVAL_S`` seconds and at the
+end::
 
     bench 12/340 (4%), 1m20s elapsed, about 36m left: qa-3 ngram k=12
 
@@ -12,12 +14,20 @@ The estimate assumes the generations left take as long as those done, on average
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-__all__ = ["PLAIN_INTERVAL_S", "PlainProgress", "StepCallback", "format_duration", "progress"]
+__all__ = [
+    "PLAIN_INTERVAL_S",
+    "PlainProgress",
+    "StepCallback",
+    "format_duration",
+    "in_notebook",
+    "progress",
+]
 
 StepCallback = Callable[[str], None]
 """Called after each generation (warm-up included) with a short description."""
@@ -114,13 +124,34 @@ def _rich_bar(total: int) -> Iterator[StepCallback]:
         yield advance
 
 
+def in_notebook(stream: TextIO) -> bool:
+    """Whether ``stream`` is a Jupyter kernel's output stream, where a text bar redraws."""
+    return type(stream).__module__.startswith("ipykernel.")
+
+
+@contextlib.contextmanager
+def _notebook_bar(total: int, stream: TextIO) -> Iterator[StepCallback]:
+    # tqdm's plain-text bar, not tqdm.notebook's widget: widget state does not survive
+    # in a saved notebook, text does.
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="bench", unit="gen", file=stream, mininterval=1.0) as bar:
+
+        def advance(description: str) -> None:
+            bar.set_postfix_str(description, refresh=False)
+            bar.update(1)
+
+        yield advance
+
+
 @contextlib.contextmanager
 def progress(
     total: int, enabled: bool, *, stream: TextIO | None = None
 ) -> Iterator[StepCallback | None]:
     """A progress callback for ``total`` generations (None when not ``enabled``).
 
-    A rich bar where ``stream`` (stderr by default) is a terminal, plain lines elsewhere.
+    A rich bar where ``stream`` (stderr by default) is a terminal, a tqdm text bar in a
+    Jupyter notebook (plain lines when tqdm is missing), plain lines elsewhere.
     """
     if not enabled:
         yield None
@@ -128,6 +159,10 @@ def progress(
     out = sys.stderr if stream is None else stream
     if out.isatty():
         with _rich_bar(total) as advance:
+            yield advance
+        return
+    if in_notebook(out) and importlib.util.find_spec("tqdm") is not None:
+        with _notebook_bar(total, out) as advance:
             yield advance
         return
     yield PlainProgress(total, out)
