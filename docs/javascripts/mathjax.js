@@ -1,8 +1,9 @@
-// MathJax configuration for pymdownx.arithmatex (generic mode): \( \) inline, \[ \] display.
+// MathJax configuration for pymdownx.arithmatex (generic mode): \( \) inline, \[ \] display;
+// and for the notebooks' Markdown cells, where mkdocs-jupyter keeps Jupyter's $ $ and $$ $$.
 window.MathJax = {
   tex: {
-    inlineMath: [["\\(", "\\)"]],
-    displayMath: [["\\[", "\\]"]],
+    inlineMath: [["\\(", "\\)"], ["$", "$"]],
+    displayMath: [["\\[", "\\]"], ["$$", "$$"]],
     processEscapes: true,
     processEnvironments: true,
   },
@@ -12,7 +13,17 @@ window.MathJax = {
   },
 };
 
+// MathJax reads only what arithmatex marks: mark the notebook paragraphs that hold math too.
+function markNotebookMath() {
+  const blocks = document.querySelectorAll(".jp-MarkdownCell .jp-RenderedMarkdown :is(p, li)");
+  for (const block of blocks) {
+    if (block.textContent.includes("$")) block.classList.add("arithmatex");
+  }
+}
+markNotebookMath();
+
 document$.subscribe(() => {
+  markNotebookMath();
   MathJax.startup.output.clearCache();
   MathJax.typesetClear();
   MathJax.texReset();
