@@ -6,7 +6,7 @@ packaged SmolLM2-135M cannot produce native tool calls (its template renders no 
 with one that does, it answers in prose). A forced tool choice calls the tool all the same:
 the llamacpp backend sends it in the JSON tool protocol, which
 ``test_a_forced_choice_calls_the_tool_through_a_tool_template`` checks on a template that
-renders tools (tests/integration/test_forced_tool_choice.py on SmolLM2's own).
+renders tools (tests/integration/test_forced_tool_choice_servers.py on SmolLM2's own).
 """
 
 from __future__ import annotations

@@ -167,7 +167,8 @@ def test_tools_are_sent_and_calls_mapped_back(server: FakeServer, make: Any) -> 
         Reply(stream=fixture_bytes("openai/chat_tool_calls_stream.sse")),
     )
     # "auto" reaches every server as it is; a forced choice may not (llama-server and vLLM
-    # get it as response_format: test_forced_tool_choice.py).
+    # get it as response_format: tests/unit/test_forced_tool_choice.py and
+    # tests/integration/test_forced_tool_choice_servers.py).
     request = CHAT.replace(tools=(TOOL,), tool_choice="auto")
     with make(server.url, **FAST) as backend:
         completion = backend.generate(request)
