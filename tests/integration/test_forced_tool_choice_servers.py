@@ -22,23 +22,12 @@ import pytest
 from fakeserver import FakeServer, Reply, fixture_bytes, fixture_json
 from speculative_llm import Chunk, Completion, GenerationRequest, Message
 from speculative_llm.backends.engines.llamacpp import LlamaCppBackend
+from tool_schemas import ADD_TOOL
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 QUESTION = "What is 2 + 3?"
 CHAT_PATH = "/v1/chat/completions"
-ADD_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers and return the sum.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def add(a: int, b: int) -> int:

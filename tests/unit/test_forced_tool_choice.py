@@ -29,20 +29,9 @@ from speculative_llm.backends.engines.tgi import TGIBackend
 from speculative_llm.backends.engines.vllm import VLLMBackend
 from speculative_llm.backends.openai_compat import OpenAICompatibleBackend
 from speculative_llm.json_tools import as_json_tool_request, chosen_tools, forces_tool_call
+from tool_schemas import ADD_TOOL
 
 ADD = fixture_json("llamacpp/chat_forced_tool.json")  # the recorded enforced answer
-ADD_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers and return the sum.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 MUL_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {"name": "mul", "parameters": {"type": "object", "properties": {}}},
