@@ -465,6 +465,24 @@ def test_close_during_an_open_stream_does_not_block(model_path: Path, runner_nam
         backend.generate(_request())
 
 
+def test_a_stream_read_after_close_refuses_before_any_pass(
+    model_path: Path, runner_name: str
+) -> None:
+    """A request checked before ``close`` and read after it names the backend, not a runner."""
+    backend = _open(model_path, runner_name)
+    stream = backend.stream(_request())
+    chunks = backend.astream(_request())
+    backend.close()
+    with pytest.raises(BackendError, match="This LocalBackend is closed"):
+        next(stream)
+
+    async def first_chunk() -> Any:
+        return await anext(chunks)
+
+    with pytest.raises(BackendError, match="This LocalBackend is closed"):
+        asyncio.run(first_chunk())
+
+
 # ---- concurrency and cancellation -------------------------------------------------------
 
 

@@ -27,14 +27,17 @@ from speculative_llm import (  # noqa: E402
 from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy  # noqa: E402
 from speculative_llm.backends.local.loop.engine import (  # noqa: E402
     StepResult,
-    check_prompt_fits,
     generate_steps,
     prefill,
     prefill_in_chunks,
     prompt_passes,
 )
 from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.base import PromptChunks, Runner  # noqa: E402
+from speculative_llm.backends.local.runners.base import (  # noqa: E402
+    PromptChunks,
+    Runner,
+    check_prompt_fits,
+)
 from speculative_llm.types import PromptProgress  # noqa: E402
 
 VOCAB = 50

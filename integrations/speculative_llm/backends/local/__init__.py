@@ -38,9 +38,10 @@ from speculative_llm.backends.local.loop.engine import (
     StepCounters,
     generate_steps,
     prefill,
-    speculative_step,
+    verify_proposal,
 )
 from speculative_llm.backends.local.loop.sampling import SamplingParams, verify_sampled
+from speculative_llm.backends.local.loop.session import Proposal, SpeculationSession
 from speculative_llm.backends.local.loop.steps import StepResult
 from speculative_llm.backends.local.models.loading import RUNNER_CHOICES, load_model
 from speculative_llm.backends.local.models.sources import (
@@ -81,8 +82,10 @@ __all__ = [
     "LocalBackend",
     "PackagedModel",
     "PromptLookupDrafter",
+    "Proposal",
     "Runner",
     "SamplingParams",
+    "SpeculationSession",
     "StepCounters",
     "StepResult",
     "SuffixDrafter",
@@ -97,6 +100,6 @@ __all__ = [
     "packaged_model_path",
     "prefill",
     "resolve_dtype",
-    "speculative_step",
+    "verify_proposal",
     "verify_sampled",
 ]

@@ -18,14 +18,14 @@ from speculative_llm.backends.local.engine_thread import (
     call_on_engine_thread,
     iterate_on_engine_thread,
 )
-from speculative_llm.backends.local.loop.chunks import TargetContext, request_chunks
+from speculative_llm.backends.local.loop.chunks import TargetContext, answer_chunks
 from speculative_llm.backends.local.loop.draft_cost import VerifyCost
 from speculative_llm.backends.local.loop.engine import logit_margin
 from speculative_llm.backends.local.loop.pass_costs import calibrate
 from speculative_llm.backends.local.models.loading import load_model
 from speculative_llm.backends.local.request.preparation import PreparedRequest, RequestPreparer
 from speculative_llm.backends.local.request.prompts import encode_request
-from speculative_llm.backends.local.request.tools import tool_answer
+from speculative_llm.backends.local.request.tools import plan_tools
 from speculative_llm.backends.local.runners.base import LoadedModel, Runner
 from speculative_llm.config import SpecConfig, local_methods
 from speculative_llm.errors import BackendError, ConfigError
@@ -281,7 +281,8 @@ class LocalBackend(Backend):
             ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
                 that refuses the messages, or tools that cannot be offered.
         """
-        return encode_request(request, self._loaded().tokenizer).tokens
+        tokenizer = self._loaded().tokenizer
+        return encode_request(request, tokenizer, plan_tools(request, tokenizer))
 
     def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
         """The target's top-1 minus top-2 logit after the request's prompt and ``generated``.
@@ -344,7 +345,7 @@ class LocalBackend(Backend):
         """
         job = self._prepare(request)
         return self._holding_lock(
-            iterate_on_engine_thread(lambda: self._answer(job, live_stats=live_stats))
+            iterate_on_engine_thread(lambda: answer_chunks(self._context, job, live_stats))
         )
 
     def _holding_lock(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -357,6 +358,7 @@ class LocalBackend(Backend):
         """
         with self._lock:
             try:
+                self._loaded()  # closed since the request was checked: nothing runs
                 yield from chunks
             finally:
                 close = getattr(chunks, "close", None)
@@ -370,6 +372,7 @@ class LocalBackend(Backend):
         while not self._lock.acquire(blocking=False):
             await asyncio.sleep(_LOCK_POLL_S)
         try:
+            self._loaded()  # closed since the request was made: nothing runs
             async for chunk in chunks:
                 yield chunk
         finally:
@@ -380,15 +383,6 @@ class LocalBackend(Backend):
             finally:
                 self._lock.release()
 
-    def _answer(self, job: PreparedRequest, *, live_stats: bool) -> Iterator[Chunk]:
-        """The chunks of a checked request (a tool call parsed at the end).
-
-        Run under the engine lock, which the reader holds (``_holding_lock``).
-        """
-        self._loaded()  # the backend may have been closed since the request was checked
-        chunks = request_chunks(self._context, job, live_stats=live_stats)
-        return chunks if job.tools is None else tool_answer(chunks)
-
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``: the engine's thread generates, the loop never blocks."""
         return self._aholding_lock(
@@ -397,7 +391,7 @@ class LocalBackend(Backend):
 
     def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of ``request``, checked first (an error reaches the reader)."""
-        return self._answer(self._prepare(request), live_stats=live_stats)
+        return answer_chunks(self._context, self._prepare(request), live_stats)
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.

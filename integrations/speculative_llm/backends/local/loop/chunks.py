@@ -27,10 +27,11 @@ from speculative_llm.backends.local.loop.session import SpeculationSession
 from speculative_llm.backends.local.request.grammar import Constraint
 from speculative_llm.backends.local.request.preparation import PreparedRequest
 from speculative_llm.backends.local.request.text import OutputText
+from speculative_llm.backends.local.request.tools import tool_answer
 from speculative_llm.backends.local.runners.base import LoadedModel, Runner
 from speculative_llm.types import Chunk, FinishReason, PromptProgress, Usage
 
-__all__ = ["TargetContext", "open_session", "request_chunks"]
+__all__ = ["TargetContext", "answer_chunks", "open_session", "request_chunks"]
 
 AcceptanceKey = tuple[str, str | None, bool]
 """Whose acceptance: the method, its draft model, and whether decoding is greedy."""
@@ -59,8 +60,8 @@ class TargetContext:
 
 def open_session(
     context: TargetContext, job: PreparedRequest, started: float
-) -> tuple[SpeculationSession, Constraint | None]:
-    """The request's speculation (drafter, draft-length policy, statistics) and grammar."""
+) -> SpeculationSession:
+    """The request's speculation, begun: drafter, draft-length policy, grammar, statistics."""
     spec, drafter = job.spec, job.drafter
     k = spec.num_speculative_tokens if spec.speculative else 0
     constraint = None
@@ -92,8 +93,11 @@ def open_session(
         draft_sources=() if drafter is None else drafter.draft_sources,
     )
     eos_token_ids = context.target.tokenizer.eos_token_ids
-    session = SpeculationSession(drafter, draft_length, eos_token_ids=eos_token_ids, stats=stats)
-    return session, constraint
+    session = SpeculationSession(
+        drafter, draft_length, eos_token_ids=eos_token_ids, stats=stats, constraint=constraint
+    )
+    session.begin(job.prompt_tokens)
+    return session
 
 
 def request_chunks(
@@ -110,8 +114,8 @@ def request_chunks(
     started = time.perf_counter()
     seed = request.seed if request.seed is not None else secrets.randbits(62)
     generator = torch.Generator(device=runner.device).manual_seed(seed)
+    session = open_session(context, job, started)
     output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
-    session, constraint = open_session(context, job, started)
     steps = decode(
         runner,
         session,
@@ -120,7 +124,6 @@ def request_chunks(
         params=job.params,
         generator=generator,
         max_length=target.context_window,
-        constraint=constraint,
         reuse_prefix=job.reuse_prefix,
         cancellation=job.cancellation,
     )
@@ -155,3 +158,14 @@ def request_chunks(
         steps.close()
         # The drafter learns from what the caller got, however the stream ended.
         session.finish()
+
+
+def answer_chunks(
+    context: TargetContext, job: PreparedRequest, live_stats: bool
+) -> Iterator[Chunk]:
+    """What a backend streams for a prepared request: its chunks, a tool call parsed at the end.
+
+    Run under the backend's engine lock, on its engine thread (``engine_thread``).
+    """
+    chunks = request_chunks(context, job, live_stats=live_stats)
+    return chunks if job.tools is None else tool_answer(chunks)

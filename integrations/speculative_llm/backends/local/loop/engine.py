@@ -10,19 +10,22 @@ speculation and nothing else.
 
 One step, with the sequence ``s`` of length L and the target cache holding ``s[:L-1]``:
 
-1. the session proposes up to k tokens ``d`` (its drafter's, as its policy keeps them);
-2. the target scores ``[s[L-1]] + d`` in one forward pass (k + 1 logit rows);
+1. the session proposes up to k tokens ``d`` (its drafter's, as its policy keeps them
+   and its grammar allows);
+2. the target scores ``[s[L-1]] + d`` in one forward pass (k + 1 logit rows), which the
+   session masks where a grammar forbids tokens;
 3. the acceptance rule keeps a prefix of ``d`` of length a and adds one target token;
 4. the target cache is cropped to ``L + a`` tokens (the rejected drafts leave it), so
    the invariant holds again for the new sequence of length ``L + a + 1``;
-5. the session takes the result in (the policy learns, the statistics count).
+5. the session takes the result in (the grammar follows it, the policy learns, the
+   statistics count).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
 import torch
@@ -39,12 +42,13 @@ from speculative_llm.backends.local.loop.sampling import (
     verify_draft,
     verify_sampled,
 )
-from speculative_llm.backends.local.loop.session import SpeculationSession
+from speculative_llm.backends.local.loop.session import Proposal, SpeculationSession
 from speculative_llm.backends.local.loop.steps import EngineFinish, StepResult
 from speculative_llm.backends.local.runners.base import (
     PrefixReuse,
     PromptChunks,
     Runner,
+    check_prompt_fits,
     common_prefix_length,
 )
 from speculative_llm.cancellation import Cancellation
@@ -59,7 +63,6 @@ __all__ = [
     "EngineFinish",
     "StepCounters",
     "StepResult",
-    "check_prompt_fits",
     "decode",
     "generate_steps",
     "logit_margin",
@@ -67,8 +70,8 @@ __all__ = [
     "prefill_in_chunks",
     "prompt_passes",
     "reusable_prefix",
-    "speculative_step",
     "stop_if_cancelled",
+    "verify_proposal",
 ]
 
 StepCounters = RequestStats
@@ -97,24 +100,6 @@ def stop_if_cancelled(cancellation: Cancellation | None) -> None:
         raise GenerationCancelledError("The generation was cancelled.")
 
 
-def check_prompt_fits(prompt_length: int, context_window: int | None) -> None:
-    """Refuse a prompt that leaves no room in the context window for an answer.
-
-    Called before any pass (``LocalBackend`` checks when a request arrives, so a long
-    prompt is refused at once, not after its prefill).
-
-    Raises:
-        ConfigError: The prompt has ``context_window`` tokens or more (``field="prompt"``).
-    """
-    if context_window is not None and prompt_length >= context_window:
-        raise ConfigError(
-            f"The prompt has {prompt_length:,} tokens, which fills the model's context "
-            f"window of {context_window:,} tokens (the prompt and the answer share it): "
-            "shorten the prompt.",
-            field="prompt",
-        )
-
-
 def prompt_passes(count: int, chunk: int | None) -> list[int]:
     """Sizes of the passes that process ``count`` prompt tokens in chunks of ``chunk``.
 
@@ -141,7 +126,7 @@ def prefill_in_chunks(
     prompt_tokens: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None,
-    constraint: Constraint | None = None,
+    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
     *,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
@@ -159,7 +144,9 @@ def prefill_in_chunks(
 
     A ``cancellation`` (the caller's ``Cancellation``) is checked before each pass,
     and a chunk in flight stops early once it is cancelled (``feed``'s ``cancelled``:
-    llama.cpp checks it between the operations of its graph).
+    llama.cpp checks it between the operations of its graph). ``mask`` (a grammar's:
+    ``SpeculationSession.mask``) is applied to the last pass's logits before the first
+    token is chosen.
 
     Raises:
         GenerationCancelledError: ``cancellation`` was cancelled before the first token.
@@ -187,12 +174,9 @@ def prefill_in_chunks(
             )
     stop_if_cancelled(cancellation)
     logits = target.forward(pending[fed:], 1)
-    if constraint is not None:
-        constraint.cut([])
-        constraint.mask(logits)
+    if mask is not None:
+        logits = mask(logits)
     token = _choose(logits[0], params, generator)
-    if constraint is not None:
-        constraint.commit(0, token)
     return StepResult(
         [token],
         0,
@@ -210,7 +194,7 @@ def prefill(
     prompt_tokens: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None,
-    constraint: Constraint | None = None,
+    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
     *,
     reuse_prefix: bool = False,
 ) -> StepResult:
@@ -218,14 +202,12 @@ def prefill(
 
     The target cache then holds the whole prompt: computed anew, or, with
     ``reuse_prefix`` and a runner that supports it (``PrefixReuse``), only past the
-    prefix it shares with what the cache held. With a ``constraint``, the first token
-    is chosen from the masked distribution. The passes are those of
-    ``prefill_in_chunks``, whose reports this leaves out.
+    prefix it shares with what the cache held. With a ``mask``, the first token is
+    chosen from the masked distribution. The passes are those of ``prefill_in_chunks``,
+    whose reports this leaves out.
     """
     return _finish(
-        prefill_in_chunks(
-            target, prompt_tokens, params, generator, constraint, reuse_prefix=reuse_prefix
-        )
+        prefill_in_chunks(target, prompt_tokens, params, generator, mask, reuse_prefix=reuse_prefix)
     )
 
 
@@ -240,33 +222,28 @@ def _finish(chunks: Generator[PromptProgress, None, StepResult]) -> StepResult:
 
 
 @torch.inference_mode()
-def speculative_step(
+def verify_proposal(
     target: Runner,
-    session: SpeculationSession,
     sequence: Sequence[int],
+    proposal: Proposal,
     params: SamplingParams,
     generator: torch.Generator | None,
     *,
-    remaining: int,
+    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
     rule: AcceptanceRule = verify_sampled,
-    constraint: Constraint | None = None,
 ) -> StepResult:
-    """Draft (the session's proposal), verify in one target forward pass, crop the cache.
-
-    With a ``constraint`` the proposal is cut at its first token the grammar forbids,
-    the target's rows are masked before the acceptance rule, and the grammar follows
-    the emitted tokens (see ``request.grammar``).
+    """Verify a session's proposal in one target forward pass, then crop the cache.
 
     Args:
         target: The target model; its cache must hold ``sequence[:-1]``.
-        session: The request's session: it proposes the draft (none: one token is
-            decoded plainly).
         sequence: Prompt and generated tokens so far (not modified).
+        proposal: The draft to verify (``SpeculationSession.draft``; no tokens: one
+            token is decoded plainly).
         params: Sampling parameters (temperature 0 = greedy).
         generator: Random generator for sampling.
-        remaining: Tokens the request may still emit (the step emits at most this many).
+        mask: Applied to the target's rows before the acceptance rule (a grammar's:
+            ``SpeculationSession.mask``), or None.
         rule: Sampled acceptance rule (the exact ``verify_sampled`` unless testing).
-        constraint: The request's grammar, or None.
 
     Returns:
         The step's emitted tokens and counts; the target cache then holds the new
@@ -279,40 +256,24 @@ def speculative_step(
             "the engine state is corrupt"
         )
     started, cpu_started = time.perf_counter(), time.process_time()
-    proposal = session.draft(
-        sequence,
-        params,
-        generator,
-        remaining=remaining,
-        verify_limit=target.max_verify_tokens or remaining + 1,
-        constraint=constraint,
-    )
-    drafted = time.perf_counter()
     draft = proposal.draft
-    kept = len(draft.tokens) if constraint is None else constraint.cut(draft.tokens)
-    draft_tokens = draft.tokens[:kept]
-    # A shortened draft is still exact: its q rows are the first ones of the proposal.
-    draft_probs = None if draft.probs is None else draft.probs[:kept]
-    logits = target.forward([sequence[-1], *draft_tokens], len(draft_tokens) + 1)
-    if constraint is not None:
-        constraint.mask(logits)
-    verdict = verify_draft(draft_tokens, draft_probs, logits, params, generator, rule)
+    logits = target.forward([sequence[-1], *draft.tokens], len(draft.tokens) + 1)
+    if mask is not None:
+        logits = mask(logits)
+    verdict = verify_draft(draft.tokens, draft.probs, logits, params, generator, rule)
     # Drop the rejected drafts from the cache; the new last token is not fed yet.
     target.crop(length + verdict.num_accepted)
-    if constraint is not None:
-        constraint.commit(verdict.num_accepted, verdict.tokens[-1])
-    finished = time.perf_counter()
     return StepResult(
         verdict.tokens,
-        len(draft_tokens),
+        len(draft.tokens),
         verdict.num_accepted,
-        drafted - started,
-        finished - drafted,
+        proposal.seconds,
+        time.perf_counter() - started + proposal.grammar_s,
         match_length=draft.match_length,
-        draft_source=draft.source if draft_tokens else None,
+        draft_source=draft.source if draft.tokens else None,
         asked=proposal.asked,
         num_proposed=proposal.proposed,
-        cpu_s=time.process_time() - cpu_started,
+        cpu_s=proposal.cpu_s + time.process_time() - cpu_started,
         caught_up=draft.caught_up,
         catch_up_s=draft.catch_up_s,
     )
@@ -344,25 +305,29 @@ def decode(
     generator: torch.Generator | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
-    constraint: Constraint | None = None,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
 ) -> Generator[StepResult | PromptProgress, None, None]:
     """Generate speculatively: a ``StepResult`` per target forward pass, the session's way.
 
-    A long prompt's chunks come first, each followed by a ``PromptProgress`` (see
+    ``session`` has begun with ``prompt_tokens`` (``SpeculationSession.begin``). A long
+    prompt's chunks come first, each followed by a ``PromptProgress`` (see
     ``prefill_in_chunks``); then the prefill's step (one token), then one step per
-    verify pass. Generation ends at an end-of-sequence token (``finish_reason="stop"``,
-    the token is included) or after ``max_new_tokens`` tokens (``"length"``); the last
-    result carries the reason. Close the iterator to stop early: between two chunks of
-    the prompt or two steps, no pass is cut short. ``generate_steps`` describes the
-    arguments.
+    verify pass: the session drafts, the target verifies (``verify_proposal``), the
+    session accepts. Generation ends at an end-of-sequence token or once the session's
+    grammar has ended (``finish_reason="stop"``, the token is included) or after
+    ``max_new_tokens`` tokens (``"length"``); the last result carries the reason. Close
+    the iterator to stop early: between two chunks of the prompt or two steps, no pass
+    is cut short. ``generate_steps`` describes the arguments.
 
     Raises:
         ConfigError: Empty prompt, ``max_new_tokens <= 0``, or a prompt that fills the
             context window.
         GenerationCancelledError: ``cancellation`` was cancelled.
+        RuntimeError: ``session`` has not begun.
     """
+    if not session.begun:
+        raise RuntimeError("Begin the session with the prompt first (SpeculationSession.begin).")
     if not prompt_tokens:
         raise ConfigError("The prompt has no tokens: give the model some text.", field="prompt")
     if max_new_tokens <= 0:
@@ -371,41 +336,37 @@ def decode(
         check_prompt_fits(len(prompt_tokens), max_length)
         max_new_tokens = min(max_new_tokens, max_length - len(prompt_tokens))
     sequence = list(prompt_tokens)
-    session.begin(sequence)
-    first = yield from prefill_in_chunks(
+    result = yield from prefill_in_chunks(
         target,
         sequence,
         params,
         generator,
-        constraint,
+        session.mask,
         reuse_prefix=reuse_prefix,
         cancellation=cancellation,
     )
-    step = session.accept(first)
-    generated = 1
+    generated = 0
     while True:
+        step = session.accept(result)
+        generated += len(step.tokens)
         sequence.extend(step.tokens)
         if step.finish_reason is None and generated >= max_new_tokens:
             step = dataclasses.replace(step, finish_reason="length")
-        elif step.finish_reason is None and constraint is not None and constraint.finished:
-            # The grammar accepted a stop token that is not one of the model's own.
-            step = dataclasses.replace(step, finish_reason="stop")
         yield step
         if step.finish_reason is not None:
             return
         stop_if_cancelled(cancellation)
-        result = speculative_step(
-            target,
-            session,
+        remaining = max_new_tokens - generated
+        proposal = session.draft(
             sequence,
             params,
             generator,
-            remaining=max_new_tokens - generated,
-            rule=rule,
-            constraint=constraint,
+            remaining=remaining,
+            verify_limit=target.max_verify_tokens or remaining + 1,
         )
-        step = session.accept(result)
-        generated += len(step.tokens)
+        result = verify_proposal(
+            target, sequence, proposal, params, generator, mask=session.mask, rule=rule
+        )
 
 
 @overload
@@ -467,7 +428,8 @@ def generate_steps(
 ) -> Generator[StepResult | PromptProgress, None, None]:
     """Generate speculatively with a drafter and a policy, one ``StepResult`` per pass.
 
-    ``decode`` in a session of its own (``SpeculationSession(drafter, draft_length)``).
+    ``decode`` in a session of its own (``SpeculationSession(drafter, draft_length)``,
+    begun with the prompt).
     The first result is the prefill's (one token); with ``report_prompt``, a long
     prompt's chunks come before it, each followed by a ``PromptProgress`` (see
     ``prefill_in_chunks``). Generation ends at an end-of-sequence token
@@ -503,7 +465,10 @@ def generate_steps(
             context window.
         GenerationCancelledError: ``cancellation`` was cancelled.
     """
-    session = SpeculationSession(drafter, draft_length, eos_token_ids=eos_token_ids)
+    session = SpeculationSession(
+        drafter, draft_length, eos_token_ids=eos_token_ids, constraint=constraint
+    )
+    session.begin(prompt_tokens)
     steps = decode(
         target,
         session,
@@ -513,7 +478,6 @@ def generate_steps(
         generator=generator,
         max_length=max_length,
         rule=rule,
-        constraint=constraint,
         reuse_prefix=reuse_prefix,
         cancellation=cancellation,
     )

@@ -24,7 +24,8 @@ class StepResult:
         num_drafted: Tokens the drafter proposed for this step.
         num_accepted: Leading tokens of ``tokens`` that are accepted draft tokens.
         draft_s: Seconds spent drafting.
-        verify_s: Seconds spent in the target forward pass and the acceptance rule.
+        verify_s: Seconds spent in the target forward pass and the acceptance rule (and
+            on a grammar's cut, masks and commit, when the request has one).
         prefill: Whether this was the prompt's forward pass (it emits the first token).
         finish_reason: Set on the last step.
         match_length: The draft's ``Draft.match_length`` (prompt lookup's match), if any.

@@ -9,7 +9,8 @@ target's vocabulary. In each step of the loop:
    forbids: that token and the rest of the proposal are dropped before verification
    (they could never be accepted, so they cost no verify row);
 2. ``mask(logits)`` sets every forbidden token's logit to -inf in the k + 1 rows the
-   target scored: the acceptance rule then sees the *masked* target distribution;
+   target scored (the prompt's pass: its one row): the acceptance rule then sees the
+   *masked* target distribution;
 3. ``commit(drafted, accepted, token)`` rolls the matcher back to the accepted prefix
    and adds the token the target chose (a correction or the bonus, allowed by its mask).
 
@@ -269,8 +270,14 @@ class Constraint:
 
     @_timed
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared."""
+        """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared.
+
+        One row with none prepared (the prompt's pass) is the next position's.
+        """
         rows = logits.shape[0]
+        if rows == 1 and self._rows == 0:
+            self._fill(0)
+            self._rows = 1
         if rows > self._rows:
             raise RuntimeError(f"{rows} logit rows to mask, {self._rows} masks prepared")
         self._xgr.apply_token_bitmask_inplace(

@@ -16,15 +16,14 @@ from typing import Any
 
 from speculative_llm.backends.local.drafters.base import Drafter
 from speculative_llm.backends.local.drafters.host import BackendDrafterHost
-from speculative_llm.backends.local.loop.engine import check_prompt_fits
 from speculative_llm.backends.local.loop.sampling import SamplingParams
 from speculative_llm.backends.local.request.grammar import (
     GrammarVocabulary,
     response_format_grammar,
 )
 from speculative_llm.backends.local.request.prompts import encode_request
-from speculative_llm.backends.local.request.tools import ToolPlan
-from speculative_llm.backends.local.runners.base import LoadedModel
+from speculative_llm.backends.local.request.tools import ToolPlan, plan_tools
+from speculative_llm.backends.local.runners.base import LoadedModel, check_prompt_fits
 from speculative_llm.cancellation import Cancellation, current_cancellation
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
@@ -100,8 +99,10 @@ class RequestPreparer:
         target = self._target
         spec = request.spec if request.spec is not None else self._default_spec
         params = SamplingParams(request.temperature, request.top_p, request.top_k)
-        prompt = encode_request(request, target.tokenizer)
-        prompt_tokens, tools = prompt.tokens, prompt.tools
+        reuse_prefix = self.reuses_prefix(request)
+        # One tool plan: the prompt shows it, the grammar enforces it.
+        tools = plan_tools(request, target.tokenizer)
+        prompt_tokens = encode_request(request, target.tokenizer, tools)
         if not prompt_tokens:
             raise ConfigError(
                 "The prompt encodes to no tokens: give the model some text.", field="prompt"
@@ -122,7 +123,7 @@ class RequestPreparer:
             grammar,
             vocabulary,
             tools,
-            self.reuses_prefix(request),
+            reuse_prefix,
             # Read in the caller's thread: its passes stop when the caller cancels.
             current_cancellation(),
         )

@@ -1,59 +1,43 @@
 """A request's prompt as the target's token ids: chat template, plain transcript, tools.
 
-Kept apart from ``LocalBackend`` so that what the model is shown is decided in one place:
-the tool plan (``tools.plan_tools``) is made here once per request, and the backend uses
-the same plan for the prompt and for the grammar of the answer.
+Kept apart from ``LocalBackend`` so that what the model is shown is decided in one place.
+A request with tools is encoded as its tool plan (``tools.plan_tools``, made once per
+request by its preparation) says; the same plan sets the grammar of the answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from speculative_llm.backends.local.models.tokenizers import Tokenizer
-from speculative_llm.backends.local.request.tools import ToolPlan, plan_tools
+from speculative_llm.backends.local.request.tools import ToolPlan
 from speculative_llm.types import GenerationRequest, Message
 
-__all__ = ["EncodedPrompt", "encode_messages", "encode_request", "template_message"]
+__all__ = ["encode_messages", "encode_request", "template_message"]
 
 _FALLBACK_ROLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedPrompt:
-    """A request's prompt, ready for the engine.
-
-    Attributes:
-        tokens: The prompt's token ids.
-        tools: How the request's tools were offered (None: it offers none, or
-            ``tool_choice="none"``).
-    """
-
-    tokens: list[int]
-    tools: ToolPlan | None
-
-
-def encode_request(request: GenerationRequest, tokenizer: Tokenizer) -> EncodedPrompt:
-    """The request's prompt token ids (chat template applied to messages), with its tool plan.
+def encode_request(
+    request: GenerationRequest, tokenizer: Tokenizer, plan: ToolPlan | None
+) -> list[int]:
+    """The request's prompt token ids (chat template applied to messages).
 
     Models without a chat template (base models such as gemma3-270m) get a plain
     transcript: ``User: ...`` lines followed by ``Assistant:``. A request with tools is
-    encoded as ``tools.plan_tools`` plans it.
+    encoded as its tool ``plan`` (``tools.plan_tools``) says.
 
     Raises:
-        ConfigError: Text that cannot be encoded (a lone surrogate), a chat template that
-            refuses the messages, or tools that cannot be offered.
+        ConfigError: Text that cannot be encoded (a lone surrogate) or a chat template
+            that refuses the messages.
     """
-    plan = plan_tools(request, tokenizer)
     if plan is not None:
-        tokens = encode_messages(tokenizer, plan.messages, plan.template_tools)
-    elif request.messages is None:
+        return encode_messages(tokenizer, plan.messages, plan.template_tools)
+    if request.messages is None:
         assert request.prompt is not None
-        tokens = tokenizer.encode(request.prompt)
-    else:
-        tokens = encode_messages(tokenizer, request.messages, None)
-    return EncodedPrompt(tokens, plan)
+        return tokenizer.encode(request.prompt)
+    return encode_messages(tokenizer, request.messages, None)
 
 
 def encode_messages(

@@ -33,6 +33,7 @@ import torch
 
 from speculative_llm.backends.local.models.sources import ModelSource
 from speculative_llm.backends.local.models.tokenizers import Tokenizer
+from speculative_llm.errors import ConfigError
 
 __all__ = [
     "PROMPT_CHUNK_TOKENS",
@@ -41,6 +42,7 @@ __all__ = [
     "PromptChunks",
     "Runner",
     "RunnerName",
+    "check_prompt_fits",
     "common_prefix_length",
 ]
 
@@ -116,6 +118,24 @@ class Runner(Protocol):
     def close(self) -> None:
         """Free the cache (the runner is unusable afterwards)."""
         ...
+
+
+def check_prompt_fits(prompt_length: int, context_window: int | None) -> None:
+    """Refuse a prompt that leaves no room in the context window for an answer.
+
+    The request's preparation checks when a request arrives, so a long prompt is refused
+    at once, not after its prefill; the decoding loop checks again for its direct callers.
+
+    Raises:
+        ConfigError: The prompt has ``context_window`` tokens or more (``field="prompt"``).
+    """
+    if context_window is not None and prompt_length >= context_window:
+        raise ConfigError(
+            f"The prompt has {prompt_length:,} tokens, which fills the model's context "
+            f"window of {context_window:,} tokens (the prompt and the answer share it): "
+            "shorten the prompt.",
+            field="prompt",
+        )
 
 
 def common_prefix_length(first: Sequence[int], second: Sequence[int], *, start: int = 0) -> int:
