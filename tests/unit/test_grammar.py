@@ -123,6 +123,18 @@ def test_constrained_speculation_equals_constrained_decoding(tiny: Any) -> None:
             assert sum(step.num_accepted for step in steps) > 0
 
 
+def test_a_drafted_special_token_is_cut_quietly(capfd: pytest.CaptureFixture[str]) -> None:
+    """Prompt lookup drafts template tokens; the matcher must not be offered one (it warns)."""
+    encoded = [b"" if t in ("<unk>", "<s>", "</s>") else t.encode() for t in CHARACTERS]
+    vocabulary = GrammarVocabulary(encoded, len(CHARACTERS), [CHARACTERS["</s>"]])
+    constraint = Constraint(vocabulary.regex(DIGITS_THEN_WORD), vocabulary, 4)
+    capfd.readouterr()
+    draft = [CHARACTERS["1"], CHARACTERS["<s>"], CHARACTERS["2"]]
+    assert constraint.cut(draft) == 1
+    assert constraint.cut_tokens == 2
+    assert "cannot accept" not in capfd.readouterr().err
+
+
 def test_a_grammar_that_completes_stops_the_generation(tiny: Any) -> None:
     target, _, vocabulary = tiny
     compiled = vocabulary.regex(r"[0-9]{3}-(cat|dog|cow)")

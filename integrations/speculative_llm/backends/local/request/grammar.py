@@ -247,6 +247,13 @@ class Constraint:
             self._bitmask = grown
         self._matcher.fill_next_token_bitmask(self._bitmask, row)
 
+    def _allows(self, row: int, token: int) -> bool:
+        """Whether the filled mask of ``row`` allows ``token`` (bit ``token`` of the row)."""
+        if not 0 <= token < self._vocab_size:
+            return False
+        word = int(self._bitmask[row, token >> 5])
+        return bool((word >> (token & 31)) & 1)
+
     @_timed
     def cut(self, draft_tokens: Sequence[int]) -> int:
         """Advance through a proposal; return how many leading tokens the grammar allows.
@@ -259,7 +266,13 @@ class Constraint:
         for token in draft_tokens:
             # A drafted stop token is left to the target (its row allows it when the
             # grammar may end): past it the matcher would have no next position to mask.
-            if token in self._stop_tokens or not self._matcher.accept_token(int(token)):
+            # The row's mask is read first: the matcher warns on every special token
+            # (a prompt's template tokens, which prompt lookup drafts) it is offered.
+            if (
+                token in self._stop_tokens
+                or not self._allows(kept, token)
+                or not self._matcher.accept_token(int(token))
+            ):
                 break
             kept += 1
             self._fill(kept)
