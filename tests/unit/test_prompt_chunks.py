@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
+from counting_runner import CountingRunner  # noqa: E402
 from local_runners import RUNNERS, require_llama_cpp  # noqa: E402
 from speculative_llm import (  # noqa: E402
     Cancellation,
@@ -44,41 +45,17 @@ VOCAB = 50
 GREEDY = SamplingParams(0.0, 1.0, 0)
 
 
-class RecordingRunner:
-    """Scores "the next token is the last one plus one"; records every pass it runs.
+class RecordingRunner(CountingRunner):
+    """A ``CountingRunner`` that takes long prompts in chunks (``PromptChunks``).
 
     ``during_feed`` runs in the middle of each ``feed`` (another thread's cancel, say),
     which then asks its ``cancelled`` as llama.cpp asks between the graph's operations.
     """
 
     def __init__(self, chunk_tokens: int) -> None:
+        super().__init__(VOCAB)
         self.prompt_chunk_tokens = chunk_tokens
-        self.cached: list[int] = []
-        self.passes: list[tuple[str, int]] = []  # ("feed" | "forward", tokens)
         self.during_feed: Callable[[], None] | None = None
-
-    @property
-    def length(self) -> int:
-        return len(self.cached)
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB
-
-    @property
-    def max_verify_tokens(self) -> int | None:
-        return None
-
-    @property
-    def kernel_seconds(self) -> float | None:
-        return None
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
-    def reset(self) -> None:
-        self.cached = []
 
     def feed(self, tokens: list[int], cancelled: Callable[[], bool] | None = None) -> None:
         self.passes.append(("feed", len(tokens)))
@@ -87,20 +64,6 @@ class RecordingRunner:
         if cancelled is not None and cancelled():
             raise GenerationCancelledError("cancelled in the middle of a pass")
         self.cached.extend(tokens)
-
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
-        self.passes.append(("forward", len(tokens)))
-        self.cached.extend(tokens)
-        rows = torch.zeros(num_logits, VOCAB)
-        for row, token in enumerate(self.cached[-num_logits:]):
-            rows[row, (token + 1) % VOCAB] = 1.0
-        return rows
-
-    def crop(self, length: int) -> None:
-        del self.cached[length:]
-
-    def close(self) -> None:
-        self.cached = []
 
 
 def _steps(runner: Runner, prompt: list[int], **options: Any) -> Any:

@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (the 'local' extra)")
 
+from counting_runner import CountingRunner  # noqa: E402
 from speculative_llm.backends.local.drafters.base import Draft, DrafterBase  # noqa: E402
 from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy  # noqa: E402
 from speculative_llm.backends.local.loop.engine import decode  # noqa: E402
@@ -17,35 +18,6 @@ from speculative_llm.backends.local.loop.session import SpeculationSession  # no
 
 VOCAB = 16
 GREEDY = SamplingParams(0.0, 1.0, 0)
-
-
-class CountingRunner:
-    """Scores "the next token is the last one plus one" (modulo the vocabulary)."""
-
-    def __init__(self) -> None:
-        self.cached: list[int] = []
-
-    length = property(lambda self: len(self.cached))
-    vocab_size = VOCAB
-    max_verify_tokens = None
-    kernel_seconds = None
-    device = torch.device("cpu")
-
-    def reset(self) -> None:
-        self.cached = []
-
-    def forward(self, tokens: list[int], num_logits: int) -> Any:
-        self.cached.extend(tokens)
-        rows = torch.zeros(num_logits, VOCAB)
-        for row, token in enumerate(self.cached[-num_logits:]):
-            rows[row, (token + 1) % VOCAB] = 1.0
-        return rows
-
-    def crop(self, length: int) -> None:
-        del self.cached[length:]
-
-    def close(self) -> None:
-        self.cached = []
 
 
 class CountingDrafter(DrafterBase):
@@ -69,7 +41,7 @@ class CountingDrafter(DrafterBase):
 
 def _decode(session: SpeculationSession, prompt: list[int]) -> list[Any]:
     return list(
-        decode(CountingRunner(), session, prompt, max_new_tokens=6, params=GREEDY)  # type: ignore[arg-type]
+        decode(CountingRunner(VOCAB), session, prompt, max_new_tokens=6, params=GREEDY)  # type: ignore[arg-type]
     )
 
 
