@@ -2,8 +2,8 @@
 
 The loop is a generator of ``StepResult`` (one per target forward pass) driven by
 plain arguments: a target ``Runner`` (see ``runners.base``), the request's
-``SpeculationSession`` (see ``session``: its drafter, draft-length policy and
-statistics), the prompt tokens, the sampling parameters and a random generator. It
+``SpeculationSession`` (see ``session``: its drafter, draft-length policy, grammar
+and statistics), the prompt tokens, the sampling parameters and a random generator. It
 calls the session and the runner, nothing else that speculates. The baseline is the
 same loop with a session without a drafter (k = 0), so a comparison measures
 speculation and nothing else.
