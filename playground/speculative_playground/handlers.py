@@ -267,12 +267,14 @@ class Handlers:
 
     # ---- the comparison ------------------------------------------------------------
 
-    def stop(self, request: gr.Request) -> str:
-        """Stop this session's comparison (both sides)."""
+    def stop(self, request: gr.Request) -> Any:
+        """Stop this session's comparison (both sides); with none running, change nothing."""
         stopped = self.config.registry.cancel(request.session_hash or "")
         if stopped:
             return '<div class="sp-status sp-status-warn">Stopping both sides…</div>'
-        return status_html(None)
+        # Nothing to stop: the run ended as Stop was pressed (a short answer), or none
+        # ran. Its last line (result or error) stays; "Ready" here wiped it out.
+        return gr.skip()
 
     def compare(self, request: gr.Request, *values: Any) -> Iterator[Updates]:
         """Run the baseline and the speculative side (``runs`` times); stream them.

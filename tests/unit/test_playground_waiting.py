@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("gradio", reason="the playground needs gradio (extra 'playground')")
 
+import gradio as gr
 from playground_fakes import Script, ScriptedBackend, finished_comparison, stats
 
 from speculative_llm.config import SpecConfig
@@ -114,6 +115,16 @@ def test_a_queued_run_says_so_and_stop_cancels_it_at_once(tmp_path: Path) -> Non
     assert waited < 5.0  # a guard against a hang; the poll is 0.25 s
     assert queue.position(other) == 0 and queue.running == 1  # it left the line
     queue.finish(other)
+
+
+def test_stop_leaves_the_status_line_of_a_run_that_already_ended(tmp_path: Path) -> None:
+    # Stop pressed as a run ends (a short answer): nothing of this tab runs any more, and
+    # the run's last line (its result, or its error) stays instead of a blank "Ready".
+    handlers = _handlers(tmp_path)
+    assert handlers.stop(_Request()) == gr.skip()  # type: ignore[arg-type]
+    running = handlers.config.registry.start("tab-2")
+    assert "Stopping both sides" in handlers.stop(_Request())  # type: ignore[arg-type]
+    assert running.is_set()
 
 
 def test_no_typed_urls_points_to_allow_url(tmp_path: Path) -> None:
