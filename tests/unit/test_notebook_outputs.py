@@ -25,6 +25,9 @@ REFRESH = "run `python examples/execute_notebooks.py examples/{name}` and commit
 CPU_LINE = re.compile(r"^CPU: \S.*, \d+ cores; .*\d{4}-\d{2}-\d{2}", re.MULTILINE)
 MACHINE_PATH = re.compile(r"(?<![\w.])(/home/|/root/|/Users/|/tmp/|/work/|/var/folders/)")
 """Absolute paths that belong to the machine that ran the notebook, not to the reader's."""
+NATIVE_LOG_LINE = re.compile(r"\S+\.(?:cc|cpp|c|h):\d+:")
+"""A native library's log line (xgrammar's ``/project/cpp/grammar_matcher.cc:1282: Warning``):
+the package keeps them off what a user sees, so one in a notebook is a bug to fix."""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -108,4 +111,17 @@ def test_outputs_hold_nothing_only_this_machine_knows(path: Path) -> None:
                 assert found is None, (
                     f"{where}: an absolute path of this machine: "
                     f"{text[max(0, found.start() - 30) : found.end() + 50]!r}"
+                )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.name for path in NOTEBOOKS])
+def test_outputs_hold_no_native_library_log_lines(path: Path) -> None:
+    for index, cell in enumerate(_code_cells(_load(path))):
+        for output in cell.get("outputs", []):
+            for text in _output_texts(output):
+                found = NATIVE_LOG_LINE.search(text)
+                assert found is None, (
+                    f"{path.name}, code cell {index}: a native library's log line "
+                    f"{text[found.start() : found.end() + 80]!r}: fix its cause, then "
+                    + REFRESH.format(name=path.name)
                 )
