@@ -513,6 +513,23 @@ def test_every_pass_runs_on_the_one_engine_thread(
     assert len(threads) == 1 and threads.pop().startswith("speculative-llm-engine")
 
 
+def test_logit_margin_builds_no_autograd_graph(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its pass runs as the loop's do, without gradients (a transformers model records them)."""
+    grad_enabled: list[bool] = []
+    forward = type(backend._runner).forward
+
+    def recording(runner: Any, *args: Any, **kwargs: Any) -> Any:
+        grad_enabled.append(torch.is_grad_enabled())
+        return forward(runner, *args, **kwargs)
+
+    monkeypatch.setattr(type(backend._runner), "forward", recording)
+    margin = backend.logit_margin(_request(), [])
+    assert grad_enabled == [False]
+    assert margin >= 0.0
+
+
 async def test_a_refused_request_raises_at_once_or_at_its_first_chunk(
     backend: LocalBackend,
 ) -> None:

@@ -279,6 +279,7 @@ def verify_proposal(
     )
 
 
+@torch.inference_mode()
 def logit_margin(target: Runner, tokens: Sequence[int]) -> float:
     """The target's top-1 minus top-2 logit after ``tokens``, scored in one batched pass.
 
