@@ -1,4 +1,4 @@
-"""No import circles among the modules of integrations/ and playground/.
+"""No import circles among the modules of integrations/ and playground/; the loop on protocols.
 
 The graph is read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from ... import`` counts, at module level and inside functions alike, because an import
@@ -215,6 +215,44 @@ def test_not_even_type_only_imports_go_round_in_a_circle() -> None:
         "import cycles through imports under TYPE_CHECKING (declare a Protocol in the lower "
         "module, or move the shared type to a module both import):\n"
         + "\n".join(_cycle_text(cycle) for cycle in cycles)
+    )
+
+
+LOCAL = "speculative_llm.backends.local."
+LOOP_MAY_IMPORT = (
+    LOCAL + "loop.",
+    LOCAL + "drafters.base",
+    LOCAL + "runners.base",
+    LOCAL + "models.sources",
+)
+"""What the decoding loop may import from the local engine: itself and the protocols."""
+LOOP_BRIDGE = LOCAL + "loop.chunks"
+"""The one loop module that reads a prepared request (its grammar, tools and text)."""
+
+
+def test_the_decoding_loop_runs_on_protocols_alone() -> None:
+    """The loop knows runners and drafters by their protocols, and no request machinery.
+
+    Grammars reach it through the session, drafters through their factories, runners
+    through ``runners.base``: a newcomer changes a runner, a drafter or the request's
+    preparation without touching the loop, and tests drive the loop with toy runners.
+    """
+    graph = import_graph(discover_modules())
+    loop_modules = [name for name in graph if name.startswith(LOCAL + "loop.")]
+    assert LOCAL + "loop.engine" in loop_modules
+    wrong = {
+        module: sorted(
+            target
+            for target in graph[module]
+            if target.startswith(LOCAL) and not target.startswith(LOOP_MAY_IMPORT)
+        )
+        for module in loop_modules
+        if module != LOOP_BRIDGE
+    }
+    wrong = {module: targets for module, targets in wrong.items() if targets}
+    assert not wrong, (
+        "the decoding loop imports local-engine modules beyond the protocols (move the "
+        "dependency behind the session, a drafter or runners.base): " + repr(wrong)
     )
 
 
