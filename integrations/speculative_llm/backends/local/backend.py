@@ -391,7 +391,8 @@ class LocalBackend(Backend):
 
     def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of ``request``, checked first (an error reaches the reader)."""
-        return answer_chunks(self._context, self._prepare(request), live_stats)
+        job = self._prepare(request)
+        return answer_chunks(self._context, job, live_stats)
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.
