@@ -80,7 +80,13 @@ def _cut_at_eos(step: StepResult, eos_token_ids: frozenset[int]) -> StepResult:
 
 
 class SpeculationSession:
-    """One request's drafter, draft-length policy and statistics (see the module docstring).
+    """One request's drafter, draft-length policy, grammar and statistics.
+
+    Its lifecycle is llama.cpp's ``common_speculative``'s: ``begin(prompt)`` once; then,
+    for each verify pass, ``draft(sequence)``, the target scores the proposal,
+    ``mask(logits)``, the acceptance rule, ``accept(result)``; ``finish()`` at the end,
+    however the stream ended. ``engine.decode`` drives it; ``engine.generate_steps``
+    makes one and drives it.
 
     Args:
         drafter: The request's drafter, or None for the baseline (plain decoding).
