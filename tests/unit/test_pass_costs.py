@@ -95,6 +95,19 @@ def test_measures_each_size_after_a_warm_up(clock: FakeClock) -> None:
     assert runner.resets == 2 and runner.length == 0  # the cache is left empty
 
 
+def test_the_measured_passes_run_without_autograd(clock: FakeClock) -> None:
+    """Timed as the loop runs them: a pass recording gradients would cost more."""
+    grad_enabled: list[bool] = []
+
+    class RecordingRunner(TimedRunner):
+        def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+            grad_enabled.append(torch.is_grad_enabled())
+            return super().forward(tokens, num_logits)
+
+    assert measure_pass_costs(RecordingRunner(clock), sizes=(1, 2), context=8) is not None
+    assert grad_enabled and not any(grad_enabled)
+
+
 def test_skips_sizes_the_runner_cannot_verify_exactly(clock: FakeClock) -> None:
     costs = measure_pass_costs(TimedRunner(clock, max_verify=3), sizes=(1, 2, 5), context=8)
     assert costs is not None and set(costs.ratios) == {2}

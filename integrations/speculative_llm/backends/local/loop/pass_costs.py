@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from speculative_llm.backends.local.runners.base import LoadedModel, Runner
 
 __all__ = [
@@ -104,6 +106,7 @@ def _filler_tokens(count: int, vocab_size: int) -> list[int]:
     return [1 + (index * 7919) % span for index in range(count)]
 
 
+@torch.inference_mode()
 def measure_pass_costs(
     runner: Runner,
     *,
@@ -115,8 +118,9 @@ def measure_pass_costs(
     """Time passes of each of ``sizes`` rows after ``context`` cached tokens.
 
     Sizes above the runner's exact row limit are skipped; a small ``context_window``
-    shortens the context.
-    The runner's cache is reset before and after.
+    shortens the context. The passes run as the loop's do, without gradients (a
+    transformers model would otherwise keep what a backward pass needs, and be timed
+    doing it). The runner's cache is reset before and after.
 
     Returns:
         The costs, or None when the runner has no room for the measurement.
