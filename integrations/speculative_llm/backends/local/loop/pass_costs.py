@@ -41,8 +41,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CALIBRATION_VERSION = 1
-"""Part of the cache key: results of an older calibration are measured again."""
+CALIBRATION_VERSION = 2
+"""Part of the cache key: results of an older calibration are measured again (2: passes
+without autograd)."""
 
 CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 5, 9, 13)
 """Pass sizes timed: one-token passes, and verify passes of drafts of 1 to 12 tokens."""
