@@ -6,6 +6,7 @@ The engine's loop on a fake runner that records its passes (no model), then
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from speculative_llm.backends.local.runners.base import (  # noqa: E402
     Runner,
     check_prompt_fits,
 )
+from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
 from speculative_llm.types import PromptProgress  # noqa: E402
 
 VOCAB = 50
@@ -308,7 +310,9 @@ def test_closing_a_stream_at_a_report_stops_the_engine_before_the_prompt_ends(
     assert tiny_backend.generate(GenerationRequest(prompt="def add(a, b):", max_tokens=4)).text
 
 
-def test_a_chunk_in_flight_asks_whether_it_is_cancelled(tiny_backend: Any) -> None:
+def test_a_chunk_in_flight_asks_whether_it_is_cancelled(
+    tiny_backend: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     runner = tiny_backend._runner
     tokens = tiny_backend.encode_prompt(_request())
     asked = 0
@@ -325,9 +329,15 @@ def test_a_chunk_in_flight_asks_whether_it_is_cancelled(tiny_backend: Any) -> No
         runner.feed(tokens[64:128], cancelled_once_started)
         assert asked == 1 and runner.length == 128
     else:
-        with pytest.raises(GenerationCancelledError):
+        with (
+            caplog.at_level(logging.DEBUG, logger=llama_cpp_lib.logger.name),
+            pytest.raises(GenerationCancelledError),
+        ):
             runner.feed(tokens[64:128], cancelled_once_started)
         assert asked > 1  # llama.cpp asked while the pass ran
+        # llama.cpp reports the abort as errors: a Stop asked for it, so no warning.
+        reports = [record for record in caplog.records if "failed" in record.getMessage()]
+        assert reports and all(record.levelno == logging.DEBUG for record in reports)
         assert runner.length == 64 and len(runner.cached_tokens) == 64
     runner.reset()
 

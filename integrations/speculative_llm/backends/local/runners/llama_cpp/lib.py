@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -261,12 +261,39 @@ class _LogState:
     callback: Any = None
 
 
+# Per thread: the ``cancelled`` of a pass llama.cpp may abort (llama_decode logs its
+# errors on the thread that called it).
+_abortable = threading.local()
+
+
+@contextmanager
+def abortable_pass(cancelled: Callable[[], bool]) -> Iterator[None]:
+    """A pass on this thread that llama.cpp aborts once ``cancelled()`` returns True.
+
+    The error lines llama.cpp then logs ("failed to compute graph", "failed to decode")
+    report the abort that was asked for, not a failure: they go to the log at DEBUG and
+    stay out of ``recent_errors``.
+    """
+    _abortable.cancelled = cancelled
+    try:
+        yield
+    finally:
+        _abortable.cancelled = None
+
+
+def _abort_asked() -> bool:
+    cancelled = getattr(_abortable, "cancelled", None)
+    return cancelled is not None and bool(cancelled())
+
+
 def _forward_log(level: int, text: bytes | None, _user_data: Any) -> None:
     """llama.cpp's log lines go to this module's logger instead of stderr."""
     if not text:
         return
     message = text.decode("utf-8", "replace").rstrip("\n")
     python_level = _LogState.level if level == 5 else _LOG_LEVELS.get(level, logging.DEBUG)
+    if python_level == logging.WARNING and _abort_asked():
+        python_level = logging.DEBUG
     _LogState.level = python_level
     if python_level == logging.WARNING and message.strip():
         _errors.append(message.strip())

@@ -38,6 +38,7 @@ from speculative_llm.backends.local.runners.llama_cpp.layout_probe import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
 )
+from speculative_llm.backends.local.runners.llama_cpp.lib import abortable_pass
 from speculative_llm.errors import BackendError, ConfigError, GenerationCancelledError
 
 __all__ = [
@@ -296,7 +297,8 @@ class LlamaCppRunner:
         abort = self._api.ggml_abort_callback(lambda _data: bool(cancelled()))
         self._api.llama_set_abort_callback(self._context, abort, None)
         try:
-            self._decode_batches(tokens, 0)
+            with abortable_pass(cancelled):
+                self._decode_batches(tokens, 0)
         except BackendError:
             if cancelled():
                 raise GenerationCancelledError("The generation was cancelled.") from None
