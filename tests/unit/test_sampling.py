@@ -195,3 +195,33 @@ def test_the_chi_squared_test_catches_a_broken_rule(one_hot: bool) -> None:
     p, _ = _distributions()
     first, _ = _run(_resample_from_p_rule, one_hot, trials=TRIALS // 2)
     assert _chi_squared_pvalue(first, p[0]) < 1e-6
+
+
+def test_a_deterministic_drafter_samples_the_baseline_s_tokens_for_a_seed() -> None:
+    # Target distributions of 40 positions; prompt lookup's drafts are fixed tokens.
+    # Whatever the draft lengths (the cost-aware policy picks them from timings),
+    # one uniform per emitted token keeps a seeded request on the baseline's tokens.
+    source = torch.Generator().manual_seed(0)
+    rows = torch.softmax(torch.randn(40, 12, generator=source) * 2.0, dim=-1)
+
+    def decode(draft_lengths: list[int]) -> list[int]:
+        generator = torch.Generator().manual_seed(7)
+        emitted: list[int] = []
+        step = 0
+        while len(emitted) < 30:
+            k = min(draft_lengths[step % len(draft_lengths)], 39 - len(emitted))
+            step += 1
+            # Drafts that agree with the likeliest token half of the time.
+            drafts = [int(rows[len(emitted) + i].argmax()) if i % 2 == 0 else 3 for i in range(k)]
+            position = len(emitted)
+            verdict = verify_sampled(drafts, None, rows[position : position + k + 1], generator)
+            emitted.extend(verdict.tokens)
+        return emitted[:30]
+
+    baseline = decode([0])
+    assert decode([4]) == baseline
+    assert decode([12, 0, 1, 7]) == baseline
+    # A different seed gives a different sample (the check above is not vacuous).
+    generator = torch.Generator().manual_seed(8)
+    other = [int(verify_sampled([], None, rows[i : i + 1], generator).tokens[0]) for i in range(30)]
+    assert other != baseline

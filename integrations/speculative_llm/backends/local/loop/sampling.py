@@ -7,7 +7,12 @@ when every draft token is accepted a bonus token is drawn from ``p_{k+1}``. The
 emitted tokens are then distributed exactly as if they had been sampled from the
 target one by one. Prompt lookup is a deterministic drafter: ``q_i`` is one-hot, so
 ``x_i`` is accepted with probability ``p_i(x_i)`` and a rejection resamples from
-``p_i`` with ``x_i`` removed.
+``p_i`` with ``x_i`` removed. Both at once by one draw: ``y_i ~ p_i`` is accepted
+when it equals ``x_i`` and is the correction otherwise. Every target token is drawn
+by inverse CDF from one uniform of the request's generator, so a deterministic
+drafter consumes the random stream exactly as plain decoding does: a seeded request
+gives the baseline's tokens whatever the draft lengths were (which the cost-aware
+policy chooses from measured timings).
 
 Greedy decoding (temperature 0) accepts while the target's argmax agrees with the
 draft, and then emits the target's argmax: the output is the target's greedy output.
@@ -110,8 +115,20 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """Draw one token id from a 1-D probability vector."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """Draw one token id from a 1-D probability vector, by inverse CDF from one uniform.
+
+    One uniform per draw keeps the random stream aligned with the emitted positions
+    (see the module docstring); float64 sums keep the tail of a large vocabulary exact.
+    """
+    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
+    uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device)
+    # The first i with cdf[i] > u * total: token i has probability cdf[i] - cdf[i - 1],
+    # so a token of probability 0 is never drawn.
+    index = int(torch.searchsorted(cdf, uniform * cdf[-1], right=True))
+    if index >= probs.shape[-1]:
+        # Only through rounding at the top of the CDF: the last token that can be drawn.
+        index = int(torch.nonzero(probs > 0)[-1])
+    return index
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,22 +186,23 @@ def verify_sampled(
         rejection, or a bonus token from ``p_k`` when all k are accepted.
     """
     k = len(draft_tokens)
-    if k:
+    if k and draft_probs is None:
+        # One-hot q: y_i ~ p_i is accepted iff y_i == x_i (probability p_i(x_i)), and
+        # otherwise y_i ~ norm(max(0, p_i - onehot(x_i))) is the correction.
+        for position, drafted in enumerate(draft_tokens):
+            chosen = sample_from(target_probs[position], generator)
+            if chosen != drafted:
+                return Verdict(position, [*draft_tokens[:position], chosen])
+    elif k and draft_probs is not None:
         positions = torch.arange(k, device=target_probs.device)
         index = torch.tensor(draft_tokens, device=target_probs.device)
-        p_drafted = target_probs[positions, index]
-        # One-hot q: q(x_i) = 1, so the acceptance probability is p(x_i) itself.
-        q_drafted = draft_probs[positions, index] if draft_probs is not None else None
-        ratio = p_drafted if q_drafted is None else p_drafted / q_drafted
+        # Accept x_i when u_i < p_i(x_i) / q_i(x_i).
+        ratio = target_probs[positions, index] / draft_probs[positions, index]
         uniforms = torch.rand(k, generator=generator, device=target_probs.device)
         rejected = (uniforms >= ratio).tolist()
         for position, was_rejected in enumerate(rejected):
             if was_rejected:
-                residual = target_probs[position].clone()
-                if draft_probs is None:
-                    residual[draft_tokens[position]] = 0.0
-                else:
-                    residual = (residual - draft_probs[position]).clamp_(min=0.0)
+                residual = (target_probs[position] - draft_probs[position]).clamp_(min=0.0)
                 if float(residual.sum()) <= 0.0:
                     # Only reachable through float rounding (p == q everywhere means the
                     # ratio was 1): fall back to the target distribution itself.
