@@ -68,8 +68,10 @@ class SpeculativeParams(BaseModel):
 
     speculative: Any = None
     """Speculative configuration: a ``SpecConfig``, a dict such as
-    ``{"method": "ngram", "num_speculative_tokens": 5}``, a method name, or None for the
-    backend's default."""
+    ``{"method": "ngram", "num_speculative_tokens": 12}``, a method name, or None for the
+    backend's default. On the local engine every method drafts cost-aware by default
+    (k is the longest draft; only drafts that pay are verified); ``cost_aware=False``
+    asks for fixed drafts of k tokens."""
 
     backend_options: dict[str, Any] = Field(default_factory=dict)
     """Extra constructor options of the named backend (``device``, ``dtype``, ``endpoint``,

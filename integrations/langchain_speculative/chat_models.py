@@ -72,7 +72,8 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
             chat = ChatSpeculative(
                 backend="local",
                 model="smollm2-135m",
-                speculative={"method": "ngram", "num_speculative_tokens": 5},
+                # k is the longest draft: the engine drafts only what pays.
+                speculative={"method": "ngram", "num_speculative_tokens": 12},
                 max_tokens=128,
             )
             # or a llama-server started with --jinja (tools) and speculative flags:

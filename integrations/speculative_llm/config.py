@@ -11,7 +11,16 @@ from typing import Any, Literal, get_args
 from speculative_llm.drafter_registry import BUILTIN_DRAFTERS, drafter_names
 from speculative_llm.errors import ConfigError
 
-__all__ = ["EXACT_POLICIES", "LOCAL_METHODS", "METHODS", "Method", "SpecConfig", "local_methods"]
+__all__ = [
+    "DEFAULT_FIXED_DRAFT",
+    "DEFAULT_LONGEST_DRAFT",
+    "EXACT_POLICIES",
+    "LOCAL_METHODS",
+    "METHODS",
+    "Method",
+    "SpecConfig",
+    "local_methods",
+]
 
 Method = Literal["none", "draft_model", "ngram", "suffix", "eagle", "eagle3", "mtp", "server"]
 """How draft tokens are proposed.
@@ -35,6 +44,15 @@ def local_methods() -> tuple[str, ...]:
     return ("none", *drafter_names())
 
 
+DEFAULT_LONGEST_DRAFT = 12
+"""Longest draft of cost-aware drafting when no ``num_speculative_tokens`` is given: the
+engine drafts only the length (0 included) that pays for its verification, so a long
+ceiling costs nothing where drafts are rejected and lets copied text run long."""
+
+DEFAULT_FIXED_DRAFT = 5
+"""Draft length of fixed drafts (``cost_aware=False``, the start of ``adaptive``, and
+servers, which draft a fixed length) when no ``num_speculative_tokens`` is given."""
+
 EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
 """The in-process engine's exactness policies (``LocalBackend(exact=...)``):
 ``distribution`` runs every pass at full speed, its output distributed exactly as the
@@ -53,8 +71,10 @@ class SpecConfig:
     Args:
         method: The drafting method (one of ``Method``, or the name of a drafter
             registered with the local engine); ``"none"`` is the baseline.
-        num_speculative_tokens: Draft length k: tokens proposed per verify step
-            (the starting length when ``adaptive`` is on).
+        num_speculative_tokens: Draft length k. Cost-aware (the default): the longest
+            draft, ``DEFAULT_LONGEST_DRAFT`` when None. Fixed drafts
+            (``cost_aware=False``) and servers: tokens proposed per verify step, and
+            ``adaptive``'s starting length; ``DEFAULT_FIXED_DRAFT`` when None.
         draft_model: Hugging Face id, local directory, ``.gguf`` file or packaged
             alias of the draft model; required for ``method="draft_model"``.
         ngram_min: Shortest n-gram that prompt lookup tries to match.
@@ -64,7 +84,9 @@ class SpecConfig:
             draft the length (0 included) with the most expected tokens per second,
             from the request's running acceptance and the measured cost of verifying
             more tokens in one pass (on a CPU, two tokens cost far more than one).
-            Output is unchanged; only speed. Servers ignore it.
+            Output is unchanged; only speed. None (the default): on, whatever the
+            method, unless ``adaptive`` chooses k; ``False`` asks for fixed drafts.
+            Servers ignore it (they draft a fixed length).
         min_speculative_tokens: Lower bound of k when ``adaptive`` is on.
         max_speculative_tokens: Upper bound of k when ``adaptive`` is on.
         suffix_max_depth: Suffix decoding: longest substring the suffix tries hold; it
@@ -86,12 +108,12 @@ class SpecConfig:
     """
 
     method: Method | str = "ngram"
-    num_speculative_tokens: int = 5
+    num_speculative_tokens: int | None = None
     draft_model: str | None = None
     ngram_min: int = 1
     ngram_max: int = 3
     adaptive: bool = False
-    cost_aware: bool = False
+    cost_aware: bool | None = None
     min_speculative_tokens: int = 1
     max_speculative_tokens: int = 16
     suffix_max_depth: int = 24
@@ -107,8 +129,22 @@ class SpecConfig:
                 f"Choose one of: {', '.join(known)}.",
                 field="method",
             )
+        if self.num_speculative_tokens is not None and (
+            isinstance(self.num_speculative_tokens, bool)
+            or not isinstance(self.num_speculative_tokens, int)
+        ):
+            raise ConfigError(
+                f"num_speculative_tokens must be an integer or None (the default draft "
+                f"length), got {self.num_speculative_tokens!r}.",
+                field="num_speculative_tokens",
+            )
+        if self.cost_aware is not None and not isinstance(self.cost_aware, bool):
+            raise ConfigError(
+                f"cost_aware must be True, False or None (on unless adaptive), got "
+                f"{self.cost_aware!r}.",
+                field="cost_aware",
+            )
         for name in (
-            "num_speculative_tokens",
             "ngram_min",
             "ngram_max",
             "suffix_max_depth",
@@ -118,7 +154,12 @@ class SpecConfig:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{name} must be an integer, got {value!r}.", field=name)
         self._check_suffix()
-        if self.speculative and self.method != "server" and self.num_speculative_tokens < 1:
+        if (
+            self.speculative
+            and self.method != "server"
+            and self.num_speculative_tokens is not None
+            and self.num_speculative_tokens < 1
+        ):
             raise ConfigError(
                 f"num_speculative_tokens must be >= 1 with method {self.method!r}, got "
                 f"{self.num_speculative_tokens}. Use method='none' to turn speculation off.",
@@ -153,12 +194,10 @@ class SpecConfig:
                 field="cost_aware",
             )
         if self.adaptive and not (
-            self.min_speculative_tokens
-            <= self.num_speculative_tokens
-            <= self.max_speculative_tokens
+            self.min_speculative_tokens <= self.draft_length <= self.max_speculative_tokens
         ):
             raise ConfigError(
-                f"With adaptive=True, num_speculative_tokens ({self.num_speculative_tokens}) must "
+                f"With adaptive=True, num_speculative_tokens ({self.draft_length}) must "
                 f"lie within [{self.min_speculative_tokens}, {self.max_speculative_tokens}].",
                 field="num_speculative_tokens",
             )
@@ -195,6 +234,30 @@ class SpecConfig:
     def speculative(self) -> bool:
         """Whether this configuration drafts tokens at all."""
         return self.method != "none"
+
+    @property
+    def is_cost_aware(self) -> bool:
+        """Whether the local engine chooses each draft's length by what it pays.
+
+        ``cost_aware`` as given, or, when None, on unless ``adaptive`` chooses k.
+        """
+        if self.cost_aware is None:
+            return not self.adaptive
+        return self.cost_aware
+
+    @property
+    def draft_length(self) -> int:
+        """The local engine's k: the longest draft when cost-aware, else the fixed one."""
+        if self.num_speculative_tokens is not None:
+            return self.num_speculative_tokens
+        return DEFAULT_LONGEST_DRAFT if self.is_cost_aware else DEFAULT_FIXED_DRAFT
+
+    @property
+    def fixed_draft_length(self) -> int:
+        """The k of an engine that drafts a fixed length (servers ignore ``cost_aware``)."""
+        if self.num_speculative_tokens is not None:
+            return self.num_speculative_tokens
+        return DEFAULT_FIXED_DRAFT
 
     @classmethod
     def baseline(cls) -> SpecConfig:

@@ -238,7 +238,7 @@ def _draft_length(spec: SpecConfig | None) -> int | None:
     """The draft length k of a configuration (None: the server's own, or no speculation)."""
     if spec is None or not spec.speculative or spec.method == "server":
         return None
-    return spec.num_speculative_tokens
+    return spec.draft_length
 
 
 def _engine_line(backend: Backend) -> str | None:

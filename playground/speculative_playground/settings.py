@@ -9,7 +9,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
-from speculative_llm.config import EXACT_POLICIES, SpecConfig
+from speculative_llm.config import DEFAULT_LONGEST_DRAFT, EXACT_POLICIES, SpecConfig
 from speculative_llm.drafter_registry import drafter_entries
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -202,7 +202,7 @@ class RunSettings:
     model: str = DEFAULT_MODEL
     draft_model: str | None = None
     method: str = "ngram"
-    k: int = 5
+    k: int = DEFAULT_LONGEST_DRAFT
     temperature: float = 0.0
     max_tokens: int = 128
     timing: TimingChoice = "auto"

@@ -104,14 +104,15 @@ def test_run_samples_without_warmup_and_with_a_short_budget() -> None:
 def test_spec_for_each_variant() -> None:
     assert spec_for(Variant(OURS, "none"), None) == SpecConfig.baseline()
     assert spec_for(Variant(OURS, "server"), None) is None
+    # Cost-aware unless told otherwise, as every entry point's default.
     assert spec_for(Variant(OURS, "ngram", 3), "d") == SpecConfig(
-        method="ngram", num_speculative_tokens=3
+        method="ngram", num_speculative_tokens=3, cost_aware=True
     )
     assert spec_for(Variant(OURS, "draft_model", 8), "d") == SpecConfig(
-        method="draft_model", num_speculative_tokens=8, draft_model="d"
+        method="draft_model", num_speculative_tokens=8, draft_model="d", cost_aware=True
     )
-    assert spec_for(Variant(OURS, "ngram", 5), None, cost_aware=True) == SpecConfig(
-        method="ngram", num_speculative_tokens=5, cost_aware=True
+    assert spec_for(Variant(OURS, "ngram", 5), None, cost_aware=False) == SpecConfig(
+        method="ngram", num_speculative_tokens=5, cost_aware=False
     )
     assert spec_for(Variant(OURS, "none"), None, cost_aware=True) == SpecConfig.baseline()
 

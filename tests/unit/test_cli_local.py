@@ -98,11 +98,11 @@ def test_generate_is_cost_aware_unless_told_otherwise() -> None:
 
     parser = build_parser()
     default = build_spec(parser.parse_args(["generate", "hi"]))
-    assert default.cost_aware and default.num_speculative_tokens == 12
+    assert default.is_cost_aware and default.draft_length == 12
     fixed = build_spec(parser.parse_args(["generate", "--no-cost-aware", "-k", "4", "hi"]))
-    assert not fixed.cost_aware and fixed.num_speculative_tokens == 4
+    assert not fixed.is_cost_aware and fixed.draft_length == 4
     adaptive = build_spec(parser.parse_args(["generate", "--adaptive", "hi"]))
-    assert adaptive.adaptive and not adaptive.cost_aware
+    assert adaptive.adaptive and not adaptive.is_cost_aware
 
 
 def test_draft_method_without_draft_is_an_error(

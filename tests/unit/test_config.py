@@ -3,10 +3,11 @@ import pytest
 from speculative_llm import ConfigError, SpecConfig
 
 
-def test_defaults_are_ngram_with_five_tokens() -> None:
+def test_defaults_are_cost_aware_ngram_up_to_twelve_tokens() -> None:
     config = SpecConfig()
     assert config.method == "ngram"
-    assert config.num_speculative_tokens == 5
+    assert config.num_speculative_tokens is None and config.draft_length == 12
+    assert config.is_cost_aware
     assert config.speculative
 
 

@@ -391,7 +391,10 @@ def test_draft_model_on_llama_cpp_is_exact(tiny_gguf: Path, tiny_draft_gguf: Pat
         # A fixed k: the default cost-aware policy would not draft with a draft model
         # as dear as this target, and the test is about the drafts.
         fixed = SpecConfig(
-            method="draft_model", draft_model=str(tiny_draft_gguf), num_speculative_tokens=4
+            method="draft_model",
+            draft_model=str(tiny_draft_gguf),
+            num_speculative_tokens=4,
+            cost_aware=False,
         )
         request = GenerationRequest(prompt=prompt, max_tokens=30, spec=fixed)
         completion = backend.generate(request)

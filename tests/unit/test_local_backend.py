@@ -74,8 +74,10 @@ def _open(path: Path, runner_name: str, **options: Any) -> LocalBackend:
 
 @pytest.fixture(scope="module")
 def backend(model_path: Path, runner_name: str) -> Any:
-    """A ``LocalBackend`` on the tiny target with prompt lookup, k=4, on each runner."""
-    local = _open(model_path, runner_name, speculative={"method": "ngram", "k": 4})
+    """A ``LocalBackend`` on the tiny target with prompt lookup, fixed k=4, on each runner."""
+    local = _open(
+        model_path, runner_name, speculative={"method": "ngram", "k": 4, "cost_aware": False}
+    )
     assert local.runner_name == runner_name
     yield local
     local.close()
@@ -115,7 +117,8 @@ def _request(**changes: Any) -> GenerationRequest:
 
 SPECS = {
     "none": SpecConfig.baseline(),
-    "ngram": SpecConfig(method="ngram", num_speculative_tokens=4),
+    # Fixed drafts: these tests are about what drafts do, not whether they pay.
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=4, cost_aware=False),
     "ngram-adaptive": SpecConfig(
         method="ngram", num_speculative_tokens=2, adaptive=True, max_speculative_tokens=8
     ),
@@ -252,6 +255,19 @@ def test_seeded_sampling_is_reproducible(backend: LocalBackend) -> None:
     assert first.text != other.text
 
 
+def test_a_seed_gives_the_baseline_s_sample_whatever_the_lookup_drafts(
+    backend: LocalBackend,
+) -> None:
+    request = _request(temperature=1.0, seed=11)
+    baseline = backend.generate(request.replace(spec=SpecConfig.baseline())).text
+    for spec in (
+        SpecConfig(method="ngram", num_speculative_tokens=4, cost_aware=False),
+        SpecConfig(method="ngram"),  # cost-aware: draft lengths chosen from timings
+        SpecConfig(method="suffix", num_speculative_tokens=3, cost_aware=False),
+    ):
+        assert backend.generate(request.replace(spec=spec)).text == baseline, spec
+
+
 def test_top_k_one_sampling_is_greedy(backend: LocalBackend, greedy_text: str) -> None:
     completion = backend.generate(_request(temperature=0.7, top_k=1, seed=5))
     assert completion.text == greedy_text
@@ -276,7 +292,7 @@ def test_the_default_is_cost_aware_prompt_lookup(model_path: Path, runner_name: 
 
     with _open(model_path, runner_name) as local:
         assert local.default_spec == DEFAULT_SPEC
-        assert DEFAULT_SPEC.method == "ngram" and DEFAULT_SPEC.cost_aware
+        assert DEFAULT_SPEC.method == "ngram" and DEFAULT_SPEC.is_cost_aware
         assert local.generate(_request()).stats.method == "ngram"
 
 

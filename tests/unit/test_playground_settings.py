@@ -15,9 +15,9 @@ def test_defaults_run_the_packaged_model_with_prompt_lookup() -> None:
     settings = RunSettings()
     spec = settings.spec_config()
     assert settings.backend == "local" and settings.model == "smollm2-135m"
-    assert spec is not None and spec.method == "ngram" and spec.num_speculative_tokens == 5
+    assert spec is not None and spec.method == "ngram" and spec.num_speculative_tokens == 12
     # The local engine drafts only what pays for its verification (k: the longest draft).
-    assert spec.cost_aware
+    assert spec.is_cost_aware
     # One machine, two engines taking turns step by step: fair and visibly a race.
     assert settings.timing_mode() == "interleaved"
     managed = RunSettings(backend="managed").spec_config()

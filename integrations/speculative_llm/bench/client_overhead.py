@@ -55,7 +55,7 @@ __all__ = [
 CHAT_PATH = "/v1/chat/completions"
 
 
-DEFAULT_NGRAM_DRAFT_MAX: tuple[int, ...] = (SpecConfig().num_speculative_tokens,)
+DEFAULT_NGRAM_DRAFT_MAX: tuple[int, ...] = (SpecConfig().fixed_draft_length,)
 """Draft lengths of the ngram-simple servers compared (``--spec-ngram-simple-size-m``)."""
 
 

@@ -49,7 +49,7 @@ DEFAULT_BENCH_MODEL = "smollm2-135m"
 
 
 def spec_for(
-    variant: Variant, draft_model: str | None, *, cost_aware: bool = False
+    variant: Variant, draft_model: str | None, *, cost_aware: bool = True
 ) -> SpecConfig | None:
     """The per-request ``SpecConfig`` of one of our variants (None: the server's own)."""
     if variant.method == "none":

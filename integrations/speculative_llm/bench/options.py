@@ -15,6 +15,7 @@ from speculative_llm.bench.agent_tasks import (
 )
 from speculative_llm.bench.predictions import profile_to_dict
 from speculative_llm.bench.records import OURS, Variant
+from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.prediction import HARDWARE_PROFILES, HardwareProfile
 
@@ -107,7 +108,8 @@ class BenchOptions:
         baseline_url: URL of a second server started without speculation, for HTTP
             backends that cannot switch speculation off per request.
         methods: Methods to compare; the baseline ``none`` is always run.
-        ks: Draft lengths; each speculative method runs once per k.
+        ks: Draft lengths; each speculative method runs once per k (empty: the
+            drafting policy's default, ``SpecConfig(cost_aware=cost_aware).draft_length``).
         categories: ``all`` or category names.
         prompts_file: A JSONL prompt file instead of the built-in set.
         per_category: Most prompts per category (None: all).
@@ -121,8 +123,9 @@ class BenchOptions:
             every k.
         llama_server_types: llama-server n-gram spec types for ``compare_llama_server``.
         runner: The local engine's runner: ``auto``, ``llamacpp`` or ``transformers``.
-        cost_aware: Our speculative variants use ``SpecConfig(cost_aware=True)``: k is
-            the longest draft and the local engine drafts only what pays for itself.
+        cost_aware: Our speculative variants use ``SpecConfig(cost_aware=True)`` (the
+            default): k is the longest draft and the local engine drafts only what pays
+            for itself; False drafts k tokens whenever it can.
         dtype: Weight dtype of in-process models (``auto``, ``float32``, ``bfloat16``).
         device: Torch device of in-process models.
         threads: Threads of in-process models (torch) and of managed llama-servers
@@ -149,7 +152,7 @@ class BenchOptions:
     base_url: str | None = None
     baseline_url: str | None = None
     methods: tuple[str, ...] = ("none", "ngram")
-    ks: tuple[int, ...] = (5,)
+    ks: tuple[int, ...] = ()
     categories: str | tuple[str, ...] = "all"
     prompts_file: Path | None = None
     per_category: int | None = None
@@ -160,7 +163,7 @@ class BenchOptions:
     compare_llama_server: bool = False
     llama_server_types: tuple[str, ...] = LLAMA_SERVER_NGRAM_TYPES
     runner: str = "auto"
-    cost_aware: bool = False
+    cost_aware: bool = True
     dtype: str = "auto"
     device: str = "cpu"
     threads: int | None = None
@@ -184,7 +187,8 @@ class BenchOptions:
         if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
             raise ConfigError(f"Draft lengths must be integers >= 1, got {self.ks}.", field="k")
         if not self.ks:
-            raise ConfigError("Give at least one draft length, for example --k 5.", field="k")
+            default = SpecConfig(cost_aware=self.cost_aware).draft_length
+            object.__setattr__(self, "ks", (default,))
         for name in ("repeats", "max_tokens", "agent_questions", "agent_max_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -23,6 +23,7 @@ from speculative_llm.bench.agent_tasks import AGENT_FRAMEWORKS
 from speculative_llm.bench.options import LLAMA_SERVER_NGRAM_TYPES
 from speculative_llm.bench.prompts import CATEGORIES
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
+from speculative_llm.config import DEFAULT_FIXED_DRAFT, DEFAULT_LONGEST_DRAFT
 from speculative_llm.errors import MissingDependencyError
 
 __all__ = ["add_arguments", "options_from_args", "run"]
@@ -59,7 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated: none, ngram, draft_model, server (default none,ngram; the "
         "baseline none is always run)",
     )
-    parser.add_argument("--k", default="5", help="draft lengths, comma-separated (default 5)")
+    parser.add_argument(
+        "--k",
+        help="draft lengths, comma-separated: with --cost-aware (the default) the longest "
+        f"draft (default {DEFAULT_LONGEST_DRAFT}; {DEFAULT_FIXED_DRAFT} with --no-cost-aware)",
+    )
     parser.add_argument(
         "--categories",
         default="all",
@@ -103,8 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cost-aware",
-        action="store_true",
-        help="local engine: k is the longest draft; draft only what pays for its verification",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="local engine: k is the longest draft; draft only what pays for its verification "
+        "(default on; --no-cost-aware drafts k tokens whenever it can)",
     )
     parser.add_argument(
         "--agent-frameworks",
@@ -171,7 +178,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         base_url=args.base_url,
         baseline_url=args.baseline_url,
         methods=methods,
-        ks=parse_ks(args.k),
+        ks=() if args.k is None else parse_ks(args.k),
         categories=args.categories,
         prompts_file=args.prompts,
         per_category=chosen("per_category", None),

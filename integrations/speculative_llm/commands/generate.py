@@ -17,7 +17,12 @@ from typing import Any, TextIO
 
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
-from speculative_llm.config import SpecConfig, local_methods
+from speculative_llm.config import (
+    DEFAULT_FIXED_DRAFT,
+    DEFAULT_LONGEST_DRAFT,
+    SpecConfig,
+    local_methods,
+)
 from speculative_llm.divergence import Divergence, explain_divergence
 from speculative_llm.drafter_registry import drafter_entries, drafter_entry
 from speculative_llm.errors import ConfigError
@@ -51,16 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-k",
         "--num-speculative-tokens",
         type=int,
-        default=12,
         dest="k",
         help="draft tokens per verify step; with --cost-aware (the default) the longest "
-        "draft (default 12)",
+        f"draft (default {DEFAULT_LONGEST_DRAFT}; {DEFAULT_FIXED_DRAFT} with --no-cost-aware)",
     )
     parser.add_argument("--adaptive", action="store_true", help="adapt k while generating")
     parser.add_argument(
         "--cost-aware",
         action=argparse.BooleanOptionalAction,
-        default=True,
         help="k is the longest draft; draft only what pays for its verification (default "
         "on; --no-cost-aware drafts k tokens whenever it can)",
     )
@@ -108,7 +111,7 @@ def build_spec(args: argparse.Namespace) -> SpecConfig:
             "cost_aware": False,  # adaptive is the other way of choosing k
             "adaptive": True,
             "min_speculative_tokens": 1,
-            "max_speculative_tokens": max(16, args.k),
+            "max_speculative_tokens": max(16, args.k or 0),
         }
     return SpecConfig(
         method=method,

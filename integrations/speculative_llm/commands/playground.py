@@ -16,6 +16,12 @@ from typing import Any
 
 from speculative_llm.backends.registry import SERVER_BACKENDS
 from speculative_llm.commands.local_engine import add_local_engine_arguments, local_engine_options
+from speculative_llm.config import (
+    DEFAULT_FIXED_DRAFT,
+    DEFAULT_LONGEST_DRAFT,
+    METHODS,
+    local_methods,
+)
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.shutdown import on_termination
 
@@ -45,11 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", help="draft model with the target's vocabulary")
     parser.add_argument(
         "--method",
-        choices=("ngram", "draft_model", "server", "eagle", "eagle3", "mtp"),
+        # Every method but the baseline (the playground runs it on the other side).
+        choices=tuple(dict.fromkeys(m for m in (*METHODS, *local_methods()) if m != "none")),
         default=None,
         help="speculative method (default: ngram, or server with --url)",
     )
-    parser.add_argument("-k", type=int, default=5, help="draft length (default 5)")
+    parser.add_argument(
+        "-k",
+        type=int,
+        help="draft length: the longest draft of the local engine's cost-aware drafting "
+        f"(default {DEFAULT_LONGEST_DRAFT}), a server's fixed draft length (default "
+        f"{DEFAULT_FIXED_DRAFT})",
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per side (default 128)")
     parser.add_argument("--url", help="URL of a running server (with a server --backend)")
     parser.add_argument(
@@ -122,7 +135,7 @@ def _settings(args: argparse.Namespace) -> Any:
             model=args.model or "",
             draft_model=args.draft_model,
             method=args.method or "server",
-            k=args.k,
+            k=args.k or DEFAULT_FIXED_DRAFT,
             max_tokens=args.max_tokens,
             exact=args.exact,
         )
@@ -132,12 +145,13 @@ def _settings(args: argparse.Namespace) -> Any:
             f"--backend {{{','.join(_URL_KINDS)}}}.",
             field="url",
         )
+    managed = args.backend == "llama-server"
     return RunSettings(
-        backend="managed" if args.backend == "llama-server" else "local",
+        backend="managed" if managed else "local",
         model=args.model or DEFAULT_MODEL,
         draft_model=args.draft_model,
         method=args.method or ("draft_model" if args.draft_model else "ngram"),
-        k=args.k,
+        k=args.k or (DEFAULT_FIXED_DRAFT if managed else DEFAULT_LONGEST_DRAFT),
         max_tokens=args.max_tokens,
         exact=args.exact,
     )

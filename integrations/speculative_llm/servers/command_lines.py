@@ -27,7 +27,7 @@ def vllm_speculative_config(
     config = SpecConfig.from_value(spec)
     if config is None or not config.speculative:
         return None
-    k = config.num_speculative_tokens
+    k = config.fixed_draft_length
     if config.method == "ngram":
         return {
             "method": "ngram",
@@ -62,7 +62,7 @@ def _vllm_suffix_config(config: SpecConfig) -> dict[str, Any]:
     """
     result: dict[str, Any] = {
         "method": "suffix",
-        "num_speculative_tokens": config.num_speculative_tokens,
+        "num_speculative_tokens": config.fixed_draft_length,
         "suffix_decoding_max_tree_depth": config.suffix_max_depth,
         "suffix_decoding_max_spec_factor": config.suffix_max_spec_factor,
         "suffix_decoding_min_token_prob": config.suffix_min_token_prob,
@@ -137,7 +137,7 @@ def sglang_command(
     command += ["--port", str(port)]
     config = SpecConfig.from_value(speculative)
     if config is not None and config.speculative:
-        k = config.num_speculative_tokens
+        k = config.fixed_draft_length
         if config.method == "ngram":
             command += [
                 "--speculative-algorithm",

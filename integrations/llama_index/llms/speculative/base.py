@@ -103,7 +103,7 @@ class Speculative(JSONSchemaStructuredLLM):
 
             from llama_index.llms.speculative import Speculative
 
-            llm = Speculative(model="smollm2-135m", speculative={"method": "ngram", "k": 5})
+            llm = Speculative(model="smollm2-135m", speculative={"method": "ngram", "k": 12})
             server_llm = Speculative(backend="llamacpp", base_url="http://127.0.0.1:8080")
 
     Invoke:

@@ -18,11 +18,12 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "default_spec"]
 DEFAULT_MODEL = "smollm2-135m"
 """The packaged SmolLM2-135M-Instruct: loads with no model hub access."""
 
-DEFAULT_SPEC = SpecConfig(method="ngram", num_speculative_tokens=12, cost_aware=True)
-"""Cost-aware prompt lookup: drafts of up to 12 tokens, only as long as they pay for
-their verification on this model and machine (on a CPU an extra verified row costs a
-good part of a one-token pass), so free text decodes at the baseline's speed and copied
-text faster."""
+DEFAULT_SPEC = SpecConfig()
+"""``SpecConfig``'s own defaults: cost-aware prompt lookup, drafts of up to
+``DEFAULT_LONGEST_DRAFT`` tokens, only as long as they pay for their verification on
+this model and machine (on a CPU an extra verified row costs a good part of a one-token
+pass), so free text decodes at the baseline's speed and copied text faster. Every
+method a user names gets the same cost-aware policy unless ``cost_aware=False``."""
 
 
 def default_spec(
@@ -32,6 +33,7 @@ def default_spec(
 
     Nothing given: ``DEFAULT_SPEC``, or its ``draft_model`` twin when a draft model is.
     A ``draft_model`` argument fills in a ``speculative`` mapping that names no draft.
+    A named method keeps ``SpecConfig``'s defaults, cost-aware drafting included.
 
     Raises:
         ConfigError: An invalid configuration, or a method the local engine lacks.

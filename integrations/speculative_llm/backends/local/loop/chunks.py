@@ -63,7 +63,7 @@ def open_session(
 ) -> SpeculationSession:
     """The request's speculation, begun: drafter, draft-length policy, grammar, statistics."""
     spec, drafter = job.spec, job.drafter
-    k = spec.num_speculative_tokens if spec.speculative else 0
+    k = spec.draft_length if spec.speculative else 0
     constraint = None
     if job.grammar is not None and job.grammar_vocabulary is not None:
         constraint = Constraint(job.grammar, job.grammar_vocabulary, k + 1)
@@ -76,7 +76,7 @@ def open_session(
         min_k=spec.min_speculative_tokens,
         max_k=spec.max_speculative_tokens,
         cost=context.verify_cost,
-        cost_aware=spec.cost_aware and spec.speculative,
+        cost_aware=spec.is_cost_aware and spec.speculative,
         acceptance=acceptance,
         drafter=spec.method if drafter is None else drafter.cost_key,
     )
