@@ -113,3 +113,90 @@ def test_the_trimmed_build_keeps_every_llama_cpp_program_the_project_runs() -> N
     runs = {"llama-server", "llama-bench", string_constant(quantize, "_BINARY_NAME")}
     libraries = {"llama", "ggml", "ggml-base", "ggml-cpu"}  # the in-process runner's libllama
     assert runs | libraries <= kept_targets()
+
+
+# ---- one install line everywhere ------------------------------------------------------------
+
+DOCS = ROOT / "docs"
+_CODE_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+_EXTRAS = re.compile(r'-e "\.\[([a-z,-]+)\]"')
+
+
+def doc_pages() -> list[Path]:
+    """The user docs (docs/*.md and below) and the README; not raw results nor notebooks."""
+    pages = [
+        path
+        for path in sorted(DOCS.rglob("*.md"))
+        if path.relative_to(DOCS).parts[0] not in ("data", "examples")
+    ]
+    return [README, *pages]
+
+
+def extras_of_the_package() -> set[str]:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([a-z-]+) = \[", block, re.MULTILINE))
+
+
+def test_every_page_installs_with_the_readme_command_and_only_its_extras_differ() -> None:
+    (install,) = readme_block("Quick start")[:1]
+    known = extras_of_the_package()
+    found = 0
+    for page in doc_pages():
+        text = page.read_text(encoding="utf-8")
+        name = page.relative_to(ROOT)
+        # Prose never spells another way to install this package.
+        assert not re.search(r"pip install[^`\n]*speculative-llm", text), (
+            f"{name}: installs speculative-llm with another command than the README's"
+        )
+        for _language, body in _CODE_BLOCK.findall(text):
+            for line in commands(body):
+                if "pip install" not in line or ".[" not in line:
+                    continue
+                found += 1
+                extras = _EXTRAS.search(line)
+                assert extras, f'{name}: an install without the README\'s -e ".[extras]"'
+                assert set(extras.group(1).split(",")) <= known, f"{name}: unknown extra"
+                assert _EXTRAS.sub('-e ".[local,playground]"', line) == install, (
+                    f"{name}: {line!r} is not the README's install command with other extras"
+                )
+    assert found >= 6  # README (2), quick start, LangChain, LlamaIndex, playground...
+
+
+# ---- the README's framework snippets ----------------------------------------------------------
+
+_SNIPPETS = "LangChain and LlamaIndex in ten lines"
+
+
+def exported_names(package: str) -> set[str]:
+    """``__all__`` of one of this project's packages, read without importing it."""
+    init = ROOT / "integrations" / Path(*package.split(".")) / "__init__.py"
+    for node in ast.parse(init.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"no __all__ in {init}")
+
+
+def test_the_readme_snippets_are_short_python_that_imports_what_the_adapters_export() -> None:
+    body = section(README.read_text(encoding="utf-8"), _SNIPPETS)
+    blocks = [code for language, code in _CODE_BLOCK.findall(body) if language == "python"]
+    outputs = [code for language, code in _CODE_BLOCK.findall(body) if language == "text"]
+    assert len(blocks) == 2, "one LangChain and one LlamaIndex snippet"
+    assert len(outputs) == 2, "each snippet is followed by what it printed"
+    packages = ("langchain_speculative", "llama_index.llms.speculative")
+    for package, code in zip(packages, blocks, strict=True):
+        assert len(commands(code)) <= 12, f"the {package} snippet should stay about ten lines"
+        tree = ast.parse(code)
+        imported = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == package
+            for alias in node.names
+        }
+        assert imported, f"the snippet does not import from {package}"
+        assert imported <= exported_names(package), f"{package} does not export {imported}"
+    prose = _CODE_BLOCK.sub("", body)
+    # The printed speeds depend on the machine: the section names the CPU that printed them.
+    assert re.search(r"Intel Xeon|AMD EPYC", prose), "name the CPU of the printed output"
