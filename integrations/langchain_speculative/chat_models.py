@@ -61,8 +61,9 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
     ``unknown``), so a UI can colour accepted draft tokens.
 
     Setup:
-        ``pip install "speculative-llm[langchain,local]"`` for the in-process engine, or
-        ``"speculative-llm[langchain]"`` plus a running server (llama-server, vLLM...).
+        The README's install command with the extras ``langchain,local`` for the
+        in-process engine (it builds llama.cpp once), or ``langchain`` alone plus a
+        running server (llama-server, vLLM...).
 
     Instantiate:
         .. code-block:: python
