@@ -126,7 +126,8 @@ def test_quick_bench_results_are_consistent(
         assert 0.0 <= cell["acceptance_rate"] <= 1.0
         assert 1.0 <= cell["mean_accepted_length"] <= 4.0  # k + 1 at most
         assert cell["expected_speedup"] is not None
-        assert len(cell["acceptance_by_position"]) == 3
+        # Cost-aware (the default): positions up to k = 3, as far as drafts went.
+        assert 1 <= len(cell["acceptance_by_position"]) <= 3
         # generated = verify steps x mean accepted length
         assert cell["mean_accepted_length"] == pytest.approx(
             cell_tokens(record, label) / cell["verify_steps"]

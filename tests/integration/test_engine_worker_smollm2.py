@@ -32,7 +32,8 @@ MAX_TOKENS = 32
 # Fixed draft lengths: cost-aware drafting chooses them from timings, which differ by run.
 SPECS = {
     "baseline": SpecConfig.baseline(),
-    "ngram": SpecConfig(method="ngram", num_speculative_tokens=4),
+    # Fixed drafts: the same steps in both processes (cost-aware lengths follow timings).
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=4, cost_aware=False),
 }
 COUNTS = (
     "generated_tokens",

@@ -36,8 +36,9 @@ pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 64
 SPECS = {
-    "ngram": SpecConfig(method="ngram", num_speculative_tokens=5),
-    "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10),
+    # Fixed drafts (cost_aware=False): what drafts do, beside the cost-aware default.
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=5, cost_aware=False),
+    "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10, cost_aware=False),
     "ngram-adaptive": SpecConfig(
         method="ngram", num_speculative_tokens=3, adaptive=True, max_speculative_tokens=12
     ),
@@ -98,7 +99,10 @@ def test_self_draft_is_identical_and_accepted(
     smollm2: LocalBackend, reference: dict[str, list[int]], prompt_name: str
 ) -> None:
     spec = SpecConfig(
-        method="draft_model", draft_model=smollm2.model_name, num_speculative_tokens=4
+        method="draft_model",
+        draft_model=smollm2.model_name,
+        num_speculative_tokens=4,
+        cost_aware=False,  # the self-draft never pays; the test is about its drafts
     )
     completion = smollm2.generate(_request(prompt_name, spec))
     assert [token.id for token in completion.tokens] == reference[prompt_name]
@@ -147,7 +151,10 @@ def test_gemma_chooses_the_layout_that_keeps_verification_exact(gemma_gguf: Path
         expected = plain_greedy(
             gemma.model.new_runner(), gemma.encode_prompt(request), 32, gemma._eos_token_ids
         )
-        for spec in (SpecConfig.baseline(), SpecConfig(method="ngram", num_speculative_tokens=3)):
+        for spec in (
+            SpecConfig.baseline(),
+            SpecConfig(method="ngram", num_speculative_tokens=3, cost_aware=False),
+        ):
             completion = gemma.generate(request.replace(spec=spec))
             assert [token.id for token in completion.tokens] == expected
         assert completion.stats.accepted_tokens  # the functions repeat: drafts are accepted

@@ -91,8 +91,9 @@ def _explain_mismatch(backend: LocalBackend, name: str, got: list[int], want: li
 
 SPECS = {
     "none": SpecConfig.baseline(),
-    "ngram": SpecConfig(method="ngram", num_speculative_tokens=5),
-    "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10),
+    # Fixed drafts (cost_aware=False): these tests are about what drafts do.
+    "ngram": SpecConfig(method="ngram", num_speculative_tokens=5, cost_aware=False),
+    "ngram-k10": SpecConfig(method="ngram", num_speculative_tokens=10, cost_aware=False),
     "ngram-adaptive": SpecConfig(
         method="ngram", num_speculative_tokens=3, adaptive=True, max_speculative_tokens=12
     ),
