@@ -9,7 +9,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
-from speculative_llm.config import DEFAULT_LONGEST_DRAFT, EXACT_POLICIES, SpecConfig
+from speculative_llm.config import (
+    DEFAULT_FIXED_DRAFT,
+    DEFAULT_LONGEST_DRAFT,
+    EXACT_POLICIES,
+    SpecConfig,
+)
 from speculative_llm.drafter_registry import drafter_entries
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -32,6 +37,7 @@ __all__ = [
     "RunSettings",
     "TimingChoice",
     "TimingMode",
+    "default_draft_length",
     "greedy_hint",
     "page_methods",
 ]
@@ -145,6 +151,16 @@ def page_methods(backend: str, *, draft_pairs: bool) -> tuple[str, ...]:
     return methods
 
 
+def default_draft_length(backend: str) -> int:
+    """The draft length k a backend kind starts with.
+
+    The local engine drafts cost-aware, so k is its longest draft
+    (``DEFAULT_LONGEST_DRAFT``); a server drafts a fixed length, where a long k wastes
+    verification whenever drafts are rejected (``DEFAULT_FIXED_DRAFT``).
+    """
+    return DEFAULT_LONGEST_DRAFT if backend == "local" else DEFAULT_FIXED_DRAFT
+
+
 def greedy_hint(backend: str, exact: str) -> str:
     """What greedy decoding (temperature 0) promises with this backend and exactness.
 
@@ -177,7 +193,8 @@ class RunSettings:
         draft_model: Draft model for ``method="draft_model"``.
         method: Speculative method of the speculative side; ``server`` keeps what a
             running server was started with.
-        k: Draft length (tokens proposed per verify step).
+        k: Draft length: the local engine's longest draft (it drafts only what pays),
+            a server's fixed draft length (``default_draft_length`` by backend kind).
         temperature: 0 for greedy decoding.
         max_tokens: Most tokens each side generates.
         timing: ``interleaved`` (local engine only), ``fair``, ``concurrent`` or ``auto``

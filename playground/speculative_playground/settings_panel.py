@@ -23,6 +23,7 @@ from speculative_playground.settings import (
     SERVER_KINDS,
     TIMING_LABELS,
     RunSettings,
+    default_draft_length,
     greedy_hint,
     page_methods,
 )
@@ -38,7 +39,13 @@ _EXACT_INFO = (
 )
 # (minimum, maximum, step, label, info) of the sidebar's sliders, by name.
 _SLIDERS: dict[str, tuple[float, float, float, str, str]] = {
-    "k": (1, 16, 1, "Draft length k", "Longest draft per verify step."),
+    "k": (
+        1,
+        16,
+        1,
+        "Draft length k",
+        "Longest draft per verify step (the local engine drafts only what pays).",
+    ),
     # Its hint says what greedy decoding promises: it follows the backend and exactness.
     "temperature": (0.0, 1.5, 0.05, "Temperature", ""),
     "max_tokens": (1, 1024, 1, "Max tokens", "Tokens each side generates at most."),
@@ -291,6 +298,8 @@ def wire_settings_panel(
             ),
             sidebar.exact: gr.Radio(visible=kind == "local"),
             sidebar.temperature: gr.Slider(info=greedy_hint(kind, exact)),
+            # Cost-aware locally (k: the longest draft), a fixed length on servers.
+            sidebar.k: gr.Slider(value=default_draft_length(kind)),
         }
 
     def target_changed(target: str, draft: str, kind: str, method: str) -> dict[Any, Any]:
@@ -318,6 +327,7 @@ def wire_settings_panel(
             sidebar.method,
             sidebar.exact,
             sidebar.temperature,
+            sidebar.k,
         ],
         api_visibility="private",
     )

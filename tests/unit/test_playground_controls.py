@@ -99,6 +99,17 @@ def test_exactness_and_the_hint_follow_the_backend_and_the_policy() -> None:
     assert changed[temperature].info == greedy_hint("local", "bitwise")
 
 
+def test_the_draft_length_starts_at_the_backend_s_default() -> None:
+    app = build_app(pool=BackendPool(warm_up=False))
+    k = _component(app, gr.Slider, "Draft length k")
+    assert k.value == 12  # the local engine's longest cost-aware draft
+    changed = _event(app, "backend_changed")
+    # llama-server drafts a fixed length: a long one wastes verification.
+    assert changed.fn("managed", "smollm2-135m", "ngram", "distribution")[k].value == 5
+    assert changed.fn("url", "smollm2-135m", "ngram", "distribution")[k].value == 5
+    assert changed.fn("local", "smollm2-135m", "ngram", "distribution")[k].value == 12
+
+
 def test_exactness_reaches_the_settings_and_old_api_callers_get_the_default() -> None:
     values: dict[str, Any] = {name: "" for name in RunInputs.names()}
     values.update(

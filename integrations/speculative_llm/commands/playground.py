@@ -118,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from speculative_playground.settings import DEFAULT_MODEL, RunSettings
+    from speculative_playground.settings import DEFAULT_MODEL, RunSettings, default_draft_length
 
     if args.backend in _URL_KINDS:
         if not args.url:
@@ -135,7 +135,7 @@ def _settings(args: argparse.Namespace) -> Any:
             model=args.model or "",
             draft_model=args.draft_model,
             method=args.method or "server",
-            k=args.k or DEFAULT_FIXED_DRAFT,
+            k=args.k or default_draft_length("url"),
             max_tokens=args.max_tokens,
             exact=args.exact,
         )
@@ -151,7 +151,7 @@ def _settings(args: argparse.Namespace) -> Any:
         model=args.model or DEFAULT_MODEL,
         draft_model=args.draft_model,
         method=args.method or ("draft_model" if args.draft_model else "ngram"),
-        k=args.k or (DEFAULT_FIXED_DRAFT if managed else DEFAULT_LONGEST_DRAFT),
+        k=args.k or default_draft_length("managed" if managed else "local"),
         max_tokens=args.max_tokens,
         exact=args.exact,
     )
