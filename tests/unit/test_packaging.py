@@ -25,3 +25,18 @@ def test_the_licence_file_is_the_one_declared() -> None:
     text = (ROOT / "LICENSE").read_text(encoding="utf-8")
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+
+
+def test_the_frameworks_we_subclass_are_bounded_above() -> None:
+    # An API break in a framework whose classes we subclass is a release of ours.
+    optional = _pyproject()["project"]["optional-dependencies"]  # type: ignore[index]
+    core = _pyproject()["project"]["dependencies"]  # type: ignore[index]
+    requirements = [
+        *core,
+        *optional["langchain"],
+        *optional["llama-index"],
+        *optional["playground"],
+    ]
+    for name in ("httpx", "pydantic", "langchain-core", "langchain", "llama-index-core", "gradio"):
+        found = [r for r in requirements if r.split(">")[0].split("<")[0].split("=")[0] == name]
+        assert found and all("<" in r for r in found), f"{name} needs an upper bound: {found}"
