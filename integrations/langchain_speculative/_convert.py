@@ -10,7 +10,8 @@ Response metadata keys added by this package:
 * ``speculative``: ``SpecStats.to_dict()`` (on the last chunk only, so merging chunks
   never has to add two records together);
 * ``speculative_tokens``: ``[{"text": ..., "provenance": "draft"|"target"|"unknown"}]``
-  for the tokens behind the text (a list, so merged chunks concatenate it).
+  for the tokens behind the text (a list, so merged chunks concatenate it), only when the
+  model's ``token_provenance`` is on.
 """
 
 from __future__ import annotations
@@ -241,16 +242,18 @@ def _final_metadata(
     return metadata
 
 
-def to_message_chunk(chunk: Chunk, *, model_name: str) -> ChatGenerationChunk:
+def to_message_chunk(
+    chunk: Chunk, *, model_name: str, provenance: bool = True
+) -> ChatGenerationChunk:
     """Convert one core ``Chunk`` to a ``ChatGenerationChunk`` holding an ``AIMessageChunk``.
 
-    Every chunk carries its tokens' provenance; the final chunk also carries
+    With ``provenance`` every chunk carries its tokens' provenance; the final chunk carries
     ``usage_metadata`` (input tokens appear on it only), ``model_name``,
     ``finish_reason``, the ``speculative`` statistics and complete tool calls, and
     is marked ``chunk_position="last"``.
     """
     response_metadata: dict[str, Any] = {}
-    if chunk.tokens:
+    if provenance and chunk.tokens:
         response_metadata[TOKENS_KEY] = token_provenance(chunk.tokens)
     if not chunk.final:
         return ChatGenerationChunk(
@@ -277,21 +280,28 @@ def to_message_chunk(chunk: Chunk, *, model_name: str) -> ChatGenerationChunk:
     )
 
 
-def _completion_metadata(completion: Completion, model_name: str) -> dict[str, Any]:
-    """A whole completion's model, finish reason, statistics and (when known) tokens."""
+def _completion_metadata(
+    completion: Completion, model_name: str, *, provenance: bool
+) -> dict[str, Any]:
+    """A whole completion's model, finish reason, statistics and (when asked) tokens."""
     metadata = _final_metadata(
         model_name=completion.model or model_name,
         finish_reason=completion.finish_reason,
         stats=completion.stats,
     )
-    if completion.tokens:
+    if provenance and completion.tokens:
         metadata[TOKENS_KEY] = token_provenance(completion.tokens)
     return metadata
 
 
-def to_ai_message(completion: Completion, *, model_name: str) -> ChatGeneration:
-    """Convert a whole ``Completion`` to a ``ChatGeneration`` holding an ``AIMessage``."""
-    response_metadata = _completion_metadata(completion, model_name)
+def to_ai_message(
+    completion: Completion, *, model_name: str, provenance: bool = True
+) -> ChatGeneration:
+    """Convert a whole ``Completion`` to a ``ChatGeneration`` holding an ``AIMessage``.
+
+    ``provenance`` adds the tokens' provenance to its response metadata.
+    """
+    response_metadata = _completion_metadata(completion, model_name, provenance=provenance)
     message = AIMessage(
         content=completion.text,
         tool_calls=[
@@ -306,10 +316,12 @@ def to_ai_message(completion: Completion, *, model_name: str) -> ChatGeneration:
     )
 
 
-def to_generation_chunk(chunk: Chunk, *, model_name: str) -> GenerationChunk:
+def to_generation_chunk(
+    chunk: Chunk, *, model_name: str, provenance: bool = True
+) -> GenerationChunk:
     """Convert one core ``Chunk`` to a text ``GenerationChunk`` (metadata in generation_info)."""
     generation_info: dict[str, Any] = {}
-    if chunk.tokens:
+    if provenance and chunk.tokens:
         generation_info[TOKENS_KEY] = token_provenance(chunk.tokens)
     if chunk.final:
         generation_info.update(
@@ -321,9 +333,11 @@ def to_generation_chunk(chunk: Chunk, *, model_name: str) -> GenerationChunk:
     return GenerationChunk(text=chunk.text, generation_info=generation_info or None)
 
 
-def to_generation(completion: Completion, *, model_name: str) -> Generation:
+def to_generation(
+    completion: Completion, *, model_name: str, provenance: bool = True
+) -> Generation:
     """Convert a whole ``Completion`` to a text ``Generation`` (metadata in generation_info)."""
-    generation_info = _completion_metadata(completion, model_name)
+    generation_info = _completion_metadata(completion, model_name, provenance=provenance)
     generation_info["usage_metadata"] = dict(_usage_metadata(completion.usage, completion.stats))
     return Generation(text=completion.text, generation_info=generation_info)
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, Valid
 from speculative_llm.arguments import (
     config_error_from,
     extra_body_of,
+    reject_misspelt_call_arguments,
     reject_unknown_arguments,
-    reject_unknown_call_arguments,
 )
-from speculative_llm.backends.base import Backend
+from speculative_llm.backends.base import Backend, check_request_fields
 from speculative_llm.backends.builder import BackendSetup, build_backend
 from speculative_llm.backends.secret_options import (
     hide_base_url_credentials,
@@ -23,7 +23,7 @@ from speculative_llm.backends.secret_options import (
     reveal_base_url,
 )
 from speculative_llm.config import SpecConfig
-from speculative_llm.errors import ConfigError
+from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import json_tool_final_chunk
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Chunk, GenerationRequest, Message
@@ -35,7 +35,8 @@ API_KEY_ENV = "SPECULATIVE_LLM_API_KEY"
 
 # Per-call keyword arguments mapped onto GenerationRequest fields.
 _REQUEST_KWARGS = ("temperature", "max_tokens", "top_p", "top_k", "seed")
-# Every per-call keyword argument a model takes (``stream`` is LangChain's switch).
+# Every per-call keyword argument a model maps itself (``stream`` is LangChain's switch);
+# any other goes to the server's request body, as ChatOpenAI and ChatOllama send it.
 _CALL_KWARGS = (
     *_REQUEST_KWARGS,
     "speculative",
@@ -47,6 +48,9 @@ _CALL_KWARGS = (
     "extra_body",
     "stream",
 )
+# A per-call name this close to one of _CALL_KWARGS is taken for a misspelling and refused
+# (``temprature``); server fields such as ``min_p`` (0.6 from ``top_p``) pass.
+_MISSPELLING_CUTOFF = 0.85
 
 
 class SpeculativeParams(BaseModel):
@@ -112,6 +116,17 @@ class SpeculativeParams(BaseModel):
     streaming: bool = False
     """Whether ``invoke`` streams internally (callbacks then see every token)."""
 
+    model_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Fields added to every request body as they are, for parameters this class does not
+    name (``{"min_p": 0.05, "parallel_tool_calls": False}``), as ``ChatOpenAI`` takes
+    them. Per-call keyword arguments and ``extra_body`` win over them. The in-process
+    engine refuses fields it cannot honour (it takes ``cache_prompt``)."""
+
+    token_provenance: bool = False
+    """Whether messages carry ``response_metadata["speculative_tokens"]``, the text and
+    provenance of every token. Off by default: the list grows with the answer and every
+    message keeps it (LangGraph checkpoints, traces); the statistics are there either way."""
+
     _setup: BackendSetup = PrivateAttr()
     _url_credentials: SecretStr | None = PrivateAttr(default=None)
 
@@ -123,7 +138,13 @@ class SpeculativeParams(BaseModel):
                 missing ``base_url``, or invalid sampling values.
             ModelNotFoundError: The model cannot be found.
         """
-        reject_unknown_arguments(type(self), data)
+        try:
+            reject_unknown_arguments(type(self), data)
+        except ConfigError as error:
+            raise ConfigError(
+                f"{error} Fields for the server's request body go in model_kwargs={{...}}.",
+                field=error.field,
+            ) from None
         # Secrets leave the fields that repr(), dumps and tracers show (as ChatOpenAI's key).
         credentials = None
         if "base_url" in data:
@@ -145,10 +166,12 @@ class SpeculativeParams(BaseModel):
             timeout=self.timeout,
             max_retries=self.max_retries,
         )
-        # Check the sampling values now rather than on the first call.
+        # Check the sampling values and body fields now rather than on the first call.
         try:
+            _check_model_kwargs(self.model_kwargs, where=type(self).__name__)
+            check_request_fields(self.client.name, self.client.capabilities, self.model_kwargs)
             self._build_request(prompt="check", messages=None, stop=None)
-        except ConfigError:
+        except (ConfigError, UnsupportedFeatureError):
             if self._setup.owned:
                 self._setup.backend.close()
             raise
@@ -188,6 +211,7 @@ class SpeculativeParams(BaseModel):
             "top_p": self.top_p,
             "top_k": self.top_k,
             "seed": self.seed,
+            "model_kwargs": self.model_kwargs,
         }
 
     def _response_model_name(self, request: GenerationRequest) -> str:
@@ -283,14 +307,19 @@ class SpeculativeParams(BaseModel):
         Per-call ``temperature``, ``max_tokens``, ``top_p``, ``top_k``, ``seed``,
         ``model``, ``speculative``, ``tools``, ``tool_choice``, ``response_format`` and
         ``prediction`` (Predicted Outputs, as ``ChatOpenAI`` takes it) override the
-        model's; ``extra_body={...}`` holds fields sent to the server unchanged
-        (``GenerationRequest.extra``).
+        model's. Every other keyword argument is a field of the request body
+        (``GenerationRequest.extra``), as ``ChatOpenAI`` sends it: ``model_kwargs``, then
+        the call's other arguments, then ``extra_body={...}``, each winning over the one
+        before.
 
         Raises:
-            ConfigError: An unknown keyword argument, or a value of the wrong type (the
-                error names it).
+            ConfigError: A misspelt keyword argument (``temprature``), or a value of the
+                wrong type (the error names it).
         """
-        reject_unknown_call_arguments(kwargs, _CALL_KWARGS, where=f"{type(self).__name__}")
+        body_fields = {name: kwargs.pop(name) for name in list(kwargs) if name not in _CALL_KWARGS}
+        reject_misspelt_call_arguments(
+            body_fields, _CALL_KWARGS, where=type(self).__name__, cutoff=_MISSPELLING_CUTOFF
+        )
         options: dict[str, Any] = {}
         for name in _REQUEST_KWARGS:
             value = kwargs.pop(name, getattr(self, name))
@@ -309,7 +338,8 @@ class SpeculativeParams(BaseModel):
         tool_choice = kwargs.pop("tool_choice", None)
         response_format = kwargs.pop("response_format", None)
         prediction = kwargs.pop("prediction", None)
-        extra = extra_body_of(kwargs.pop("extra_body", None))
+        extra_body = extra_body_of(kwargs.pop("extra_body", None))
+        extra = {**self.model_kwargs, **body_fields, **extra_body}
         kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
         return GenerationRequest(
             messages=tuple(messages) if messages is not None else None,
@@ -335,6 +365,27 @@ class SpeculativeParams(BaseModel):
         """Async twin of ``close``."""
         if self._setup.owned:
             await self._setup.backend.aclose()
+
+
+def _check_model_kwargs(model_kwargs: dict[str, Any], *, where: str) -> None:
+    """Refuse ``model_kwargs`` that name a parameter of their own, as ``ChatOpenAI`` does.
+
+    Raises:
+        ConfigError: A key is a field or per-call argument (``temperature``): it belongs
+            in its own argument, where it is checked and traced.
+    """
+    named = sorted(
+        key
+        for key in model_kwargs
+        if key in _CALL_KWARGS or key in SpeculativeParams.model_fields or key == "stop"
+    )
+    if named:
+        raise ConfigError(
+            f"model_kwargs holds {', '.join(repr(k) for k in named)}, which {where} "
+            f"takes as its own parameter(s): pass {named[0]}=... directly. model_kwargs is for "
+            "fields this class does not name (min_p, parallel_tool_calls...).",
+            field="model_kwargs",
+        )
 
 
 def _close(stream: Iterator[Chunk]) -> None:

@@ -55,10 +55,12 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
 
     Every ``AIMessage`` carries ``usage_metadata`` and ``response_metadata`` with
     ``model_name``, ``finish_reason`` and ``speculative`` (``SpecStats.to_dict()``:
-    drafted and accepted tokens, acceptance rate, tokens per second...). Streamed
-    chunks carry ``response_metadata["speculative_tokens"]``: each token's text and
-    provenance (``draft`` = proposed by the drafter and accepted, ``target``,
-    ``unknown``), so a UI can colour accepted draft tokens.
+    drafted and accepted tokens, acceptance rate, tokens per second...). With
+    ``token_provenance=True`` messages and streamed chunks also carry
+    ``response_metadata["speculative_tokens"]``: each token's text and provenance
+    (``draft`` = proposed by the drafter and accepted, ``target``, ``unknown``), so a UI
+    can colour accepted draft tokens. Fields this class does not name reach the server's
+    request body: ``model_kwargs={...}`` and any other per-call keyword argument.
 
     Setup:
         The README's install command with the extras ``langchain,local`` for the
@@ -89,6 +91,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
     Stream:
         .. code-block:: python
 
+            chat = ChatSpeculative(backend="local", token_provenance=True)
             for chunk in chat.stream("Tell me a story"):
                 for token in chunk.response_metadata.get("speculative_tokens", []):
                     print(token["provenance"], token["text"])
@@ -181,7 +184,13 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         if json_tools:
             completion = json_tool_completion(completion)
         return ChatResult(
-            generations=[to_ai_message(completion, model_name=self._response_model_name(request))]
+            generations=[
+                to_ai_message(
+                    completion,
+                    model_name=self._response_model_name(request),
+                    provenance=self.token_provenance,
+                )
+            ]
         )
 
     async def _agenerate(
@@ -196,7 +205,13 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         if json_tools:
             completion = json_tool_completion(completion)
         return ChatResult(
-            generations=[to_ai_message(completion, model_name=self._response_model_name(request))]
+            generations=[
+                to_ai_message(
+                    completion,
+                    model_name=self._response_model_name(request),
+                    provenance=self.token_provenance,
+                )
+            ]
         )
 
     def _stream(
@@ -210,7 +225,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         model_name = self._response_model_name(request)
         for chunk in self._chunks(request, json_tools=json_tools):
-            yield to_message_chunk(chunk, model_name=model_name)
+            yield to_message_chunk(chunk, model_name=model_name, provenance=self.token_provenance)
 
     async def _astream(
         self,
@@ -222,7 +237,7 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
         request, json_tools = self._chat_request(messages, stop, **kwargs)
         model_name = self._response_model_name(request)
         async for chunk in self._achunks(request, json_tools=json_tools):
-            yield to_message_chunk(chunk, model_name=model_name)
+            yield to_message_chunk(chunk, model_name=model_name, provenance=self.token_provenance)
 
     # ---- tools and structured output -------------------------------------------------------
 

@@ -21,9 +21,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
     """Text-completion model (prompt in, text out) that decodes speculatively.
 
     Each generation's ``generation_info`` holds ``model_name``, ``finish_reason``,
-    ``usage_metadata``, ``speculative`` (``SpecStats.to_dict()``) and
-    ``speculative_tokens`` (text and provenance of every token). The prompt is sent
-    as is, without a chat template.
+    ``usage_metadata``, ``speculative`` (``SpecStats.to_dict()``) and, with
+    ``token_provenance=True``, ``speculative_tokens`` (text and provenance of every
+    token). The prompt is sent as is, without a chat template.
 
     Instantiate:
         .. code-block:: python
@@ -87,7 +87,11 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
             request = self._prompt_request(prompt, stop, **kwargs)
             completion = self.client.generate(request)
             generations.append(
-                to_generation(completion, model_name=self._response_model_name(request))
+                to_generation(
+                    completion,
+                    model_name=self._response_model_name(request),
+                    provenance=self.token_provenance,
+                )
             )
         return self._result(generations, self.resolved_model_name)
 
@@ -112,7 +116,11 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
             request = self._prompt_request(prompt, stop, **kwargs)
             completion = await self.client.agenerate(request)
             generations.append(
-                to_generation(completion, model_name=self._response_model_name(request))
+                to_generation(
+                    completion,
+                    model_name=self._response_model_name(request),
+                    provenance=self.token_provenance,
+                )
             )
         return self._result(generations, self.resolved_model_name)
 
@@ -127,7 +135,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         request = self._prompt_request(prompt, stop, **kwargs)
         model_name = self._response_model_name(request)
         for chunk in self._chunks(request):
-            generation_chunk = to_generation_chunk(chunk, model_name=model_name)
+            generation_chunk = to_generation_chunk(
+                chunk, model_name=model_name, provenance=self.token_provenance
+            )
             if run_manager is not None:
                 run_manager.on_llm_new_token(generation_chunk.text, chunk=generation_chunk)
             yield generation_chunk
@@ -142,7 +152,9 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         request = self._prompt_request(prompt, stop, **kwargs)
         model_name = self._response_model_name(request)
         async for chunk in self._achunks(request):
-            generation_chunk = to_generation_chunk(chunk, model_name=model_name)
+            generation_chunk = to_generation_chunk(
+                chunk, model_name=model_name, provenance=self.token_provenance
+            )
             if run_manager is not None:
                 await run_manager.on_llm_new_token(generation_chunk.text, chunk=generation_chunk)
             yield generation_chunk

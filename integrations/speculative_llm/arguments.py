@@ -4,8 +4,9 @@ LangChain and LlamaIndex models are pydantic models that would ignore a misspelt
 both adapters call ``reject_unknown_arguments`` so that one raises ``ConfigError`` naming
 it (with the closest known name) instead. A value of the wrong type would raise pydantic's
 ``ValidationError``; ``config_error_from`` turns it into the documented ``ConfigError``.
-Per-call keyword arguments (``invoke(..., foo=1)``, ``chat(..., foo=1)``) go through
-``reject_unknown_call_arguments``: fields for the server go in ``extra_body={...}``.
+Per-call keyword arguments the adapters do not map (``invoke(..., min_p=0.05)``) go to the
+server's request body; ``reject_misspelt_call_arguments`` refuses those that misspell a
+mapped one (``temprature``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from speculative_llm.errors import ConfigError
 __all__ = [
     "config_error_from",
     "extra_body_of",
+    "reject_misspelt_call_arguments",
     "reject_unknown_arguments",
-    "reject_unknown_call_arguments",
 ]
 
 
@@ -56,31 +57,35 @@ def reject_unknown_arguments(model: type[BaseModel], given: Iterable[str]) -> No
     )
 
 
-def reject_unknown_call_arguments(
-    given: Iterable[str], known: Collection[str], *, where: str
+def reject_misspelt_call_arguments(
+    given: Iterable[str], known: Collection[str], *, where: str, cutoff: float = 0.85
 ) -> None:
-    """Raise ``ConfigError`` for a per-call keyword argument outside ``known``.
+    """Raise ``ConfigError`` for a per-call keyword argument that misspells a known one.
+
+    Adapters send per-call arguments they do not map to the server's request body, as
+    ``ChatOpenAI`` and LlamaIndex's ``OpenAI`` do; a name within ``cutoff`` (difflib's
+    ratio) of one they map is a typo (``temprature``) rather than a server field, and is
+    refused instead of being sent. Server fields such as ``min_p`` (0.6 from ``top_p``)
+    pass.
 
     Args:
-        given: The keyword arguments of the call.
-        known: The names the call takes.
-        where: What was called, for the message (``ChatSpeculative.invoke``).
+        given: The keyword arguments the adapter does not map.
+        known: The names it maps.
+        where: What was called, for the message (``ChatSpeculative``).
+        cutoff: Similarity from which a name is taken for a misspelling.
 
     Raises:
-        ConfigError: The first unknown argument is ``field``; the message suggests the
-            closest known name and ``extra_body`` for fields meant for the server.
+        ConfigError: The first misspelt argument is ``field``; the message names the
+            known one and ``extra_body`` for a server field that happens to look alike.
     """
-    unknown = sorted(set(given) - set(known))
-    if not unknown:
-        return
-    first = unknown[0]
-    hint = _nearest_hint(first, known)
-    raise ConfigError(
-        f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {where}.{hint} "
-        f"It takes {', '.join(sorted(known))}; fields the server should receive as they "
-        "are go in extra_body={...}.",
-        field=first,
-    )
+    for name in sorted(given):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+        if close:
+            raise ConfigError(
+                f"Unknown argument {name!r} for {where}. Did you mean {close[0]!r}? A field "
+                f"the server should receive under that name goes in extra_body={{{name!r}: ...}}.",
+                field=name,
+            )
 
 
 def extra_body_of(value: object) -> dict[str, Any]:

@@ -57,7 +57,11 @@ def assert_totals_match(handler: SpecStatsCallbackHandler, messages: list[AIMess
 @pytest.fixture
 def chat(llama_server_ngram: Any) -> ChatSpeculative:
     return ChatSpeculative(
-        backend="llamacpp", base_url=llama_server_ngram.base_url, temperature=0, max_tokens=80
+        backend="llamacpp",
+        base_url=llama_server_ngram.base_url,
+        temperature=0,
+        max_tokens=80,
+        token_provenance=True,  # the streamed test reads each token's provenance
     )
 
 

@@ -121,7 +121,7 @@ def test_tool_choice_spellings() -> None:
 
 
 def test_invoke_carries_stats_usage_and_provenance() -> None:
-    chat, backend = scripted_chat()
+    chat, backend = scripted_chat(token_provenance=True)
     message = chat.invoke("repeat")
     expected_stats = backend.script[-1].stats
     assert expected_stats is not None
@@ -134,7 +134,7 @@ def test_invoke_carries_stats_usage_and_provenance() -> None:
 
 
 def test_stream_puts_input_tokens_and_stats_on_one_chunk() -> None:
-    chat, backend = scripted_chat()
+    chat, backend = scripted_chat(token_provenance=True)
     chunks = list(chat.stream("repeat"))
     assert [c.content for c in chunks] == ["The", " quick brown fox", " jumps", ""]
     with_input = [c for c in chunks if c.usage_metadata and c.usage_metadata["input_tokens"]]
@@ -263,7 +263,7 @@ class TokenRecorder(BaseCallbackHandler):
 
 def test_llm_invoke_and_generation_info() -> None:
     backend = ScriptedBackend(text_script(STEPS, drafted=4))
-    llm = SpeculativeLLM(backend=backend, max_tokens=9)
+    llm = SpeculativeLLM(backend=backend, max_tokens=9, token_provenance=True)
     assert llm.invoke("The") == EXPECTED_TEXT
     assert backend.requests[-1].prompt == "The"
     assert backend.requests[-1].messages is None
@@ -287,7 +287,7 @@ def test_llm_stream_fires_on_llm_new_token_itself() -> None:
 
 def test_llm_streaming_generate_fires_tokens_and_keeps_stats() -> None:
     backend = ScriptedBackend(text_script(STEPS, drafted=4))
-    llm = SpeculativeLLM(backend=backend, streaming=True)
+    llm = SpeculativeLLM(backend=backend, streaming=True, token_provenance=True)
     recorder = TokenRecorder()
     result = llm.generate(["The"], callbacks=[recorder])
     assert recorder.tokens == ["The", " quick brown fox", " jumps", ""]

@@ -29,7 +29,7 @@ def assert_consistent(message: AIMessage) -> SpecStats:
 
 
 def test_invoke_reports_exact_consistent_stats(tiny_backend: Backend) -> None:
-    chat = ChatSpeculative(backend=tiny_backend, max_tokens=24)
+    chat = ChatSpeculative(backend=tiny_backend, token_provenance=True, max_tokens=24)
     message = chat.invoke(PROMPT)
     stats = assert_consistent(message)
     assert stats.method == "ngram"
@@ -38,7 +38,7 @@ def test_invoke_reports_exact_consistent_stats(tiny_backend: Backend) -> None:
 
 
 def test_stream_merges_to_the_same_message_as_invoke(tiny_backend: Backend) -> None:
-    chat = ChatSpeculative(backend=tiny_backend, max_tokens=24)
+    chat = ChatSpeculative(backend=tiny_backend, token_provenance=True, max_tokens=24)
     invoked = chat.invoke(PROMPT)
     full = None
     for chunk in chat.stream(PROMPT):
@@ -53,7 +53,7 @@ def test_stream_merges_to_the_same_message_as_invoke(tiny_backend: Backend) -> N
 
 
 async def test_async_paths_run_through_the_engine(tiny_backend: Backend) -> None:
-    chat = ChatSpeculative(backend=tiny_backend, max_tokens=16)
+    chat = ChatSpeculative(backend=tiny_backend, token_provenance=True, max_tokens=16)
     message = await chat.ainvoke(PROMPT)
     assert_consistent(message)
     full = None
@@ -67,7 +67,10 @@ def test_per_call_baseline_has_no_draft_tokens_and_the_same_greedy_text(
     tiny_backend: Backend,
 ) -> None:
     chat = ChatSpeculative(
-        backend=tiny_backend, max_tokens=24, speculative={"method": "ngram", "k": 4}
+        backend=tiny_backend,
+        token_provenance=True,
+        max_tokens=24,
+        speculative={"method": "ngram", "k": 4},
     )
     speculative = chat.invoke(PROMPT)
     baseline = chat.invoke(PROMPT, speculative={"method": "none"})
@@ -79,7 +82,10 @@ def test_per_call_baseline_has_no_draft_tokens_and_the_same_greedy_text(
 
 def test_suffix_decoding_passes_through_with_its_per_tree_stats(tiny_backend: Backend) -> None:
     chat = ChatSpeculative(
-        backend=tiny_backend, max_tokens=24, speculative={"method": "suffix", "k": 6}
+        backend=tiny_backend,
+        token_provenance=True,
+        max_tokens=24,
+        speculative={"method": "suffix", "k": 6},
     )
     first, second = chat.invoke(PROMPT), chat.invoke(PROMPT)
     assert first.content == second.content == chat.invoke(PROMPT, speculative="none").content
@@ -109,7 +115,7 @@ def test_missing_model_fails_at_construction(tmp_path: Path) -> None:
 
 def test_the_local_engine_calls_bound_tools(tiny_backend: Backend) -> None:
     pytest.importorskip("xgrammar", reason="tool calls need xgrammar (extra 'local')")
-    chat = ChatSpeculative(backend=tiny_backend, max_tokens=60)
+    chat = ChatSpeculative(backend=tiny_backend, token_provenance=True, max_tokens=60)
     tool = {
         "name": "shout",
         "description": "Shout a word.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import ClassVar, Self, TypeVar
@@ -22,6 +22,7 @@ __all__ = [
     "Capabilities",
     "ModelInfo",
     "PumpFailure",
+    "check_request_fields",
     "iterate_in_thread",
     "pump_iterator",
 ]
@@ -47,6 +48,8 @@ class Capabilities:
         structured_output: The backend honours ``response_format``.
         predicted_outputs: The backend sends a request's ``prediction`` (OpenAI's
             Predicted Outputs) and reports how much of it was accepted.
+        request_fields: The fields of a request's ``extra`` the backend honours; None
+            (servers) sends any field to the server as it is.
     """
 
     methods: frozenset[str]
@@ -57,6 +60,7 @@ class Capabilities:
     tool_calling: bool = False
     structured_output: bool = False
     predicted_outputs: bool = False
+    request_fields: frozenset[str] | None = None
 
     @classmethod
     def of_server(
@@ -85,6 +89,31 @@ class Capabilities:
             structured_output=True,
             predicted_outputs=predicted_outputs,
         )
+
+
+def check_request_fields(name: str, capabilities: Capabilities, fields: Iterable[str]) -> None:
+    """Raise ``UnsupportedFeatureError`` for extra request fields the backend cannot honour.
+
+    Servers (``request_fields`` None) take any field; the in-process engine takes only
+    those it implements, so that a field meant for a server is not silently ignored.
+
+    Raises:
+        UnsupportedFeatureError: A field is outside ``capabilities.request_fields``; the
+            message names the fields and those the backend takes.
+    """
+    honoured = capabilities.request_fields
+    if honoured is None:
+        return
+    unknown = sorted(set(fields) - honoured)
+    if not unknown:
+        return
+    takes = ", ".join(sorted(honoured)) or "none"
+    raise UnsupportedFeatureError(
+        f"Backend {name!r} cannot honour the request field(s) "
+        f"{', '.join(repr(f) for f in unknown)}: it runs in this process and takes only "
+        f"{takes}. Leave them out, or send them to a server backend (llamacpp, vllm, "
+        "sglang...), which receives such fields as they are."
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +194,7 @@ class Backend(ABC):
         """Raise ``UnsupportedFeatureError`` when the request asks for what this backend lacks."""
         caps = self.capabilities
         self.check_spec(request.spec)
+        check_request_fields(self.name, caps, request.extra)
         if request.tools and not caps.tool_calling:
             raise UnsupportedFeatureError(
                 f"Backend {self.name!r} cannot call tools. Use one that can: "

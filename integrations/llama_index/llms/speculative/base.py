@@ -59,8 +59,8 @@ from llama_index.llms.speculative.tools import (
 from speculative_llm.arguments import (
     config_error_from,
     extra_body_of,
+    reject_misspelt_call_arguments,
     reject_unknown_arguments,
-    reject_unknown_call_arguments,
 )
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
 from speculative_llm.backends.builder import build_backend
@@ -377,7 +377,8 @@ class Speculative(JSONSchemaStructuredLLM):
             "seed": self.seed,
             "spec": self._spec,
         }
-        reject_unknown_call_arguments(kwargs, CALL_KWARGS, where=type(self).__name__)
+        body_fields = {name: value for name, value in kwargs.items() if name not in CALL_KWARGS}
+        reject_misspelt_call_arguments(body_fields, CALL_KWARGS, where=type(self).__name__)
         for name in REQUEST_KWARGS:
             if name in kwargs:
                 options[name] = kwargs[name]
@@ -385,7 +386,8 @@ class Speculative(JSONSchemaStructuredLLM):
             options["spec"] = SpecConfig.from_value(kwargs["speculative"])
         if options.get("stop") is None:
             options["stop"] = ()
-        extra = extra_body_of(kwargs.get("extra_body"))
+        # As LlamaIndex's OpenAI: the call's other arguments go to the server's body.
+        extra = {**body_fields, **extra_body_of(kwargs.get("extra_body"))}
         choice = options.get("tool_choice")
         if isinstance(choice, str) and choice not in TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)

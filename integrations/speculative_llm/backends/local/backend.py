@@ -215,6 +215,7 @@ class LocalBackend(Backend):
             per_request_toggle=True,
             tool_calling=True,
             structured_output=True,
+            request_fields=frozenset({"cache_prompt"}),
         )
 
     @property
