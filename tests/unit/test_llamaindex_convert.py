@@ -211,7 +211,7 @@ def test_responses_of_other_llms_have_no_stats() -> None:
 def test_get_tool_calls_from_response(tiny_backend: LocalBackend) -> None:
     from llama_index.llms.speculative import Speculative
 
-    llm = Speculative(tiny_backend)
+    llm = Speculative(backend=tiny_backend)
     response = ChatResponse(message=assistant_message("", [ToolCall("add", {"a": 1, "b": 2})]))
     (selection,) = llm.get_tool_calls_from_response(response)
     # A call without an id is named after its tool, so the result can refer to it.
@@ -229,7 +229,7 @@ def test_single_tool_call_kept_unless_parallel_calls_are_allowed(
 ) -> None:
     from llama_index.llms.speculative import Speculative
 
-    llm = Speculative(tiny_backend)
+    llm = Speculative(backend=tiny_backend)
     calls = [ToolCall("add", {"a": 1}, "c1"), ToolCall("mul", {"a": 2}, "c2")]
     both = llm._validate_chat_with_tools_response(
         ChatResponse(message=assistant_message("", calls)), [], allow_parallel_tool_calls=True
@@ -259,7 +259,7 @@ def test_named_tool_choice_offers_only_that_tool_and_requires_a_call(
 ) -> None:
     from llama_index.llms.speculative import Speculative
 
-    llm = Speculative(tiny_backend)
+    llm = Speculative(backend=tiny_backend)
     tools = [
         {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
         {"type": "function", "function": {"name": "mul", "parameters": {"type": "object"}}},

@@ -144,7 +144,7 @@ async def test_query_engine_run_aggregates_every_llm_call(
     # Query engines give their LLM the global callback manager, the usual place for a
     # TokenCountingHandler.
     monkeypatch.setattr(Settings, "callback_manager", CallbackManager([token_counter]))
-    llm = Speculative(tiny_backend, max_tokens=10)
+    llm = Speculative(backend=tiny_backend, max_tokens=10)
     documents = [
         Document(text="Prompt lookup drafts tokens by matching n-grams of the prompt."),
         Document(text="The target model verifies every drafted token in one forward pass."),

@@ -32,15 +32,15 @@ def answering(text: str, **capabilities: Any) -> ScriptedBackend:
 
 def test_unknown_constructor_arguments_are_named() -> None:
     with pytest.raises(ConfigError, match=r"'tool_caling'.*Did you mean 'tool_calling'") as caught:
-        Speculative(answering("ok"), tool_caling="json_schema")
+        Speculative(backend=answering("ok"), tool_caling="json_schema")
     assert caught.value.field == "tool_caling"
     with pytest.raises(ConfigError, match="tool_calling must be 'native' or 'json_schema'"):
-        Speculative(answering("ok"), tool_calling="xml")  # type: ignore[arg-type]
+        Speculative(backend=answering("ok"), tool_calling="xml")  # type: ignore[arg-type]
 
 
 def test_json_schema_mode_makes_a_structured_output_backend_function_calling() -> None:
-    assert not Speculative(answering("ok")).metadata.is_function_calling_model
-    llm = Speculative(answering("ok"), tool_calling="json_schema")
+    assert not Speculative(backend=answering("ok")).metadata.is_function_calling_model
+    llm = Speculative(backend=answering("ok"), tool_calling="json_schema")
     assert llm.metadata.is_function_calling_model
     with pytest.raises(UnsupportedFeatureError, match="cannot call tools"):
         Speculative(ScriptedBackend(text_script([], drafted=0))).chat_with_tools(
@@ -50,7 +50,7 @@ def test_json_schema_mode_makes_a_structured_output_backend_function_calling() -
 
 def test_a_json_call_becomes_a_tool_selection() -> None:
     backend = answering(json.dumps(CALL))
-    llm = Speculative(backend, tool_calling="json_schema")
+    llm = Speculative(backend=backend, tool_calling="json_schema")
     tool = FunctionTool.from_defaults(fn=add)
     response = llm.chat_with_tools([tool], user_msg="Add 2 and 3.", tool_required=True)
 
@@ -63,7 +63,7 @@ def test_a_json_call_becomes_a_tool_selection() -> None:
 
 
 async def test_a_streamed_json_call_arrives_as_one_response() -> None:
-    llm = Speculative(answering(json.dumps(CALL)), tool_calling="json_schema")
+    llm = Speculative(backend=answering(json.dumps(CALL)), tool_calling="json_schema")
     tool = FunctionTool.from_defaults(fn=add)
     stream = await llm.astream_chat_with_tools([tool], user_msg="Add 2 and 3.")
     responses = [response async for response in stream]
@@ -74,7 +74,7 @@ async def test_a_streamed_json_call_arrives_as_one_response() -> None:
 
 def test_a_plain_answer_is_allowed_when_the_tool_choice_is_auto() -> None:
     backend = answering(json.dumps({"answer": "5"}))
-    llm = Speculative(backend, tool_calling="json_schema")
+    llm = Speculative(backend=backend, tool_calling="json_schema")
     response = llm.chat_with_tools([FunctionTool.from_defaults(fn=add)], user_msg="2 + 3?")
     assert response.message.content == "5"
     assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []

@@ -43,7 +43,7 @@ MAX_TOKENS = 20
 
 @pytest.fixture(scope="module")
 def llm(tiny_backend: LocalBackend) -> Speculative:
-    return Speculative(tiny_backend, max_tokens=MAX_TOKENS)
+    return Speculative(backend=tiny_backend, max_tokens=MAX_TOKENS)
 
 
 def _expected_chat_text(backend: LocalBackend, prompt: str = PROMPT) -> str:
@@ -105,7 +105,7 @@ async def test_call_time_max_tokens_and_stop_reach_the_backend(llm: Speculative)
 async def test_raw_prompt_completion_when_not_a_chat_model(
     tiny_backend: LocalBackend,
 ) -> None:
-    llm = Speculative(tiny_backend, max_tokens=MAX_TOKENS, is_chat_model=False)
+    llm = Speculative(backend=tiny_backend, max_tokens=MAX_TOKENS, is_chat_model=False)
     run = await run_entry_point(llm, "complete", PROMPT)
 
     expected = tiny_backend.generate(GenerationRequest(prompt=PROMPT, max_tokens=MAX_TOKENS))
@@ -154,7 +154,7 @@ def test_metadata_comes_from_the_backend(llm: Speculative, tiny_backend: LocalBa
 
 
 def test_metadata_overrides(tiny_backend: LocalBackend) -> None:
-    llm = Speculative(tiny_backend, context_window=512)
+    llm = Speculative(backend=tiny_backend, context_window=512)
     assert llm.metadata.context_window == 512
     # Without max_tokens, the output budget is LlamaIndex's default, capped by the backend.
     assert llm.metadata.num_output == min(256, tiny_backend.model_info().max_output_tokens or 256)
@@ -203,12 +203,12 @@ def test_to_dict_and_from_dict_round_trip(tiny_model_dir: Path) -> None:
 
 def test_backend_and_backend_name_must_agree(tiny_model_dir: Path) -> None:
     with pytest.raises(ConfigError, match="disagree") as caught:
-        Speculative("llamacpp", backend_name="local", model=str(tiny_model_dir))
+        Speculative(backend="llamacpp", backend_name="local", model=str(tiny_model_dir))
     assert caught.value.field == "backend"
 
 
 def test_backend_passed_in_stays_open(tiny_backend: LocalBackend) -> None:
-    llm = Speculative(tiny_backend, max_tokens=2)
+    llm = Speculative(backend=tiny_backend, max_tokens=2)
     llm.close()
     assert tiny_backend.generate(GenerationRequest(prompt=PROMPT, max_tokens=2)).text
 
@@ -241,30 +241,30 @@ def test_bad_config_fails_at_construction(options: dict[str, object], message: s
 
 def test_method_the_backend_lacks_fails_at_construction(tiny_backend: LocalBackend) -> None:
     with pytest.raises(UnsupportedFeatureError, match="does not support speculative method 'mtp'"):
-        Speculative(tiny_backend, speculative="mtp")
+        Speculative(backend=tiny_backend, speculative="mtp")
 
 
 def test_backend_instance_with_backend_options_is_refused(tiny_backend: LocalBackend) -> None:
     with pytest.raises(ConfigError, match="configure the instance itself"):
-        Speculative(tiny_backend, backend_options={"dtype": "float32"})
+        Speculative(backend=tiny_backend, backend_options={"dtype": "float32"})
     with pytest.raises(ConfigError, match="configure the instance itself"):
-        Speculative(tiny_backend, base_url="http://127.0.0.1:9")
+        Speculative(backend=tiny_backend, base_url="http://127.0.0.1:9")
 
 
 def test_model_with_a_backend_instance_is_the_model_sent_with_each_request(
     tiny_backend: LocalBackend,
 ) -> None:
     # As with LangChain's ChatSpeculative: the instance serves, model names what to ask for.
-    llm = Speculative(tiny_backend, model="served-name", max_tokens=2)
+    llm = Speculative(backend=tiny_backend, model="served-name", max_tokens=2)
     assert llm._request(messages=None, prompt=PROMPT, kwargs={}).model == "served-name"
 
 
 def test_values_of_the_wrong_type_are_a_config_error(tiny_backend: LocalBackend) -> None:
     with pytest.raises(ConfigError, match="temperature must be a number") as caught:
-        Speculative(tiny_backend, temperature="hot")  # type: ignore[arg-type]
+        Speculative(backend=tiny_backend, temperature="hot")  # type: ignore[arg-type]
     assert caught.value.field == "temperature"
     with pytest.raises(ConfigError, match="Invalid is_chat_model for Speculative") as caught:
-        Speculative(tiny_backend, is_chat_model="maybe")  # type: ignore[arg-type]
+        Speculative(backend=tiny_backend, is_chat_model="maybe")  # type: ignore[arg-type]
     assert caught.value.field == "is_chat_model"
 
 
@@ -319,15 +319,15 @@ def test_the_local_engine_is_a_function_calling_llm(llm: Speculative) -> None:
 
 @pytest.fixture
 def server_llm() -> Speculative:
-    return Speculative("llamacpp", base_url="http://127.0.0.1:9", max_tokens=16)
+    return Speculative(backend="llamacpp", base_url="http://127.0.0.1:9", max_tokens=16)
 
 
 def test_server_backend_refuses_a_method_it_cannot_switch_per_request() -> None:
     with pytest.raises(
         UnsupportedFeatureError, match="does not support speculative method 'ngram'"
     ):
-        Speculative("llamacpp", base_url="http://127.0.0.1:9", speculative="ngram")
-    llm = Speculative("llamacpp", base_url="http://127.0.0.1:9", speculative="server")
+        Speculative(backend="llamacpp", base_url="http://127.0.0.1:9", speculative="ngram")
+    llm = Speculative(backend="llamacpp", base_url="http://127.0.0.1:9", speculative="server")
     assert llm.spec_config == SpecConfig(method="server")
 
 
@@ -375,7 +375,7 @@ def _json_backend(answer: str, *, structured_output: bool = True) -> ScriptedBac
 
 async def test_structured_predict_asks_for_the_json_schema() -> None:
     backend = _json_backend('{"name": "Lyon", "country": "France"}')
-    llm = Speculative(backend, max_tokens=32)
+    llm = Speculative(backend=backend, max_tokens=32)
     prompt = PromptTemplate("Extract the city: {text}")
 
     city = llm.structured_predict(_City, prompt, text="Lyon, France")
@@ -395,7 +395,7 @@ async def test_structured_predict_asks_for_the_json_schema() -> None:
 
 
 def test_structured_predict_with_an_invalid_answer_says_why() -> None:
-    llm = Speculative(_json_backend('{"name": "Lyon"'), max_tokens=32)
+    llm = Speculative(backend=_json_backend('{"name": "Lyon"'), max_tokens=32)
     with pytest.raises(ValueError, match="not a valid _City") as caught:
         llm.structured_predict(_City, PromptTemplate("Extract: {text}"), text="Lyon")
     assert '{"name": "Lyon"' in str(caught.value)
@@ -403,7 +403,7 @@ def test_structured_predict_with_an_invalid_answer_says_why() -> None:
 
 def test_function_program_mode_keeps_the_forced_tool_call() -> None:
     backend = _json_backend("", structured_output=True)
-    llm = Speculative(backend, pydantic_program_mode=PydanticProgramMode.FUNCTION)
+    llm = Speculative(backend=backend, pydantic_program_mode=PydanticProgramMode.FUNCTION)
     with pytest.raises(ValueError, match="tool call"):
         llm.structured_predict(_City, PromptTemplate("Extract: {text}"), text="Lyon")
     (request,) = backend.requests

@@ -55,7 +55,7 @@ def _recorded(backend: CallScriptBackend) -> list[GenerationRequest]:
 
 async def test_a_function_agent_session_replays_request_for_request(tmp_path: Path) -> None:
     backend = CallScriptBackend(REPLIES)
-    llm = Speculative(backend, max_tokens=64, seed=5, stop=["END"])
+    llm = Speculative(backend=backend, max_tokens=64, seed=5, stop=["END"])
     agent = FunctionAgent(
         tools=[FunctionTool.from_defaults(fn=add), FunctionTool.from_defaults(fn=multiply)],
         llm=llm,
@@ -83,7 +83,7 @@ async def test_a_function_agent_session_replays_request_for_request(tmp_path: Pa
 
 def test_chat_completion_tools_and_parameters_replay_exactly(tmp_path: Path) -> None:
     backend = CallScriptBackend(['{"total": 5}'])
-    llm = Speculative(backend, max_tokens=20, temperature=0.3, top_p=0.8, top_k=10)
+    llm = Speculative(backend=backend, max_tokens=20, temperature=0.3, top_p=0.8, top_k=10)
     path = tmp_path / "traces.jsonl"
     handler = TraceRecorderHandler(path, session="calls")
     dispatcher = get_dispatcher()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from llama_index.core.bridge.pydantic import SecretStr
 from llama_index.core.constants import DEFAULT_NUM_OUTPUTS
@@ -21,6 +22,7 @@ __all__ = [
     "TOOL_CHOICES",
     "Call",
     "ToolCallingMode",
+    "additional_kwargs_of",
     "api_key_of",
     "validate_defaults",
 ]
@@ -71,6 +73,33 @@ def api_key_of(api_key: str | SecretStr | None) -> SecretStr | None:
             f"api_key must be a string, got {type(api_key).__name__}.", field="api_key"
         )
     return SecretStr(api_key)
+
+
+def additional_kwargs_of(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``additional_kwargs`` as a dict of body fields, checked as LlamaIndex's OpenAI cannot.
+
+    Raises:
+        ConfigError: It is not a dict of field names, or it names a parameter that
+            ``Speculative`` takes itself (``temperature``): pass that one directly, where it
+            is checked and shown in events.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(
+            f"additional_kwargs must be a dict of request fields, got {value!r}.",
+            field="additional_kwargs",
+        )
+    fields = dict(value)
+    named = sorted(key for key in fields if key in CALL_KWARGS)
+    if named:
+        raise ConfigError(
+            f"additional_kwargs holds {', '.join(repr(k) for k in named)}, which Speculative "
+            f"takes as its own argument(s): pass {named[0]}=... directly. additional_kwargs "
+            "is for fields Speculative does not name (min_p, parallel_tool_calls...).",
+            field="additional_kwargs",
+        )
+    return fields
 
 
 def validate_defaults(

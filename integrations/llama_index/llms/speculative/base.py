@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import (
     AsyncIterator,
     Iterator,
@@ -38,6 +39,7 @@ from llama_index.llms.speculative.arguments import (
     TOOL_CHOICES,
     Call,
     ToolCallingMode,
+    additional_kwargs_of,
     api_key_of,
     validate_defaults,
 )
@@ -62,7 +64,12 @@ from speculative_llm.arguments import (
     reject_misspelt_call_arguments,
     reject_unknown_arguments,
 )
-from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS, Backend, ModelInfo
+from speculative_llm.backends.base import (
+    TOOL_CAPABLE_BACKENDS,
+    Backend,
+    ModelInfo,
+    check_request_fields,
+)
 from speculative_llm.backends.builder import build_backend
 from speculative_llm.backends.secret_options import (
     hide_base_url_credentials,
@@ -104,7 +111,9 @@ class Speculative(JSONSchemaStructuredLLM):
             from llama_index.llms.speculative import Speculative
 
             llm = Speculative(model="smollm2-135m", speculative={"method": "ngram", "k": 12})
-            server_llm = Speculative(backend="llamacpp", base_url="http://127.0.0.1:8080")
+            server_llm = Speculative(
+                backend="llamacpp", base_url="http://127.0.0.1:8080", timeout=30, max_retries=2
+            )
 
     Invoke:
         .. code-block:: python
@@ -122,9 +131,16 @@ class Speculative(JSONSchemaStructuredLLM):
     twins): ``max_tokens``, ``temperature``, ``top_p``, ``top_k``, ``stop``, ``seed``,
     ``tools``, ``tool_choice``, ``response_format``, ``prediction`` (Predicted Outputs:
     the expected text, or OpenAI's ``{"type": "content", ...}``) and ``speculative`` (a
-    ``SpecConfig``, dict or method name; ``"none"`` is the baseline), and
-    ``extra_body`` (a dict of fields sent to the server unchanged). Any other keyword
-    argument, or a value of the wrong type, raises ``ConfigError`` naming it.
+    ``SpecConfig``, dict or method name; ``"none"`` is the baseline). Any other keyword
+    argument is a field of the server's request body, as LlamaIndex's ``OpenAI`` sends
+    it (``parallel_tool_calls=False``, ``min_p=0.05``), over ``additional_kwargs`` and
+    under ``extra_body={...}``; one that misspells a name above (``max_token``), or a
+    value of the wrong type, raises ``ConfigError`` naming it. The in-process engine
+    takes ``cache_prompt`` alone and refuses other fields (``UnsupportedFeatureError``).
+
+    Every argument is a keyword, as in LlamaIndex's other LLMs; the backend given
+    positionally (``Speculative("llamacpp", ...)``, the first form) still works, with a
+    ``DeprecationWarning``.
 
     Args:
         backend: A backend name (or alias) or a ``Backend`` instance (which stays the
@@ -140,8 +156,15 @@ class Speculative(JSONSchemaStructuredLLM):
         api_key: API key of server backends; read from ``SPECULATIVE_LLM_API_KEY`` when
             not given. Kept as a ``SecretStr``, left out of ``to_dict``/``to_json``.
         backend_options: Other options of the backend's constructor (``draft_model``,
-            ``dtype``, ``timeout``, ``stream_timeout``, ``headers``...). The values of
-            ``headers`` are kept as ``SecretStr``.
+            ``dtype``, ``stream_timeout``, ``headers``...). The values of ``headers`` are
+            kept as ``SecretStr``.
+        timeout: Deadline of a call in seconds, and for a stream the longest wait for its
+            next token (server backends; None: 120). Still taken in ``backend_options``;
+            given in both with different values, it raises ``ConfigError``.
+        max_retries: Retries of a failed request (server backends; None: the backend's).
+        additional_kwargs: Fields added to every request body as they are (``{"min_p":
+            0.05}``), as LlamaIndex's ``OpenAI`` and ``Ollama`` take them; one that is an
+            argument of its own (``temperature``) raises ``ConfigError``.
         temperature: 0 decodes greedily; > 0 samples.
         max_tokens: Most tokens per response; defaults to the smaller of 256 and the
             backend's limit. Also reported as ``metadata.num_output``.
@@ -187,6 +210,17 @@ class Speculative(JSONSchemaStructuredLLM):
         description="Other options passed to the backend's constructor.",
         exclude=True,  # may hold headers with secrets: keep it out of serialisation and events
     )
+    timeout: float | None = Field(
+        default=None,
+        description="Deadline of a call in seconds (server backends); None: 120.",
+    )
+    max_retries: int | None = Field(
+        default=None, description="Retries of a failed request (server backends)."
+    )
+    additional_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fields added to every request body as they are (min_p...).",
+    )
     temperature: float = Field(default=0.0, description="Sampling temperature; 0 is greedy.")
     max_tokens: int | None = Field(default=None, description="Most tokens per response.")
     top_p: float = Field(default=1.0, description="Nucleus sampling mass.")
@@ -211,13 +245,16 @@ class Speculative(JSONSchemaStructuredLLM):
 
     def __init__(
         self,
+        *args: Any,
         backend: str | Backend = "local",
-        *,
         model: str | None = None,
         speculative: SpecConfig | Mapping[str, Any] | str | None = None,
         base_url: str | None = None,
         api_key: str | SecretStr | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        additional_kwargs: Mapping[str, Any] | None = None,
         temperature: float = 0.0,
         max_tokens: int | None = None,
         top_p: float = 1.0,
@@ -229,6 +266,7 @@ class Speculative(JSONSchemaStructuredLLM):
         tool_calling: ToolCallingMode = "native",
         **kwargs: Any,
     ) -> None:
+        backend = _positional_backend(args, backend)
         # to_dict()/from_dict() and to_json()/from_json() round-trip through the field
         # name: a serialised LLM comes back with backend_name, not backend.
         serialised_name = kwargs.pop("backend_name", None)
@@ -263,6 +301,7 @@ class Speculative(JSONSchemaStructuredLLM):
         base_url, url_credentials = hide_base_url_credentials(base_url)
         given_options = protect_backend_options(backend_options)
         key = api_key_of(api_key)
+        body_fields = additional_kwargs_of(additional_kwargs)
         setup = build_backend(
             backend,
             model=model,
@@ -270,9 +309,12 @@ class Speculative(JSONSchemaStructuredLLM):
             api_key=key,
             speculative=spec,
             options=given_options,
+            timeout=timeout,
+            max_retries=max_retries,
         )
         backend_instance = setup.backend
         try:
+            check_request_fields(backend_instance.name, backend_instance.capabilities, body_fields)
             super().__init__(
                 backend_name=backend if isinstance(backend, str) else backend_instance.name,
                 model=model,
@@ -280,6 +322,9 @@ class Speculative(JSONSchemaStructuredLLM):
                 base_url=base_url,
                 api_key=key,
                 backend_options=given_options,
+                timeout=timeout,
+                max_retries=max_retries,
+                additional_kwargs=body_fields,
                 temperature=temperature,
                 max_tokens=max_tokens,
                 top_p=top_p,
@@ -386,8 +431,8 @@ class Speculative(JSONSchemaStructuredLLM):
             options["spec"] = SpecConfig.from_value(kwargs["speculative"])
         if options.get("stop") is None:
             options["stop"] = ()
-        # As LlamaIndex's OpenAI: the call's other arguments go to the server's body.
-        extra = {**body_fields, **extra_body_of(kwargs.get("extra_body"))}
+        # As LlamaIndex's OpenAI: additional_kwargs, then the call's own, then extra_body.
+        extra = {**self.additional_kwargs, **body_fields, **extra_body_of(kwargs.get("extra_body"))}
         choice = options.get("tool_choice")
         if isinstance(choice, str) and choice not in TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
@@ -598,3 +643,29 @@ class Speculative(JSONSchemaStructuredLLM):
         """Async twin of ``close``."""
         if self._owns_backend:
             await self._backend.aclose()
+
+
+def _positional_backend(args: tuple[Any, ...], backend: str | Backend) -> str | Backend:
+    """The backend of a constructor call, accepting the old positional form with a warning.
+
+    ``Speculative("llamacpp", ...)`` was the first form; LlamaIndex's LLMs take keywords
+    (``Ollama(model=..., base_url=...)``), so ``backend=`` is the documented one.
+
+    Raises:
+        ConfigError: More than one positional argument, or a backend given both ways.
+    """
+    if not args:
+        return backend
+    if len(args) > 1 or backend != "local":
+        raise ConfigError(
+            "Speculative takes keyword arguments only: Speculative(backend='llamacpp', "
+            "base_url='http://127.0.0.1:8080', model=...).",
+            field="backend",
+        )
+    warnings.warn(
+        f"Passing the backend positionally is deprecated: write Speculative(backend="
+        f"{args[0]!r}, ...) (as Speculative(backend='llamacpp', base_url=...)).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return args[0]  # type: ignore[no-any-return]
