@@ -74,17 +74,18 @@ def test_chunked_and_whole_prefill_give_the_same_logits_and_greedy_text(
     ) as backend:
         runner: Any = backend._runner
         chunk = runner.prompt_chunk_tokens
-        characters = 2500
+        characters = 7000
         while True:
             baseline = _ask(_long_text(characters), SpecConfig.baseline(), max_tokens=16)
             tokens = backend.encode_prompt(baseline)
-            # llama.cpp takes a whole prompt in batches of 512: its last batch must have
-            # a chunk's tokens too for the two to compute alike (see prompt_passes).
-            if len(tokens) % 512 == 0 or len(tokens) % 512 >= chunk:
+            # llama.cpp takes a whole prompt in batches of 512 (the chunk), the chunked one
+            # with the remainder first: the remainder must have 64 tokens or more for the
+            # two to compute alike (see prompt_passes).
+            if len(tokens) % 512 == 0 or len(tokens) % 512 >= 64:
                 break
             characters -= 100
         passes = prompt_passes(len(tokens), chunk)
-        assert len(passes) > 4
+        assert len(passes) > 2
         runner.reset()
         for start, size in zip(itertools.accumulate([0, *passes]), passes[:-1], strict=False):
             runner.feed(tokens[start : start + size])

@@ -20,6 +20,8 @@ from speculative_llm import (  # noqa: E402
     SpecConfig,
 )
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
+from speculative_llm.backends.local.loop.engine import prefill  # noqa: E402
+from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
 from speculative_llm.backends.local.models.loading import choose_runner  # noqa: E402
 from speculative_llm.backends.local.models.sources import resolve_model  # noqa: E402
 from speculative_llm.backends.local.runners.llama_cpp import layout_probe  # noqa: E402
@@ -308,6 +310,39 @@ def test_a_rescored_one_token_pass_is_a_two_row_batch_with_the_logits_of_a_verif
         "2 threads (one-token passes past 256 cached tokens re-score the token before, as 2 rows)"
     )
     runner.close()
+
+
+def test_a_long_prompt_takes_the_passes_of_one_llama_decode_over_it(model: Any) -> None:
+    """The engine's prompt chunks are llama.cpp's own batch: no pass more than one call.
+
+    llama.cpp splits one call over a long prompt (llama-server's prefill) into batches of
+    ``n_ubatch`` rows; smaller chunks would add passes, each paying llama.cpp's thread
+    barriers again.
+    """
+    runner = model.new_runner()
+    spy = _DecodeSizes(runner._api)
+    runner._api = spy
+    prompt = [10 + index % 40 for index in range(2 * 512 + 76)]
+    whole = runner.forward(prompt, 1)[0].clone()
+    one_call, spy.sizes = spy.sizes, []
+    first = prefill(runner, prompt, SamplingParams(), None)
+    assert one_call == [512, 512, 76]
+    assert sorted(spy.sizes) == sorted(one_call)  # the remainder comes first (prompt_passes)
+    # Every pass has 64 rows or more, so the chunked prompt computes as the whole one.
+    assert first.tokens == [int(torch.argmax(whole))]
+    assert torch.equal(
+        runner.forward([first.tokens[0]], 1)[0].clone(), _next_row(model, prompt, first)
+    )
+    runner.close()
+
+
+def _next_row(model: Any, prompt: list[int], first: Any) -> Any:
+    other = model.new_runner()
+    try:
+        other.forward(prompt, 1)
+        return other.forward([first.tokens[0]], 1)[0].clone()
+    finally:
+        other.close()
 
 
 def test_the_probe_result_keeps_its_fallback_measurements() -> None:

@@ -270,9 +270,14 @@ def _request(**changes: Any) -> GenerationRequest:
 
 def test_a_long_prompt_streams_its_progress_before_the_first_token(tiny_backend: Any) -> None:
     prompt_tokens = len(tiny_backend.encode_prompt(_request()))
-    chunk = tiny_backend._runner.prompt_chunk_tokens
+    runner = tiny_backend._runner
+    default = runner.prompt_chunk_tokens  # llama.cpp's: its batch of 512
+    chunk = runner.prompt_chunk_tokens = 128
     assert prompt_tokens > 2 * chunk, "the test prompt must take several chunks"
-    chunks = list(tiny_backend.stream(_request()))
+    try:
+        chunks = list(tiny_backend.stream(_request()))
+    finally:
+        runner.prompt_chunk_tokens = default
     reports = [c.prompt_progress for c in chunks if c.prompt_progress is not None]
     passes = prompt_passes(prompt_tokens, chunk)
     assert [r.done for r in reports] == [sum(passes[: i + 1]) for i in range(len(passes) - 1)]

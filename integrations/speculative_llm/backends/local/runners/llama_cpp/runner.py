@@ -33,7 +33,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from speculative_llm.backends.local.runners.base import PROMPT_CHUNK_TOKENS
 from speculative_llm.backends.local.runners.llama_cpp.layout_probe import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
@@ -206,8 +205,17 @@ class LlamaCppRunner:
         """Seconds inside ``llama_decode`` after each sequence's first pass, added up
         (the prompt's pass is time to first token, not decoding)."""
         self._prompt_pass = True
-        self.prompt_chunk_tokens = PROMPT_CHUNK_TOKENS
-        """Prompt tokens per ``feed`` of the engine's chunked prefill (``PromptChunks``)."""
+        self.prompt_chunk_tokens = self._capacity
+        """Prompt tokens per ``feed`` of the engine's chunked prefill (``PromptChunks``):
+        llama.cpp's own batch (``n_ubatch``), in which it splits any longer pass anyway.
+        A chunked prompt then takes as many ``llama_decode`` passes as one call over the
+        whole prompt does (llama-server's prefill), where ``PROMPT_CHUNK_TOKENS`` (128)
+        took four times as many: each pass pays llama.cpp's thread barriers once per
+        operation, which made a prompt of 736-1,100 tokens 1-5 % slower to prefill on a
+        quiet 2-core AMD EPYC and about 40 % slower with other jobs on its cores
+        (docs/data/parity-2026-12-06). Progress is reported per chunk, so a prompt of
+        fewer than two batches gets none (a pass of 512 tokens takes 2-4 s on 2 cores);
+        a cancelled request still stops within a pass (``feed``)."""
         self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
 
     @property
