@@ -82,9 +82,18 @@ def test_greedy_decoding_on_the_local_engine(backend: LocalBackend) -> None:
     drafted = backend.generate(
         request.replace(
             spec=SpecConfig(
-                method="draft_model", draft_model="smollm2-135m", num_speculative_tokens=3
+                method="draft_model",
+                draft_model="smollm2-135m",
+                num_speculative_tokens=3,
+                cost_aware=False,  # the test is about the drafts, not whether they pay
             )
         )
     )
     assert [token.id for token in drafted.tokens] == expected
-    assert drafted.stats.draft_tokens
+    if backend.model.exact_rows > 1:
+        assert drafted.stats.draft_tokens
+    else:
+        # Where this CPU's kernels give one-token passes other numbers than verify rows
+        # (seen on an AVX2-only AMD EPYC in F16), bitwise exactness leaves no room to draft.
+        assert not drafted.stats.draft_tokens
+        assert dict(drafted.stats.draft_policy_steps or ()).get("budget")
