@@ -96,9 +96,11 @@ WATCH_THE_RACE = """() => {
     return {top: r.top, bottom: r.bottom, left: r.left, right: r.right};
   };
   const look = () => {
-    // Some lines on each side (a few tokens: the speculative side may end at twice the speed).
-    if (window.spBothStreaming || text("baseline").length < 60
-        || text("speculative").length < 60) { return; }
+    // A few tokens on each side: on a copy-heavy preset the cost-aware default drafts up
+    // to 12 tokens a step and can end at five times the baseline's speed, when the
+    // baseline has written only a line.
+    if (window.spBothStreaming || text("baseline").length < 12
+        || text("speculative").length < 12) { return; }
     window.spBothStreaming = {  // where the panes are, the moment both hold text
       baseline: box("#baseline-pane .sp-pane"), speculative: box("#speculative-pane .sp-pane"),
       prompt: box("#prompt-box textarea"),
