@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from llama_index.core.bridge.pydantic import SecretStr
 from llama_index.core.constants import DEFAULT_NUM_OUTPUTS
 
+from speculative_llm.arguments import extra_body_of, reject_misspelt_call_arguments
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.base import Backend
 
 __all__ = [
     "API_KEY_ENV",
@@ -24,6 +29,10 @@ __all__ = [
     "ToolCallingMode",
     "additional_kwargs_of",
     "api_key_of",
+    "check_constructor_values",
+    "constructor_backend",
+    "positional_backend",
+    "request_options",
     "validate_defaults",
 ]
 
@@ -122,3 +131,105 @@ def validate_defaults(
         seed=seed,
         spec=spec,
     )
+
+
+def positional_backend(args: tuple[Any, ...], backend: str | Backend) -> str | Backend:
+    """The backend of a constructor call, accepting the old positional form with a warning.
+
+    ``Speculative("llamacpp", ...)`` was the first form; LlamaIndex's LLMs take keywords
+    (``Ollama(model=..., base_url=...)``), so ``backend=`` is the documented one.
+
+    Raises:
+        ConfigError: More than one positional argument, or a backend given both ways.
+    """
+    if not args:
+        return backend
+    if len(args) > 1 or backend != "local":
+        raise ConfigError(
+            "Speculative takes keyword arguments only: Speculative(backend='llamacpp', "
+            "base_url='http://127.0.0.1:8080', model=...).",
+            field="backend",
+        )
+    warnings.warn(
+        f"Passing the backend positionally is deprecated: write Speculative(backend="
+        f"{args[0]!r}, ...) (as Speculative(backend='llamacpp', base_url=...)).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return args[0]  # type: ignore[no-any-return]
+
+
+def constructor_backend(
+    args: tuple[Any, ...], backend: str | Backend, kwargs: dict[str, Any]
+) -> str | Backend:
+    """The backend a constructor call names: keyword, old positional form, or serialised.
+
+    ``to_dict()``/``from_dict()`` and ``to_json()``/``from_json()`` round-trip through the
+    field name, so a serialised LLM comes back with ``backend_name`` (popped from
+    ``kwargs``), not ``backend``.
+
+    Raises:
+        ConfigError: Positional arguments beyond the backend, or names that disagree.
+    """
+    backend = positional_backend(args, backend)
+    serialised_name: str | None = kwargs.pop("backend_name", None)
+    if serialised_name is None:
+        return backend
+    if backend not in ("local", serialised_name):
+        raise ConfigError(
+            f"backend={backend!r} and backend_name={serialised_name!r} disagree; give one of them.",
+            field="backend",
+        )
+    return serialised_name
+
+
+def check_constructor_values(tool_calling: str, context_window: int | None) -> None:
+    """Check the constructor's own values before any model loads.
+
+    Raises:
+        ConfigError: An unknown tool-calling mode or a context window that is not a
+            positive integer.
+    """
+    if tool_calling not in TOOL_CALLING_MODES:
+        raise ConfigError(
+            f"tool_calling must be 'native' or 'json_schema', got {tool_calling!r}.",
+            field="tool_calling",
+        )
+    if context_window is not None and (
+        isinstance(context_window, bool)
+        or not isinstance(context_window, int)
+        or context_window <= 0
+    ):
+        raise ConfigError(
+            f"context_window must be a positive integer, got {context_window!r}.",
+            field="context_window",
+        )
+
+
+def request_options(
+    defaults: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+    additional_kwargs: Mapping[str, Any],
+    where: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call's request fields and server body fields, from the LLM's and the call's.
+
+    Call-time keyword arguments that map onto the request override ``defaults``; the
+    others go to the server's body, after ``additional_kwargs`` and before
+    ``extra_body`` (as LlamaIndex's OpenAI orders them).
+
+    Raises:
+        ConfigError: A keyword argument that misspells one of ``CALL_KWARGS``.
+    """
+    options = dict(defaults)
+    body_fields = {name: value for name, value in kwargs.items() if name not in CALL_KWARGS}
+    reject_misspelt_call_arguments(body_fields, CALL_KWARGS, where=where)
+    for name in REQUEST_KWARGS:
+        if name in kwargs:
+            options[name] = kwargs[name]
+    if "speculative" in kwargs:
+        options["spec"] = SpecConfig.from_value(kwargs["speculative"])
+    if options.get("stop") is None:
+        options["stop"] = ()
+    extra = {**additional_kwargs, **body_fields, **extra_body_of(kwargs.get("extra_body"))}
+    return options, extra

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import (
     AsyncIterator,
     Iterator,
@@ -33,14 +32,14 @@ from llama_index_instrumentation import get_dispatcher
 
 from llama_index.llms.speculative.arguments import (
     API_KEY_ENV,
-    CALL_KWARGS,
-    REQUEST_KWARGS,
-    TOOL_CALLING_MODES,
     TOOL_CHOICES,
     Call,
     ToolCallingMode,
     additional_kwargs_of,
     api_key_of,
+    check_constructor_values,
+    constructor_backend,
+    request_options,
     validate_defaults,
 )
 from llama_index.llms.speculative.convert import (
@@ -55,17 +54,15 @@ from llama_index.llms.speculative.structured import JSONSchemaStructuredLLM
 from llama_index.llms.speculative.tools import (
     force_tool,
     keep_first_tool_call,
+    no_tool_calling,
     requested_tools,
     tool_chat_kwargs,
 )
 from speculative_llm.arguments import (
     config_error_from,
-    extra_body_of,
-    reject_misspelt_call_arguments,
     reject_unknown_arguments,
 )
 from speculative_llm.backends.base import (
-    TOOL_CAPABLE_BACKENDS,
     Backend,
     ModelInfo,
     check_request_fields,
@@ -77,7 +74,7 @@ from speculative_llm.backends.secret_options import (
     reveal_base_url,
 )
 from speculative_llm.config import SpecConfig
-from speculative_llm.errors import BackendError, ConfigError, UnsupportedFeatureError
+from speculative_llm.errors import BackendError
 from speculative_llm.json_tools import as_json_tool_request, final_chunk_of, json_tool_completion
 from speculative_llm.types import Chunk, Completion, GenerationRequest, Message
 
@@ -266,37 +263,13 @@ class Speculative(JSONSchemaStructuredLLM):
         tool_calling: ToolCallingMode = "native",
         **kwargs: Any,
     ) -> None:
-        backend = _positional_backend(args, backend)
-        # to_dict()/from_dict() and to_json()/from_json() round-trip through the field
-        # name: a serialised LLM comes back with backend_name, not backend.
-        serialised_name = kwargs.pop("backend_name", None)
-        if serialised_name is not None:
-            if backend not in ("local", serialised_name):
-                raise ConfigError(
-                    f"backend={backend!r} and backend_name={serialised_name!r} disagree; "
-                    "give one of them.",
-                    field="backend",
-                )
-            backend = serialised_name
+        backend = constructor_backend(args, backend, kwargs)
         reject_unknown_arguments(type(self), kwargs)
-        if tool_calling not in TOOL_CALLING_MODES:
-            raise ConfigError(
-                f"tool_calling must be 'native' or 'json_schema', got {tool_calling!r}.",
-                field="tool_calling",
-            )
+        check_constructor_values(tool_calling, context_window)
         spec = SpecConfig.from_value(speculative)
         stop_strings = [stop] if isinstance(stop, str) else list(stop or ())
         # Validate the sampling parameters with the core's own rules before any model loads.
         validate_defaults(max_tokens, temperature, top_p, top_k, stop_strings, seed, spec)
-        if context_window is not None and (
-            isinstance(context_window, bool)
-            or not isinstance(context_window, int)
-            or context_window <= 0
-        ):
-            raise ConfigError(
-                f"context_window must be a positive integer, got {context_window!r}.",
-                field="context_window",
-            )
         # Secrets leave the fields that repr(), dumps and events show.
         base_url, url_credentials = hide_base_url_credentials(base_url)
         given_options = protect_backend_options(backend_options)
@@ -390,13 +363,16 @@ class Speculative(JSONSchemaStructuredLLM):
         The defaults every request starts from (no secrets) let a request recorder
         (``TraceRecorderHandler``) write a call's parameters without the LLM at hand.
         """
+        return {**super().to_payload(), **self._sampling_defaults(), "stop": list(self.stop)}
+
+    def _sampling_defaults(self) -> dict[str, Any]:
+        """The request fields every call starts from."""
         return {
-            **super().to_payload(),
             "max_tokens": self.max_tokens or self.metadata.num_output,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
-            "stop": list(self.stop),
+            "stop": tuple(self.stop),
             "seed": self.seed,
         }
 
@@ -413,26 +389,12 @@ class Speculative(JSONSchemaStructuredLLM):
         self, *, messages: tuple[Message, ...] | None, prompt: str | None, kwargs: dict[str, Any]
     ) -> GenerationRequest:
         """Build the request: the LLM's defaults, overridden by call-time keyword arguments."""
-        options: dict[str, Any] = {
-            "max_tokens": self.max_tokens or self.metadata.num_output,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "stop": tuple(self.stop),
-            "seed": self.seed,
-            "spec": self._spec,
-        }
-        body_fields = {name: value for name, value in kwargs.items() if name not in CALL_KWARGS}
-        reject_misspelt_call_arguments(body_fields, CALL_KWARGS, where=type(self).__name__)
-        for name in REQUEST_KWARGS:
-            if name in kwargs:
-                options[name] = kwargs[name]
-        if "speculative" in kwargs:
-            options["spec"] = SpecConfig.from_value(kwargs["speculative"])
-        if options.get("stop") is None:
-            options["stop"] = ()
-        # As LlamaIndex's OpenAI: additional_kwargs, then the call's own, then extra_body.
-        extra = {**self.additional_kwargs, **body_fields, **extra_body_of(kwargs.get("extra_body"))}
+        options, extra = request_options(
+            {**self._sampling_defaults(), "spec": self._spec},
+            kwargs,
+            self.additional_kwargs,
+            where=type(self).__name__,
+        )
         choice = options.get("tool_choice")
         if isinstance(choice, str) and choice not in TOOL_CHOICES:
             options["tools"], options["tool_choice"] = force_tool(options.get("tools"), choice)
@@ -579,14 +541,7 @@ class Speculative(JSONSchemaStructuredLLM):
 
     def _require_tool_calling(self) -> None:
         if not self._calls_tools():
-            raise UnsupportedFeatureError(
-                f"Backend {self._backend.name!r} cannot call tools, so Speculative cannot run "
-                f"function-calling agents on it. Use a backend that can: "
-                f"{', '.join(TOOL_CAPABLE_BACKENDS)}; for example "
-                "Speculative(backend='llamacpp', base_url=...) with a llama-server started "
-                "with --jinja (or tool_calling='json_schema' when the model's chat template "
-                "renders no tools)."
-            )
+            raise no_tool_calling(self._backend.name)
 
     def _prepare_chat_with_tools(
         self,
@@ -643,29 +598,3 @@ class Speculative(JSONSchemaStructuredLLM):
         """Async twin of ``close``."""
         if self._owns_backend:
             await self._backend.aclose()
-
-
-def _positional_backend(args: tuple[Any, ...], backend: str | Backend) -> str | Backend:
-    """The backend of a constructor call, accepting the old positional form with a warning.
-
-    ``Speculative("llamacpp", ...)`` was the first form; LlamaIndex's LLMs take keywords
-    (``Ollama(model=..., base_url=...)``), so ``backend=`` is the documented one.
-
-    Raises:
-        ConfigError: More than one positional argument, or a backend given both ways.
-    """
-    if not args:
-        return backend
-    if len(args) > 1 or backend != "local":
-        raise ConfigError(
-            "Speculative takes keyword arguments only: Speculative(backend='llamacpp', "
-            "base_url='http://127.0.0.1:8080', model=...).",
-            field="backend",
-        )
-    warnings.warn(
-        f"Passing the backend positionally is deprecated: write Speculative(backend="
-        f"{args[0]!r}, ...) (as Speculative(backend='llamacpp', base_url=...)).",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return args[0]  # type: ignore[no-any-return]

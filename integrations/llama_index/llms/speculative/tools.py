@@ -9,13 +9,20 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.llms.llm import ToolSelection
 
 from llama_index.llms.speculative.convert import tool_selections
-from speculative_llm.errors import ConfigError
+from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS
+from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import warn_untyped_parameters
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
-__all__ = ["force_tool", "keep_first_tool_call", "requested_tools", "tool_chat_kwargs"]
+__all__ = [
+    "force_tool",
+    "keep_first_tool_call",
+    "no_tool_calling",
+    "requested_tools",
+    "tool_chat_kwargs",
+]
 
 
 def tool_chat_kwargs(
@@ -119,3 +126,15 @@ def keep_first_tool_call(message: ChatMessage) -> None:
     calls = message.additional_kwargs.get("tool_calls")
     if calls:
         message.additional_kwargs["tool_calls"] = list(calls)[:1]
+
+
+def no_tool_calling(backend_name: str) -> UnsupportedFeatureError:
+    """The error for a backend that cannot call tools: which backends can, and how."""
+    return UnsupportedFeatureError(
+        f"Backend {backend_name!r} cannot call tools, so Speculative cannot run "
+        f"function-calling agents on it. Use a backend that can: "
+        f"{', '.join(TOOL_CAPABLE_BACKENDS)}; for example "
+        "Speculative(backend='llamacpp', base_url=...) with a llama-server started "
+        "with --jinja (or tool_calling='json_schema' when the model's chat template "
+        "renders no tools)."
+    )
