@@ -47,7 +47,9 @@ __all__ = [
 ]
 
 PROMPT_CHUNK_TOKENS = 128
-"""Prompt tokens per pass of a chunked prefill (``PromptChunks``), both runners' default.
+"""Prompt tokens per pass of a chunked prefill (``PromptChunks``): the transformers
+runner's default (the llama.cpp runner feeds its own batch, ``n_ubatch``, as
+llama-server does; see ``LlamaCppRunner.prompt_chunk_tokens``).
 
 A pass of the packaged SmolLM2 on 2 cores of an Intel Xeon (2 threads, a quiet machine)
 takes about 0.4 s early in a prompt and 0.85-0.9 s at 4,000 tokens of context, so
