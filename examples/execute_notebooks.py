@@ -12,7 +12,9 @@ it and leaves its file as it was. What is saved is what a reader should see: str
 outputs merged, with progress bars at their last state (no carriage-return redraws), no
 per-cell timing metadata, no widget state. The first code cell prints the CPU, cores and
 date; tests/unit/test_notebook_outputs.py checks that, the size limit below and that no
-cell was skipped. Run it on a quiet machine: the figures are timings.
+cell was skipped, and tests/unit/test_notebook_claims.py that the prose says what the new
+outputs show (a claim that no longer holds names the words to change). Run it on a quiet
+machine: the figures are timings, and a busy one is named before each notebook runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ MAX_BYTES = 150_000
 """Largest a saved notebook may be (tests/unit/test_notebook_outputs.py holds the same)."""
 SLOW_CELL_S = 10.0
 """Cells that take longer are named with their time (they should show progress)."""
+BUSY_LOAD_PER_CORE = 0.25
+"""A one-minute load average above this many runnable processes per core, before a
+notebook starts, means other work shares the cores its timings measure."""
 
 
 def tidy(notebook: Any) -> None:
@@ -78,6 +83,19 @@ def execute(path: Path) -> float:
     return elapsed
 
 
+def busy_note() -> str | None:
+    """Why this machine is too busy for timings to mean much (None when it is quiet)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        return None
+    return (
+        f"the machine is busy (load average {load:.1f} on {cores} cores): the timings "
+        "this run saves will be slower and noisier than on a quiet machine"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Execute the notebooks named on the command line (all of examples/ by default)."""
     # The kernels inherit this: tqdm.auto (imported by LlamaIndex, sentence-transformers)
@@ -89,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = args.notebooks or sorted(EXAMPLES.glob("*.ipynb"))
     failed = 0
     for path in paths:
-        print(f"{path.name}: running", flush=True)
+        note = busy_note()
+        print(f"{path.name}: running" + (f"; {note}" if note else ""), flush=True)
         try:
             elapsed = execute(path)
         except nbclient.exceptions.CellExecutionError as error:
@@ -97,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             continue
         size = path.stat().st_size
-        note = f"  OVER the {MAX_BYTES:,}-byte limit" if size > MAX_BYTES else ""
-        print(f"{path.name}: {elapsed:.0f} s, {size:,} bytes{note}", flush=True)
+        over = f"  OVER the {MAX_BYTES:,}-byte limit" if size > MAX_BYTES else ""
+        print(f"{path.name}: {elapsed:.0f} s, {size:,} bytes{over}", flush=True)
         failed += size > MAX_BYTES
     return 1 if failed else 0
 
