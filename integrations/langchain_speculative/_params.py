@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, Valid
 
 from speculative_llm.arguments import (
     config_error_from,
-    extra_body_of,
-    reject_misspelt_call_arguments,
+    reject_own_parameters,
     reject_unknown_arguments,
+    request_body,
 )
 from speculative_llm.backends.base import Backend, check_request_fields
 from speculative_llm.backends.builder import BackendSetup, build_backend
@@ -48,9 +48,6 @@ _CALL_KWARGS = (
     "extra_body",
     "stream",
 )
-# A per-call name this close to one of _CALL_KWARGS is taken for a misspelling and refused
-# (``temprature``); server fields such as ``min_p`` (0.6 from ``top_p``) pass.
-_MISSPELLING_CUTOFF = 0.85
 
 
 class SpeculativeParams(BaseModel):
@@ -168,7 +165,10 @@ class SpeculativeParams(BaseModel):
         )
         # Check the sampling values and body fields now rather than on the first call.
         try:
-            _check_model_kwargs(self.model_kwargs, where=type(self).__name__)
+            own = {*_CALL_KWARGS, *SpeculativeParams.model_fields, "stop"}
+            reject_own_parameters(
+                self.model_kwargs, own, argument="model_kwargs", where=type(self).__name__
+            )
             check_request_fields(self.client.name, self.client.capabilities, self.model_kwargs)
             self._build_request(prompt="check", messages=None, stop=None)
         except (ConfigError, UnsupportedFeatureError):
@@ -316,10 +316,7 @@ class SpeculativeParams(BaseModel):
             ConfigError: A misspelt keyword argument (``temprature``), or a value of the
                 wrong type (the error names it).
         """
-        body_fields = {name: kwargs.pop(name) for name in list(kwargs) if name not in _CALL_KWARGS}
-        reject_misspelt_call_arguments(
-            body_fields, _CALL_KWARGS, where=type(self).__name__, cutoff=_MISSPELLING_CUTOFF
-        )
+        extra = request_body(kwargs, _CALL_KWARGS, self.model_kwargs, where=type(self).__name__)
         options: dict[str, Any] = {}
         for name in _REQUEST_KWARGS:
             value = kwargs.pop(name, getattr(self, name))
@@ -338,9 +335,6 @@ class SpeculativeParams(BaseModel):
         tool_choice = kwargs.pop("tool_choice", None)
         response_format = kwargs.pop("response_format", None)
         prediction = kwargs.pop("prediction", None)
-        extra_body = extra_body_of(kwargs.pop("extra_body", None))
-        extra = {**self.model_kwargs, **body_fields, **extra_body}
-        kwargs.pop("stream", None)  # LangChain's streaming switch, not a request field
         return GenerationRequest(
             messages=tuple(messages) if messages is not None else None,
             prompt=prompt,
@@ -365,27 +359,6 @@ class SpeculativeParams(BaseModel):
         """Async twin of ``close``."""
         if self._setup.owned:
             await self._setup.backend.aclose()
-
-
-def _check_model_kwargs(model_kwargs: dict[str, Any], *, where: str) -> None:
-    """Refuse ``model_kwargs`` that name a parameter of their own, as ``ChatOpenAI`` does.
-
-    Raises:
-        ConfigError: A key is a field or per-call argument (``temperature``): it belongs
-            in its own argument, where it is checked and traced.
-    """
-    named = sorted(
-        key
-        for key in model_kwargs
-        if key in _CALL_KWARGS or key in SpeculativeParams.model_fields or key == "stop"
-    )
-    if named:
-        raise ConfigError(
-            f"model_kwargs holds {', '.join(repr(k) for k in named)}, which {where} "
-            f"takes as its own parameter(s): pass {named[0]}=... directly. model_kwargs is for "
-            "fields this class does not name (min_p, parallel_tool_calls...).",
-            field="model_kwargs",
-        )
 
 
 def _close(stream: Iterator[Chunk]) -> None:

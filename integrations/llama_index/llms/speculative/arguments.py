@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from llama_index.core.bridge.pydantic import SecretStr
 from llama_index.core.constants import DEFAULT_NUM_OUTPUTS
 
-from speculative_llm.arguments import extra_body_of, reject_misspelt_call_arguments
+from speculative_llm.arguments import reject_own_parameters, request_body
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest
@@ -100,14 +100,7 @@ def additional_kwargs_of(value: Mapping[str, Any] | None) -> dict[str, Any]:
             field="additional_kwargs",
         )
     fields = dict(value)
-    named = sorted(key for key in fields if key in CALL_KWARGS)
-    if named:
-        raise ConfigError(
-            f"additional_kwargs holds {', '.join(repr(k) for k in named)}, which Speculative "
-            f"takes as its own argument(s): pass {named[0]}=... directly. additional_kwargs "
-            "is for fields Speculative does not name (min_p, parallel_tool_calls...).",
-            field="additional_kwargs",
-        )
+    reject_own_parameters(fields, CALL_KWARGS, argument="additional_kwargs", where="Speculative")
     return fields
 
 
@@ -222,8 +215,7 @@ def request_options(
         ConfigError: A keyword argument that misspells one of ``CALL_KWARGS``.
     """
     options = dict(defaults)
-    body_fields = {name: value for name, value in kwargs.items() if name not in CALL_KWARGS}
-    reject_misspelt_call_arguments(body_fields, CALL_KWARGS, where=where)
+    extra = request_body(kwargs, CALL_KWARGS, additional_kwargs, where=where)
     for name in REQUEST_KWARGS:
         if name in kwargs:
             options[name] = kwargs[name]
@@ -231,5 +223,4 @@ def request_options(
         options["spec"] = SpecConfig.from_value(kwargs["speculative"])
     if options.get("stop") is None:
         options["stop"] = ()
-    extra = {**additional_kwargs, **body_fields, **extra_body_of(kwargs.get("extra_body"))}
     return options, extra
