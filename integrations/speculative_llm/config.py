@@ -19,6 +19,7 @@ __all__ = [
     "METHODS",
     "Method",
     "SpecConfig",
+    "default_draft_length",
     "local_methods",
 ]
 
@@ -52,6 +53,12 @@ ceiling costs nothing where drafts are rejected and lets copied text run long.""
 DEFAULT_FIXED_DRAFT = 5
 """Draft length of fixed drafts (``cost_aware=False``, the start of ``adaptive``, and
 servers, which draft a fixed length) when no ``num_speculative_tokens`` is given."""
+
+
+def default_draft_length(cost_aware: bool) -> int:
+    """The draft length k when none is given: the longest cost-aware draft, or a fixed one."""
+    return DEFAULT_LONGEST_DRAFT if cost_aware else DEFAULT_FIXED_DRAFT
+
 
 EXACT_POLICIES: tuple[str, ...] = ("distribution", "bitwise")
 """The in-process engine's exactness policies (``LocalBackend(exact=...)``):
@@ -250,14 +257,14 @@ class SpecConfig:
         """The local engine's k: the longest draft when cost-aware, else the fixed one."""
         if self.num_speculative_tokens is not None:
             return self.num_speculative_tokens
-        return DEFAULT_LONGEST_DRAFT if self.is_cost_aware else DEFAULT_FIXED_DRAFT
+        return default_draft_length(self.is_cost_aware)
 
     @property
     def fixed_draft_length(self) -> int:
         """The k of an engine that drafts a fixed length (servers ignore ``cost_aware``)."""
         if self.num_speculative_tokens is not None:
             return self.num_speculative_tokens
-        return DEFAULT_FIXED_DRAFT
+        return default_draft_length(cost_aware=False)
 
     @classmethod
     def baseline(cls) -> SpecConfig:

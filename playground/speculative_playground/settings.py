@@ -9,12 +9,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from speculative_llm.backends.registry import BUILTIN_BACKENDS
-from speculative_llm.config import (
-    DEFAULT_FIXED_DRAFT,
-    DEFAULT_LONGEST_DRAFT,
-    EXACT_POLICIES,
-    SpecConfig,
-)
+from speculative_llm.config import DEFAULT_LONGEST_DRAFT, EXACT_POLICIES, SpecConfig
+from speculative_llm.config import default_draft_length as config_default_draft_length
 from speculative_llm.drafter_registry import drafter_entries
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
@@ -158,7 +154,7 @@ def default_draft_length(backend: str) -> int:
     (``DEFAULT_LONGEST_DRAFT``); a server drafts a fixed length, where a long k wastes
     verification whenever drafts are rejected (``DEFAULT_FIXED_DRAFT``).
     """
-    return DEFAULT_LONGEST_DRAFT if backend == "local" else DEFAULT_FIXED_DRAFT
+    return config_default_draft_length(cost_aware=backend == "local")
 
 
 def greedy_hint(backend: str, exact: str) -> str:
@@ -219,7 +215,7 @@ class RunSettings:
     model: str = DEFAULT_MODEL
     draft_model: str | None = None
     method: str = "ngram"
-    k: int = DEFAULT_LONGEST_DRAFT
+    k: int = DEFAULT_LONGEST_DRAFT  # default_draft_length of the default backend, local
     temperature: float = 0.0
     max_tokens: int = 128
     timing: TimingChoice = "auto"

@@ -15,7 +15,7 @@ from speculative_llm.bench.agent_tasks import (
 )
 from speculative_llm.bench.predictions import profile_to_dict
 from speculative_llm.bench.records import OURS, Variant
-from speculative_llm.config import SpecConfig
+from speculative_llm.config import default_draft_length
 from speculative_llm.errors import ConfigError
 from speculative_llm.prediction import HARDWARE_PROFILES, HardwareProfile
 
@@ -109,7 +109,7 @@ class BenchOptions:
             backends that cannot switch speculation off per request.
         methods: Methods to compare; the baseline ``none`` is always run.
         ks: Draft lengths; each speculative method runs once per k (empty: the
-            drafting policy's default, ``SpecConfig(cost_aware=cost_aware).draft_length``).
+            drafting policy's default, ``config.default_draft_length(cost_aware)``).
         categories: ``all`` or category names.
         prompts_file: A JSONL prompt file instead of the built-in set.
         per_category: Most prompts per category (None: all).
@@ -187,8 +187,7 @@ class BenchOptions:
         if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
             raise ConfigError(f"Draft lengths must be integers >= 1, got {self.ks}.", field="k")
         if not self.ks:
-            default = SpecConfig(cost_aware=self.cost_aware).draft_length
-            object.__setattr__(self, "ks", (default,))
+            object.__setattr__(self, "ks", (default_draft_length(self.cost_aware),))
         for name in ("repeats", "max_tokens", "agent_questions", "agent_max_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
