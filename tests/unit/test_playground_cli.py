@@ -160,3 +160,11 @@ def test_the_local_engine_runs_in_a_worker_unless_asked_otherwise(
     monkeypatch.setattr("speculative_playground.app.launch", lambda app, **options: None)
     assert main(["playground", "--no-browser", *flags]) == 0
     assert factories == [getattr(backend_pool, factory)]
+
+
+@pytest.mark.parametrize("argv", [(), ("--backend", "llama-server")])
+def test_a_draft_length_of_zero_is_refused_not_replaced_by_the_default(
+    argv: tuple[str, ...],
+) -> None:
+    with pytest.raises(ConfigError, match="Draft length k must be a whole number from 1 to 64"):
+        command._settings(parse(*argv, "-k", "0"))

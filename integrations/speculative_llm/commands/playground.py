@@ -135,7 +135,7 @@ def _settings(args: argparse.Namespace) -> Any:
             model=args.model or "",
             draft_model=args.draft_model,
             method=args.method or "server",
-            k=args.k or default_draft_length("url"),
+            k=default_draft_length("url") if args.k is None else args.k,
             max_tokens=args.max_tokens,
             exact=args.exact,
         )
@@ -151,7 +151,7 @@ def _settings(args: argparse.Namespace) -> Any:
         model=args.model or DEFAULT_MODEL,
         draft_model=args.draft_model,
         method=args.method or ("draft_model" if args.draft_model else "ngram"),
-        k=args.k or default_draft_length("managed" if managed else "local"),
+        k=default_draft_length("managed" if managed else "local") if args.k is None else args.k,
         max_tokens=args.max_tokens,
         exact=args.exact,
     )
