@@ -16,6 +16,7 @@ Response metadata keys added by this package:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterable, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "to_generation_chunk",
     "to_message_chunk",
     "token_provenance",
+    "with_tool_call_deltas",
 ]
 
 SPECULATIVE_KEY = "speculative"
@@ -233,6 +235,19 @@ def _tool_call_id(call: ToolCall) -> str:
     return call.id or f"call_{uuid.uuid4().hex[:24]}"
 
 
+def with_tool_call_deltas(chunk: Chunk, *, streamed: bool) -> Chunk:
+    """``chunk``, with its calls as whole ``ToolCallDelta``s if none were ``streamed``.
+
+    Every built-in backend brings its calls as deltas (``Chunk.tool_call_deltas``); a
+    backend that puts them on its final chunk only (``tool_calls``) gets them streamed
+    here, with ids made up where it gave none, so ``to_message_chunk`` sends each once.
+    """
+    if streamed or not chunk.final or not chunk.tool_calls or chunk.tool_call_deltas:
+        return chunk
+    calls = tuple(dataclasses.replace(call, id=_tool_call_id(call)) for call in chunk.tool_calls)
+    return dataclasses.replace(chunk, tool_calls=calls).with_whole_tool_call_deltas()
+
+
 def _final_metadata(
     *, model_name: str, finish_reason: str | None, stats: SpecStats | None
 ) -> dict[str, Any]:
@@ -247,27 +262,32 @@ def to_message_chunk(
 ) -> ChatGenerationChunk:
     """Convert one core ``Chunk`` to a ``ChatGenerationChunk`` holding an ``AIMessageChunk``.
 
-    With ``provenance`` every chunk carries its tokens' provenance; the final chunk carries
-    ``usage_metadata`` (input tokens appear on it only), ``model_name``,
-    ``finish_reason``, the ``speculative`` statistics and complete tool calls, and
-    is marked ``chunk_position="last"``.
+    With ``provenance`` every chunk carries its tokens' provenance. The pieces of tool
+    calls (``Chunk.tool_call_deltas``) become ``tool_call_chunks`` on the chunk that
+    brings them, so that adding the chunks up joins each call once, as for
+    ``ChatOpenAI`` (the final chunk's complete ``tool_calls`` are not sent again). The
+    final chunk carries ``usage_metadata`` (input tokens appear on it only),
+    ``model_name``, ``finish_reason`` and the ``speculative`` statistics, and is marked
+    ``chunk_position="last"``.
     """
     response_metadata: dict[str, Any] = {}
     if provenance and chunk.tokens:
         response_metadata[TOKENS_KEY] = token_provenance(chunk.tokens)
+    tool_call_chunks = [
+        tool_call_chunk(name=delta.name, args=delta.arguments, id=delta.id, index=delta.index)
+        for delta in chunk.tool_call_deltas
+    ]
     if not chunk.final:
         return ChatGenerationChunk(
-            message=AIMessageChunk(content=chunk.text, response_metadata=response_metadata)
+            message=AIMessageChunk(
+                content=chunk.text,
+                response_metadata=response_metadata,
+                tool_call_chunks=tool_call_chunks,
+            )
         )
     response_metadata.update(
         _final_metadata(model_name=model_name, finish_reason=chunk.finish_reason, stats=chunk.stats)
     )
-    tool_call_chunks = [
-        tool_call_chunk(
-            name=call.name, args=json.dumps(call.arguments), id=_tool_call_id(call), index=index
-        )
-        for index, call in enumerate(chunk.tool_calls)
-    ]
     message = AIMessageChunk(
         content=chunk.text,
         response_metadata=response_metadata,

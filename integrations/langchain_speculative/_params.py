@@ -9,6 +9,7 @@ from langchain_core.language_models.base import LangSmithParams
 from langchain_core.utils import secret_from_env
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError
 
+from langchain_speculative._convert import with_tool_call_deltas
 from speculative_llm.arguments import (
     config_error_from,
     reject_own_parameters,
@@ -229,21 +230,23 @@ class SpeculativeParams(BaseModel):
         """The backend's stream of ``request``, always ending with a final chunk.
 
         With ``json_tools`` the constrained answer is parsed whole and comes as one chunk:
-        the tool call, or the answer's text without its JSON envelope. The backend's
-        stream is closed when this one is (its HTTP response with it).
+        the tool call, or the answer's text without its JSON envelope. Tool calls always
+        arrive as ``tool_call_deltas`` (``with_tool_call_deltas``). The backend's stream is
+        closed when this one is (its HTTP response with it).
         """
         stream = self.client.stream(request)
         if json_tools:
             name = self._response_model_name(request)
             yield json_tool_final_chunk(stream, model=name, backend=self.client.name)
             return
-        saw_final = False
+        saw_final = saw_tool_call_deltas = False
         try:
             for chunk in stream:
                 if chunk.is_progress:
                     continue  # a long prompt's progress: no message chunk, no token event
                 saw_final = saw_final or chunk.final
-                yield chunk
+                yield with_tool_call_deltas(chunk, streamed=saw_tool_call_deltas)
+                saw_tool_call_deltas = saw_tool_call_deltas or bool(chunk.tool_call_deltas)
         finally:
             _close(stream)
         if not saw_final:
@@ -259,13 +262,14 @@ class SpeculativeParams(BaseModel):
             chunks = [chunk async for chunk in stream]
             yield json_tool_final_chunk(chunks, model=name, backend=self.client.name)
             return
-        saw_final = False
+        saw_final = saw_tool_call_deltas = False
         try:
             async for chunk in stream:
                 if chunk.is_progress:
                     continue  # a long prompt's progress: no message chunk, no token event
                 saw_final = saw_final or chunk.final
-                yield chunk
+                yield with_tool_call_deltas(chunk, streamed=saw_tool_call_deltas)
+                saw_tool_call_deltas = saw_tool_call_deltas or bool(chunk.tool_call_deltas)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

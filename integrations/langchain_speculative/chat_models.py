@@ -146,7 +146,9 @@ class ChatSpeculative(SpeculativeParams, BaseChatModel):
             pdf_inputs=False,
             tool_calling=caps.tool_calling,
             tool_choice=caps.tool_calling,
-            tool_call_streaming=False,
+            # Calls come in pieces from servers that stream them; in json_schema mode
+            # the JSON is parsed whole, so the call comes whole on the last chunk.
+            tool_call_streaming=caps.tool_call_streaming and self.tool_calling == "native",
             structured_output=caps.structured_output,
             temperature=True,
         )

@@ -52,6 +52,7 @@ from speculative_llm.types import (
     Role,
     Token,
     ToolCall,
+    ToolCallDelta,
     Usage,
 )
 
@@ -92,6 +93,7 @@ __all__ = [
     "StreamInterruptedError",
     "Token",
     "ToolCall",
+    "ToolCallDelta",
     "UnsupportedFeatureError",
     "UnsupportedMethodError",
     "Usage",

@@ -312,9 +312,14 @@ def json_tool_completion(completion: Completion) -> Completion:
 
 
 def final_chunk_of(completion: Completion) -> Chunk:
-    """A whole completion as the one, final chunk of a stream."""
+    """A whole completion as the one, final chunk of a stream.
+
+    Its tool calls come both parsed (``tool_calls``) and as one whole
+    ``ToolCallDelta`` each, as every stream brings its calls (see ``Chunk``).
+    """
     carried = ("text", "tokens", "stats", "finish_reason", "tool_calls", "usage")
-    return Chunk(final=True, **{name: getattr(completion, name) for name in carried})
+    chunk = Chunk(final=True, **{name: getattr(completion, name) for name in carried})
+    return chunk.with_whole_tool_call_deltas()
 
 
 def json_tool_final_chunk(chunks: Iterable[Chunk], *, model: str, backend: str) -> Chunk:

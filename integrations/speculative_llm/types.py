@@ -23,6 +23,7 @@ __all__ = [
     "Role",
     "Token",
     "ToolCall",
+    "ToolCallDelta",
     "Usage",
     "check_sampling",
     "encode_utf8",
@@ -142,6 +143,41 @@ class ToolCall:
             "type": "function",
             "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call, as a stream brings it.
+
+    The pieces of one call share its ``index``; joined in order, their ``name`` and
+    ``arguments`` fragments give the call's name and its arguments' JSON text (as OpenAI
+    streams ``delta.tool_calls``). A backend that knows a call only whole sends it as one
+    piece.
+
+    Example:
+        >>> ToolCallDelta.whole(0, ToolCall("get_weather", {"city": "Paris"}, id="call_1"))
+        ToolCallDelta(index=0, id='call_1', name='get_weather', arguments='{"city": "Paris"}')
+
+    Args:
+        index: Which call of the answer this piece belongs to (0 for the first).
+        id: The call's id, on the piece that brings it (usually the first).
+        name: A fragment of the function's name (usually all of it, on the first piece).
+        arguments: A fragment of the arguments' JSON text.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+    @classmethod
+    def whole(cls, index: int, call: ToolCall) -> ToolCallDelta:
+        """A complete call as the one piece that brings it all."""
+        import json
+
+        return cls(
+            index=index, id=call.id or None, name=call.name, arguments=json.dumps(call.arguments)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +434,12 @@ class Chunk:
         tokens: The tokens behind ``text``, with provenance.
         stats: Live statistics so far (``final`` False) or the final record (last chunk).
         finish_reason: Set on the last chunk.
-        tool_calls: Complete tool calls (sent on the last chunk).
+        tool_call_deltas: The pieces of tool calls this chunk brings. Every call of a
+            stream arrives this way, as the backend learns it: in many pieces from a
+            server that streams its calls, in one piece (``ToolCallDelta.whole``) on the
+            last chunk from one that knows a call only once it is complete.
+        tool_calls: The answer's complete tool calls, parsed (on the last chunk only,
+            whether or not their pieces came earlier).
         usage: Token counts (on the last chunk).
         final: Whether this is the last chunk of the stream.
         prompt_progress: How far the prompt's processing is (progress reports only).
@@ -408,6 +449,7 @@ class Chunk:
     tokens: tuple[Token, ...] = ()
     stats: SpecStats | None = None
     finish_reason: FinishReason | None = None
+    tool_call_deltas: tuple[ToolCallDelta, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage | None = None
     final: bool = False
@@ -417,6 +459,17 @@ class Chunk:
     def is_progress(self) -> bool:
         """Whether this chunk only reports the prompt's progress (see ``prompt_progress``)."""
         return self.prompt_progress is not None
+
+    def with_whole_tool_call_deltas(self) -> Chunk:
+        """This chunk with each of its ``tool_calls`` also as one whole ``ToolCallDelta``.
+
+        For a last chunk whose calls no earlier chunk streamed: a consumer that reads the
+        deltas (a framework's streamed tool-call chunks) then gets every call once.
+        """
+        deltas = tuple(
+            ToolCallDelta.whole(index, call) for index, call in enumerate(self.tool_calls)
+        )
+        return dataclasses.replace(self, tool_call_deltas=deltas)
 
 
 @dataclass(frozen=True, slots=True)

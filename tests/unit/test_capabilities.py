@@ -62,5 +62,6 @@ def test_server_capabilities_default_to_a_server_that_speculates_as_started() ->
         token_provenance=False,
         per_request_toggle=False,
         tool_calling=True,
+        tool_call_streaming=True,
         structured_output=True,
     )

@@ -45,6 +45,9 @@ class Capabilities:
         per_request_toggle: Speculation can be switched off for one request (the
             baseline side); when False, the baseline needs a second server.
         tool_calling: The backend maps tools and returns tool calls.
+        tool_call_streaming: A stream brings its tool calls in pieces as they are
+            generated (``Chunk.tool_call_deltas`` before the last chunk), not only whole
+            on its last chunk.
         structured_output: The backend honours ``response_format``.
         predicted_outputs: The backend sends a request's ``prediction`` (OpenAI's
             Predicted Outputs) and reports how much of it was accepted.
@@ -58,6 +61,7 @@ class Capabilities:
     token_provenance: bool
     per_request_toggle: bool
     tool_calling: bool = False
+    tool_call_streaming: bool = False
     structured_output: bool = False
     predicted_outputs: bool = False
     request_fields: frozenset[str] | None = None
@@ -73,7 +77,7 @@ class Capabilities:
         per_request_toggle: bool = False,
         predicted_outputs: bool = False,
     ) -> Capabilities:
-        """An HTTP server's capabilities: tools and structured output pass through.
+        """An HTTP server's capabilities: tools (streamed) and structured output pass through.
 
         The defaults describe a server that speculates as it was started (method
         ``server``), reports nothing while streaming and cannot turn speculation off
@@ -86,6 +90,7 @@ class Capabilities:
             token_provenance=token_provenance,
             per_request_toggle=per_request_toggle,
             tool_calling=True,
+            tool_call_streaming=True,
             structured_output=True,
             predicted_outputs=predicted_outputs,
         )

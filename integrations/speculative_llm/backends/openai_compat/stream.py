@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
@@ -26,7 +27,7 @@ from speculative_llm.backends.openai_compat.responses import (
 )
 from speculative_llm.errors import MalformedResponseError, StreamInterruptedError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, FinishReason, ToolCall, Usage
+from speculative_llm.types import Chunk, FinishReason, ToolCall, ToolCallDelta, Usage
 
 __all__ = ["DecoderOptions", "OpenAIStreamDecoder", "StreamDecoderBase"]
 
@@ -155,42 +156,76 @@ class StreamDecoderBase:
 
 
 class _ToolCallAccumulator:
-    """Joins streamed ``tool_calls`` deltas (by index) into complete calls."""
+    """Reads streamed ``delta.tool_calls`` into ``ToolCallDelta``s and joins the calls.
+
+    A call's pieces share its ``index`` (a piece without one is placed by its position in
+    the list). The call keeps the first id it is given; a call whose first piece has no
+    id gets one made up (``call_...``), since agents match tool results to calls by id.
+    """
 
     def __init__(self) -> None:
         self._calls: dict[int, dict[str, str]] = {}
 
-    def feed(self, deltas: object, url: str) -> None:
+    def feed(self, deltas: object, url: str) -> tuple[ToolCallDelta, ...]:
+        """The pieces of one event's ``delta.tool_calls``, recorded for ``result``.
+
+        Raises:
+            MalformedResponseError: The list, a piece, or one of its fields has the wrong
+                shape (the message names which).
+        """
         if not isinstance(deltas, list):
-            raise MalformedResponseError(f"delta.tool_calls from {url} is not a list.", url=url)
-        for position, delta in enumerate(deltas):
-            if not isinstance(delta, dict):
-                raise MalformedResponseError(
-                    f"A tool call delta from {url} is not an object.", url=url
-                )
-            index = delta.get("index")
-            key = index if isinstance(index, int) and not isinstance(index, bool) else position
-            entry = self._calls.setdefault(key, {"id": "", "name": "", "arguments": ""})
-            if isinstance(delta.get("id"), str) and delta["id"]:
-                entry["id"] = delta["id"]
-            function = delta.get("function")
-            if isinstance(function, dict):
-                name = function.get("name")
-                if isinstance(name, str):
-                    entry["name"] += name
-                arguments = function.get("arguments")
-                if isinstance(arguments, str):
-                    entry["arguments"] += arguments
-                elif isinstance(arguments, dict):
-                    entry["arguments"] += json.dumps(arguments)
+            raise MalformedResponseError(
+                f"delta.tool_calls from {url} is not a list ({type(deltas).__name__}).", url=url
+            )
+        return tuple(self._piece(position, delta, url) for position, delta in enumerate(deltas))
+
+    def _piece(self, position: int, delta: object, url: str) -> ToolCallDelta:
+        where = f"delta.tool_calls[{position}] from {url}"
+        if not isinstance(delta, dict):
+            raise MalformedResponseError(f"{where} is not an object.", url=url)
+        index = delta.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise MalformedResponseError(
+                f"{where} has index {index!r}; expected a non-negative integer.", url=url
+            )
+        call_id = _optional_string(delta.get("id"), f"{where} has an id", url)
+        function = delta.get("function")
+        if function is None:
+            function = {}
+        if not isinstance(function, dict):
+            raise MalformedResponseError(
+                f"{where} has a function of type {type(function).__name__}; expected an object.",
+                url=url,
+            )
+        name = _optional_string(function.get("name"), f"{where} has a function name", url)
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict):  # a whole object, not JSON text
+            arguments = json.dumps(arguments)
+        arguments = _optional_string(arguments, f"{where} has arguments", url)
+        entry = self._calls.get(index)
+        if entry is None:
+            entry = {"id": call_id or f"call_{uuid.uuid4().hex[:24]}", "name": "", "arguments": ""}
+            self._calls[index] = entry
+            call_id = entry["id"]
+        elif call_id is not None and call_id != entry["id"]:
+            call_id = None  # the call already has its id: keep the one given first
+        entry["name"] += name or ""
+        entry["arguments"] += arguments or ""
+        return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
 
     def result(self, url: str) -> tuple[ToolCall, ...]:
+        """The complete calls, in index order.
+
+        Raises:
+            MalformedResponseError: A call never named its function, or its arguments are
+                not a JSON object.
+        """
         calls = []
         for key in sorted(self._calls):
             entry = self._calls[key]
             if not entry["name"]:
                 raise MalformedResponseError(
-                    f"A streamed tool call from {url} never named its function.", url=url
+                    f"The streamed tool call {key} from {url} never named its function.", url=url
                 )
             calls.append(
                 ToolCall(
@@ -200,6 +235,17 @@ class _ToolCallAccumulator:
                 )
             )
         return tuple(calls)
+
+
+def _optional_string(value: object, what: str, url: str) -> str | None:
+    """``value`` when a string, None when absent or empty; else the error naming ``what``."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise MalformedResponseError(
+            f"{what} of type {type(value).__name__} ({value!r:.80}); expected a string.", url=url
+        )
+    return value
 
 
 class OpenAIStreamDecoder(StreamDecoderBase):
@@ -230,16 +276,22 @@ class OpenAIStreamDecoder(StreamDecoderBase):
         if choices is not None and not isinstance(choices, list):
             raise MalformedResponseError(f"choices from {self.url} is not a list.", url=self.url)
         text = ""
+        tool_call_deltas: list[ToolCallDelta] = []
         for choice in choices or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            text += self._choice_text(choice)
+            text += self._choice_text(choice, tool_call_deltas)
             reason = map_finish_reason(choice.get("finish_reason"))
             if reason is not None:
                 self.finish_reason = reason
-        return self.chunks_for(text, payload, now)
+        chunks = self.chunks_for(text, payload, now)
+        if tool_call_deltas:
+            # The calls' pieces go on as they come, after the event's text (if any).
+            chunks.append(Chunk(tool_call_deltas=tuple(tool_call_deltas)))
+        return chunks
 
-    def _choice_text(self, choice: dict[str, Any]) -> str:
+    def _choice_text(self, choice: dict[str, Any], tool_call_deltas: list[ToolCallDelta]) -> str:
+        """The text of one choice; its tool-call pieces are added to ``tool_call_deltas``."""
         if not self.chat:
             text = choice.get("text")
             if text is not None and not isinstance(text, str):
@@ -253,7 +305,7 @@ class OpenAIStreamDecoder(StreamDecoderBase):
         if not isinstance(delta, dict):
             raise MalformedResponseError(f"A delta from {self.url} is not an object.", url=self.url)
         if delta.get("tool_calls") is not None:
-            self._tool_calls.feed(delta["tool_calls"], self.url)
+            tool_call_deltas.extend(self._tool_calls.feed(delta["tool_calls"], self.url))
         content = delta.get("content")
         if content is not None and not isinstance(content, str):
             raise MalformedResponseError(
@@ -269,7 +321,11 @@ class OpenAIStreamDecoder(StreamDecoderBase):
         return [Chunk(text=text)]
 
     def final_chunk(self, now: float) -> Chunk:
-        """The closing chunk: finish reason, tool calls, usage and the final statistics."""
+        """The closing chunk: finish reason, usage, the final statistics and the tool calls.
+
+        The calls came in pieces (``tool_call_deltas``) on earlier chunks; this one holds
+        them complete and parsed.
+        """
         tool_calls = self._tool_calls.result(self.url)
         reason = self.finish_reason
         if tool_calls and reason in (None, "stop"):
