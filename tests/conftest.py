@@ -67,7 +67,7 @@ def smollm2_gguf() -> Path:
     skipped, saying what is missing, when it cannot be fetched.
     """
     try:
-        from speculative_llm.backends.local.models.sources import packaged_model_path
+        from speculative_llm.engine.models.sources import packaged_model_path
     except ImportError as error:
         pytest.skip(
             f"the local engine's dependencies are missing ({error}); install speculative-llm[local]"

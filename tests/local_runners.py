@@ -47,7 +47,7 @@ def require_llama_cpp() -> None:
     (``importorskip("llama_cpp")`` would not do: importing the binding directly looks
     for a library of its own, which ``pip install .[local]`` does not build.)
     """
-    from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib
+    from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib
     from speculative_llm.errors import SpeculativeError
 
     try:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from speculative_llm.backends.local.runners.registry import register_runner, runner_loader
+from speculative_llm.engine.runners.registry import register_runner, runner_loader
 
 __all__ = ["SLOW_VERIFY_RUNNER", "SlowVerifyRunner", "VerifyDelay", "register_slow_verify"]
 

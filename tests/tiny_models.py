@@ -380,8 +380,8 @@ def build_mini_causal_lm(vocab_size: int, *, seed: int = 0, dim: int = 16) -> An
 
 def runner_with(model: Any, *paths: str) -> Any:
     """A ``TransformersRunner`` with only the named fast paths (``linears``, ``head``...)."""
-    from speculative_llm.backends.local.runners.transformers.fast_paths import FastPaths
-    from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner
+    from speculative_llm.engine.runners.transformers.fast_paths import FastPaths
+    from speculative_llm.engine.runners.transformers.runner import TransformersRunner
 
     vocab_size = int(model.get_output_embeddings().weight.shape[0])
     return TransformersRunner(

@@ -1,6 +1,6 @@
 """Record the model calls of a LangChain chain or agent to a JSONL trace, for the bench.
 
-``TraceRecorderCallbackHandler`` writes one line per model call (``speculative_llm.bench.traces``
+``TraceRecorderCallbackHandler`` writes one line per model call (``speculative_llm.traces``
 describes the format): the messages (tool calls and tool results included), the tools,
 the tool choice, the response format and the sampling parameters. ``speculative-llm
 bench --prompts traces.jsonl`` then replays the calls, speculative against baseline.
@@ -32,8 +32,8 @@ from langchain_core.tracers.context import register_configure_hook
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 
 from langchain_speculative._convert import to_core_messages, to_core_tool_choice
-from speculative_llm.bench.traces import Redactor, TraceWriter
 from speculative_llm.errors import SpeculativeError
+from speculative_llm.traces import Redactor, TraceWriter
 
 __all__ = ["TraceRecorderCallbackHandler", "record_traces", "request_fields"]
 
@@ -133,7 +133,7 @@ class TraceRecorderCallbackHandler(BaseCallbackHandler):
     """Writes the request of every model call it sees to a JSONL trace file.
 
     One line per call, in the order the calls start: messages, tools, tool choice,
-    response format and sampling parameters (``speculative_llm.bench.traces``). Replay
+    response format and sampling parameters (``speculative_llm.traces``). Replay
     the file with ``speculative-llm bench --prompts FILE``: each session is a row of
     its own, speculative against baseline.
 

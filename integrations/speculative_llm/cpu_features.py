@@ -6,7 +6,7 @@ Rapids and later: AWS m7i/c7i, GCP C3, Azure Dv6) llama.cpp routes repacked weig
 through its AMX buffer type, whose matrix kernels die with a general protection fault
 in ``ggml_backend_amx_mul_mat`` (llama.cpp issue 20824, ollama issue 17205). Whether a
 layout survives is probed in a child process
-(``backends.local.runners.llama_cpp.layout_probe``); these helpers say when that matters
+(``engine.runners.llama_cpp.layout_probe``); these helpers say when that matters
 before anything is loaded.
 """
 

@@ -58,19 +58,19 @@ BUILTIN_DRAFTERS: tuple[DrafterEntry, ...] = (
     DrafterEntry(
         "ngram",
         "Prompt lookup (n-gram)",
-        "speculative_llm.backends.local.drafters.ngram:build_prompt_lookup",
+        "speculative_llm.engine.drafters.ngram:build_prompt_lookup",
         "prompt lookup: what followed an earlier occurrence of the last n tokens",
     ),
     DrafterEntry(
         "suffix",
         "Suffix decoding",
-        "speculative_llm.backends.local.drafters.suffix:build_suffix_drafter",
+        "speculative_llm.engine.drafters.suffix:build_suffix_drafter",
         "suffix decoding over the prompt and the outputs before it in this process",
     ),
     DrafterEntry(
         "draft_model",
         "Draft model",
-        "speculative_llm.backends.local.drafters.draft_model:build_draft_model",
+        "speculative_llm.engine.drafters.draft_model:build_draft_model",
         "a smaller model with the target's vocabulary (--draft)",
         needs_draft_model=True,
     ),

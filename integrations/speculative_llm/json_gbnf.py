@@ -61,7 +61,7 @@ __all__ = ["JSON_WHITESPACE", "json_schema_gbnf"]
 
 JSON_WHITESPACE = 2
 """Most whitespace characters between two JSON tokens in the local engine's schema grammars
-(``backends.local.request.grammar`` compiles them with it) and in the GBNF written here."""
+(``engine.request.grammar`` compiles them with it) and in the GBNF written here."""
 
 _FIELD = "response_format"
 

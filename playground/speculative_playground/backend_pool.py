@@ -519,7 +519,7 @@ def managed_server_options() -> dict[str, Any]:
 
 def _machine_threads() -> int:
     try:  # the local engine's own rule; it is an optional extra
-        from speculative_llm.backends.local.runners.llama_cpp.model import default_threads
+        from speculative_llm.engine.runners.llama_cpp.model import default_threads
     except ImportError:
         return max(1, (os.cpu_count() or 2) // 2)
     return default_threads()

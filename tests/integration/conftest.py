@@ -93,7 +93,7 @@ def llama_server_draft(smollm2_gguf: Path, server_logs: Path) -> Iterator[LlamaS
 def gemma_gguf() -> Path:
     """The packaged gemma-3-270m GGUF (253 MB from PyPI), or skip saying why."""
     try:
-        from speculative_llm.backends.local.models.sources import packaged_model_path
+        from speculative_llm.engine.models.sources import packaged_model_path
     except ImportError as error:
         pytest.skip(f"the local engine's model helpers are missing ({error})")
     try:

@@ -16,10 +16,10 @@ pytest.importorskip("torch", reason="the local engine needs torch (extra 'local'
 from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.models.derived_files import GGUF_MAGIC, record_path
-from speculative_llm.backends.local.models.loading import load_vocabulary
-from speculative_llm.backends.local.models.quantize import find_llama_quantize
-from speculative_llm.backends.local.models.sources import derived_model_path, resolve_model
+from speculative_llm.engine.models.derived_files import GGUF_MAGIC, record_path
+from speculative_llm.engine.models.loading import load_vocabulary
+from speculative_llm.engine.models.quantize import find_llama_quantize
+from speculative_llm.engine.models.sources import derived_model_path, resolve_model
 from speculative_llm.errors import MissingDependencyError
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def test_greedy_decoding_on_the_local_engine(backend: LocalBackend) -> None:
         backend.model.new_runner(),
         backend.encode_prompt(request),
         MAX_TOKENS,
-        backend._eos_token_ids,
+        backend.engine.eos_token_ids,
     )
     completion = backend.generate(request)
     assert [token.id for token in completion.tokens] == expected

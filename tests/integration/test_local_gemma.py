@@ -76,7 +76,7 @@ def test_prompt_is_longer_than_the_sliding_window(backend: LocalBackend) -> None
 def test_greedy_is_token_identical_to_transformers(backend: LocalBackend, spec: SpecConfig) -> None:
     request = GenerationRequest(prompt=PROMPT, max_tokens=MAX_TOKENS, spec=spec)
     prompt = backend.encode_prompt(request)
-    eos = sorted(backend._eos_token_ids)
+    eos = sorted(backend.engine.eos_token_ids)
     expected = backend.model.generate(
         torch.tensor([prompt]),
         max_new_tokens=MAX_TOKENS,

@@ -24,13 +24,13 @@ pytest.importorskip("torch", reason="the local engine needs torch (extra 'local'
 from local_runners import GREEDY_PROMPTS, plain_greedy, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.runners.llama_cpp.runner import (
+from speculative_llm.divergence import explain_divergence
+from speculative_llm.engine.runners.llama_cpp.runner import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
     ThreadPlan,
     exact_verify_rows,
 )
-from speculative_llm.divergence import explain_divergence
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def reference(smollm2: LocalBackend) -> dict[str, list[int]]:
     runner = smollm2.model.new_runner()
     return {
         name: plain_greedy(
-            runner, smollm2.encode_prompt(_request(name)), MAX_TOKENS, smollm2._eos_token_ids
+            runner, smollm2.encode_prompt(_request(name)), MAX_TOKENS, smollm2.engine.eos_token_ids
         )
         for name in GREEDY_PROMPTS
     }
@@ -149,7 +149,7 @@ def test_gemma_chooses_the_layout_that_keeps_verification_exact(gemma_gguf: Path
         assert gemma.model.exact_rows >= 4
         request = GenerationRequest(prompt=prompt, max_tokens=32)
         expected = plain_greedy(
-            gemma.model.new_runner(), gemma.encode_prompt(request), 32, gemma._eos_token_ids
+            gemma.model.new_runner(), gemma.encode_prompt(request), 32, gemma.engine.eos_token_ids
         )
         for spec in (
             SpecConfig.baseline(),
@@ -201,7 +201,7 @@ def test_rescored_baseline_and_prompt_lookup_are_token_identical_on_a_long_promp
     require_llama_cpp()
     with LocalBackend(str(smollm2_gguf), threads=2, exact="bitwise") as local:
         # Whichever fallback the probe chose here, run the re-score.
-        runner = local._runner
+        runner = local.engine.runner
         runner.thread_plan = dataclasses.replace(runner.thread_plan, fallback="rescore")
         model = local.model
         prompt = "\n\n".join([GREEDY_PROMPTS["code_edit"]] * 3)

@@ -57,7 +57,7 @@ def _request(name: str, spec: SpecConfig | None = None) -> GenerationRequest:
 @pytest.fixture(scope="module")
 def reference(backend: LocalBackend) -> dict[str, list[int]]:
     """transformers' greedy token ids for every prompt."""
-    eos = sorted(backend._eos_token_ids)
+    eos = sorted(backend.engine.eos_token_ids)
     ids: dict[str, list[int]] = {}
     for name in GREEDY_PROMPTS:
         prompt = backend.encode_prompt(_request(name))

@@ -32,8 +32,8 @@ import torch
 from local_runners import require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig
 from speculative_llm.backends.local import LocalBackend
-from speculative_llm.backends.local.loop.engine import prompt_passes
 from speculative_llm.backends.worker import WorkerBackend
+from speculative_llm.engine.loop.engine import prompt_passes
 from speculative_playground.runner import run_comparison
 from speculative_playground.sides import Comparison
 
@@ -72,7 +72,7 @@ def test_chunked_and_whole_prefill_give_the_same_logits_and_greedy_text(
     with LocalBackend(
         str(smollm2_gguf), runner="llamacpp", exact="bitwise", context_window=CONTEXT_WINDOW
     ) as backend:
-        runner: Any = backend._runner
+        runner: Any = backend.engine.runner
         chunk = runner.prompt_chunk_tokens
         characters = 7000
         while True:

@@ -25,8 +25,8 @@ def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
     pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
     from local_runners import require_llama_cpp
     from speculative_llm.backends.local import LocalBackend
-    from speculative_llm.backends.local.drafters import host
-    from speculative_llm.backends.local.drafters import vocabulary as draft_vocabulary
+    from speculative_llm.engine.drafters import host
+    from speculative_llm.engine.drafters import vocabulary as draft_vocabulary
 
     require_llama_cpp()
     monkeypatch.setattr(

@@ -16,13 +16,13 @@ from speculative_llm.bench.contenders import BackendContender, spec_for
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import load_prompts, parse_categories, select_prompts
 from speculative_llm.bench.records import OURS, Sample, Variant
-from speculative_llm.bench.traces import (
+from speculative_llm.errors import ConfigError
+from speculative_llm.traces import (
     TRACE_SCHEMA,
     TraceWriter,
     parse_trace_record,
     trace_record,
 )
-from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message, ToolCall
 
 ADD = {

@@ -28,7 +28,7 @@ def walkthrough_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     """The page's files in a directory on sys.path, with registries left as they were."""
     from speculative_llm import drafter_registry
     from speculative_llm.backends import registry
-    from speculative_llm.backends.local.runners import registry as runner_registry
+    from speculative_llm.engine.runners import registry as runner_registry
 
     for name, code in doc_files().items():
         (tmp_path / name).write_text(code, encoding="utf-8")
@@ -54,7 +54,7 @@ def test_the_page_has_every_walkthrough() -> None:
 def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
     pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
     from speculative_llm import ConfigError
-    from speculative_llm.backends.local.models.loading import load_model
+    from speculative_llm.engine.models.loading import load_model
 
     runpy.run_path(str(walkthrough_dir / "use_next_letter.py"))
     with pytest.raises(ConfigError, match="option of the transformers runner") as caught:

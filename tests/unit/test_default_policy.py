@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from speculative_llm import SpecConfig
-from speculative_llm.backends.local.defaults import DEFAULT_SPEC, default_spec
 from speculative_llm.bench.contenders import spec_for
 from speculative_llm.cli import build_parser
 from speculative_llm.commands.bench import options_from_args
 from speculative_llm.commands.generate import build_spec
 from speculative_llm.config import DEFAULT_FIXED_DRAFT, DEFAULT_LONGEST_DRAFT
+from speculative_llm.engine.defaults import DEFAULT_SPEC, default_spec
 from speculative_llm.errors import ConfigError
 from speculative_llm.servers import vllm_speculative_config
 
@@ -125,10 +125,10 @@ def test_servers_draft_a_fixed_length() -> None:
 def test_the_engine_session_is_built_cost_aware() -> None:
     pytest.importorskip("torch", reason="the local engine's loop needs torch (the 'local' extra)")
     from counting_runner import CountingRunner
-    from speculative_llm.backends.local.loop.chunks import TargetContext, open_session
-    from speculative_llm.backends.local.loop.draft_cost import VerifyCost
-    from speculative_llm.backends.local.loop.sampling import SamplingParams
-    from speculative_llm.backends.local.request.preparation import PreparedRequest
+    from speculative_llm.engine.loop.chunks import TargetContext, open_session
+    from speculative_llm.engine.loop.draft_cost import VerifyCost
+    from speculative_llm.engine.loop.sampling import SamplingParams
+    from speculative_llm.engine.request.preparation import PreparedRequest
     from speculative_llm.types import GenerationRequest
 
     target = SimpleNamespace(tokenizer=SimpleNamespace(eos_token_ids=()), cpu_threads=1)

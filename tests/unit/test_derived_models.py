@@ -19,9 +19,10 @@ import pytest
 
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
-from speculative_llm.backends.local.models import quantize
-from speculative_llm.backends.local.models.derived_files import record_path
-from speculative_llm.backends.local.models.sources import (
+from speculative_llm.cli import main
+from speculative_llm.engine.models import quantize
+from speculative_llm.engine.models.derived_files import record_path
+from speculative_llm.engine.models.sources import (
     DERIVED_MODELS,
     PACKAGED_MODELS,
     DerivedModel,
@@ -32,7 +33,6 @@ from speculative_llm.backends.local.models.sources import (
     packaged_model_path,
     resolve_model,
 )
-from speculative_llm.cli import main
 from speculative_llm.errors import (
     ConfigError,
     MissingDependencyError,
@@ -207,7 +207,7 @@ print(module.make_once(target, make, recipe={"tool": "test"}))
 
 def test_concurrent_maker_processes_make_it_once(tmp_path: Path) -> None:
     """Processes that ask at once: one makes the file, the others wait and reuse it."""
-    from speculative_llm.backends.local.models import derived_files
+    from speculative_llm.engine.models import derived_files
 
     script = tmp_path / "maker.py"
     script.write_text(_MAKER)

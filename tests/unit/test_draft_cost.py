@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, SpecConfig  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Draft, DrafterBase  # noqa: E402
-from speculative_llm.backends.local.loop.draft_cost import (  # noqa: E402
+from speculative_llm.engine.drafters.base import Draft, DrafterBase  # noqa: E402
+from speculative_llm.engine.loop.draft_cost import (  # noqa: E402
     MATCH_QUALITY_EDGES,
     PositionAcceptance,
     VerifyCost,
@@ -26,9 +26,9 @@ from speculative_llm.backends.local.loop.draft_cost import (  # noqa: E402
     expected_tokens,
     match_quality_bucket,
 )
-from speculative_llm.backends.local.loop.engine import DraftLengthPolicy, generate_steps  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.loop.engine import DraftLengthPolicy, generate_steps  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 PROMPT = [1, *range(10, 40)]

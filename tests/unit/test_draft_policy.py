@@ -17,15 +17,15 @@ import pytest
 
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
-from speculative_llm.backends.local.drafters.base import Draft
-from speculative_llm.backends.local.loop.draft_cost import (
+from speculative_llm.engine.drafters.base import Draft
+from speculative_llm.engine.loop.draft_cost import (
     DRAFT_LIMITS,
     PositionAcceptance,
     VerifyCost,
     best_draft_length,
     explain_limits,
 )
-from speculative_llm.backends.local.loop.engine import DraftLengthPolicy, StepResult
+from speculative_llm.engine.loop.engine import DraftLengthPolicy, StepResult
 
 ONE_TOKEN_S = 0.010
 K = 12

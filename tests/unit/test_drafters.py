@@ -10,11 +10,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Drafter  # noqa: E402
-from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.drafters.base import Drafter  # noqa: E402
+from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
+from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 
 GREEDY = SamplingParams()
 

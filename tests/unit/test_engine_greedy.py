@@ -11,17 +11,17 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Drafter  # noqa: E402
-from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
-from speculative_llm.backends.local.loop.engine import (  # noqa: E402
+from speculative_llm.engine.drafters.base import Drafter  # noqa: E402
+from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
+from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.drafters.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
+from speculative_llm.engine.loop.engine import (  # noqa: E402
     DraftLengthPolicy,
     StepCounters,
     generate_steps,
 )
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 MAX_NEW_TOKENS = 48

@@ -21,21 +21,21 @@ pytest.importorskip("transformers", reason="the local engine needs transformers"
 
 from chi_squared import chi_squared_pvalue  # noqa: E402
 from local_runners import require_llama_cpp  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Drafter  # noqa: E402
-from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
-from speculative_llm.backends.local.loop.engine import (  # noqa: E402
+from speculative_llm.engine.drafters.base import Drafter  # noqa: E402
+from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
+from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.drafters.suffix import GlobalSuffixCache, SuffixDrafter  # noqa: E402
+from speculative_llm.engine.loop.engine import (  # noqa: E402
     DraftLengthPolicy,
     StepCounters,
     generate_steps,
 )
-from speculative_llm.backends.local.loop.sampling import (  # noqa: E402
+from speculative_llm.engine.loop.sampling import (  # noqa: E402
     SamplingParams,
     Verdict,
     logits_to_probs,
 )
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import build_mini_causal_lm, build_tiny_llama, perturbed_copy, write_gguf  # noqa: E402
 
 VOCAB = 12
@@ -66,7 +66,7 @@ def _transformers_case() -> Case:
 def _llama_cpp_case(directory: Path) -> Case:
     require_llama_cpp()
     pytest.importorskip("gguf", reason="writing a GGUF needs the gguf package (extra 'local')")
-    from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel
+    from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
     vocabulary = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: 3 + i for i, c in enumerate("abcdefghi")}}
     # Soft weights: the next-token distributions spread over several tokens (x1's

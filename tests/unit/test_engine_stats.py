@@ -15,17 +15,17 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import expected_tokens_per_step  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Draft, DrafterBase  # noqa: E402
-from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
-from speculative_llm.backends.local.loop.engine import (  # noqa: E402
+from speculative_llm.engine.drafters.base import Draft, DrafterBase  # noqa: E402
+from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.loop.engine import (  # noqa: E402
     DraftLengthPolicy,
     StepCounters,
     StepResult,
     generate_steps,
     reusable_prefix,
 )
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from speculative_llm.backends.local.engine_thread import (
+from speculative_llm.engine.engine_thread import (
     ENGINE_THREAD_NAME,
     aiterate_on_engine_thread,
     iterate_on_engine_thread,

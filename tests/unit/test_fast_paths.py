@@ -13,7 +13,7 @@ pytest.importorskip("transformers", reason="the local engine needs transformers"
 
 from speculative_llm import ConfigError, GenerationRequest  # noqa: E402
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.fast_paths import FastPaths  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import FastPaths  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
 
 NAMES = ("linears", "head", "attention", "cache")
@@ -23,7 +23,7 @@ def test_the_probe_turns_on_every_path_that_keeps_the_logits(
     tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = load_float32(tiny_model_dir)
-    with caplog.at_level(logging.INFO, logger="speculative_llm.backends.local"):
+    with caplog.at_level(logging.INFO, logger="speculative_llm.engine"):
         paths = FastPaths.probe(model, model.config.vocab_size)
     assert tuple(paths.reasons) == NAMES
     assert paths.growing_cache and paths.attention is not None  # the tiny Llama is grouped
@@ -70,5 +70,5 @@ def test_fast_paths_are_a_transformers_option(tiny_model_dir: Path, tiny_gguf: P
 def test_runners_of_one_model_share_its_probe(tiny_model_dir: Path) -> Any:
     with LocalBackend(str(tiny_model_dir), draft_model=str(tiny_model_dir)) as backend:
         backend.generate(GenerationRequest(prompt="x = 1\n", max_tokens=4))
-        draft_runner = backend._drafter_host.draft_model(str(tiny_model_dir))[1]
-        assert draft_runner.fast_paths is backend._runner.fast_paths  # type: ignore[attr-defined]
+        draft_runner = backend.engine.drafter_host.draft_model(str(tiny_model_dir))[1]
+        assert draft_runner.fast_paths is backend.engine.runner.fast_paths  # type: ignore[attr-defined]

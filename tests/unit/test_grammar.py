@@ -22,12 +22,12 @@ pytest.importorskip("xgrammar", reason="grammar constraints need xgrammar (extra
 from chi_squared import chi_squared_pvalue  # noqa: E402
 from local_runners import require_llama_cpp  # noqa: E402
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from speculative_llm.backends.local.drafters.ngram import PromptLookupDrafter  # noqa: E402
-from speculative_llm.backends.local.loop.engine import DraftLengthPolicy, generate_steps  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import SamplingParams, logits_to_probs  # noqa: E402
-from speculative_llm.backends.local.request.grammar import Constraint, GrammarVocabulary  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
+from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.loop.engine import DraftLengthPolicy, generate_steps  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams, logits_to_probs  # noqa: E402
+from speculative_llm.engine.request.grammar import Constraint, GrammarVocabulary  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     build_mini_causal_lm,
     build_tiny_llama,
@@ -55,7 +55,7 @@ def tiny(
     vocabulary = GrammarVocabulary(encoded, len(CHARACTERS), [CHARACTERS["</s>"]])
     if request.param == "llamacpp":
         require_llama_cpp()
-        from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel
+        from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
         target: Path = request.getfixturevalue("tiny_gguf")
         draft: Path = request.getfixturevalue("tiny_draft_gguf")
@@ -234,7 +234,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     draft = perturbed_copy(model, noise=0.6, seed=4)
     if request.param == "llamacpp":
         require_llama_cpp()
-        from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel
+        from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
         directory = tmp_path_factory.mktemp("grammar-gguf")
         paths = [

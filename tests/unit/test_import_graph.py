@@ -201,7 +201,7 @@ def _cycle_text(cycle: list[str]) -> str:
 
 def test_the_project_has_no_import_cycle() -> None:
     modules = discover_modules()
-    assert "speculative_llm.backends.local.loop.engine" in modules
+    assert "speculative_llm.engine.loop.engine" in modules
     assert "speculative_playground.app" in modules
     cycles = find_cycles(import_graph(modules))
     assert not cycles, "import cycles (runtime imports, functions included):\n" + "\n".join(
@@ -218,7 +218,7 @@ def test_not_even_type_only_imports_go_round_in_a_circle() -> None:
     )
 
 
-LOCAL = "speculative_llm.backends.local."
+LOCAL = "speculative_llm.engine."
 LOOP_MAY_IMPORT = (
     LOCAL + "loop.",
     LOCAL + "drafters.base",
@@ -254,6 +254,52 @@ def test_the_decoding_loop_runs_on_protocols_alone() -> None:
         "the decoding loop imports local-engine modules beyond the protocols (move the "
         "dependency behind the session, a drafter or runners.base): " + repr(wrong)
     )
+
+
+ABOVE_THE_ENGINE = (
+    "speculative_llm.backends",
+    "speculative_llm.bench",
+    "speculative_llm.commands",
+    "speculative_llm.servers",
+    "speculative_llm.cli",
+    "langchain_speculative",
+    "llama_index",
+    "speculative_playground",
+)
+"""What uses the engine: the adapters, the benchmark, the CLI, the playground."""
+
+
+def _imports_of(prefix: str, *, type_only: bool = False) -> dict[str, set[str]]:
+    graph = import_graph(discover_modules(), type_only=type_only)
+    return {name: targets for name, targets in graph.items() if name.startswith(prefix)}
+
+
+def test_the_engine_points_no_arrow_back_up() -> None:
+    """The engine is a product of its own: nothing in it knows who drives it."""
+    engine = _imports_of("speculative_llm.engine", type_only=True)
+    assert "speculative_llm.engine.core" in engine
+    wrong = {
+        module: sorted(target for target in targets if target.startswith(ABOVE_THE_ENGINE))
+        for module, targets in engine.items()
+    }
+    wrong = {module: targets for module, targets in wrong.items() if targets}
+    assert not wrong, "the engine imports what sits above it: " + repr(wrong)
+
+
+def test_the_local_backend_adapts_the_engine_core_alone() -> None:
+    """``LocalBackend`` translates; the engine's parts stay behind ``EngineCore``."""
+    adapter = _imports_of("speculative_llm.backends.local.backend", type_only=False)
+    engine_parts = sorted(
+        target for targets in adapter.values() for target in targets if target.startswith(LOCAL)
+    )
+    assert engine_parts == ["speculative_llm.engine.core", "speculative_llm.engine.defaults"]
+
+
+def test_the_framework_adapters_record_traces_without_the_benchmark() -> None:
+    """The trace writer is core: recording a chain does not load the benchmark."""
+    for prefix in ("langchain_speculative", "llama_index"):
+        for module, targets in _imports_of(prefix).items():
+            assert not any(target.startswith("speculative_llm.bench") for target in targets), module
 
 
 def _write(root: Path, relative: str, text: str) -> None:

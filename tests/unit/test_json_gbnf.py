@@ -582,6 +582,6 @@ def test_default_whitespace_is_the_local_engines() -> None:
         {"type": "integer"}, max_whitespace=WHITESPACE
     )
     pytest.importorskip("torch", reason="the local engine's grammar module imports torch")
-    from speculative_llm.backends.local.request.grammar import JSON_WHITESPACE as ENGINE_WHITESPACE
+    from speculative_llm.engine.request.grammar import JSON_WHITESPACE as ENGINE_WHITESPACE
 
     assert JSON_WHITESPACE == ENGINE_WHITESPACE

@@ -18,8 +18,8 @@ if not hasattr(cache_utils, "DynamicLayer"):
         allow_module_level=True,
     )
 
-from speculative_llm.backends.local.runners.transformers.fast_paths import cache as fast_cache  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.fast_paths import (  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import cache as fast_cache  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import (  # noqa: E402
     growing_layer_class,
     new_cache,
 )

@@ -35,7 +35,7 @@ from speculative_llm.bench.contenders import BackendContender, spec_for
 from speculative_llm.bench.prompts import load_prompts
 from speculative_llm.bench.records import OURS, Variant
 from speculative_llm.bench.runner import run_samples
-from speculative_llm.bench.traces import TRACE_SCHEMA
+from speculative_llm.traces import TRACE_SCHEMA
 from speculative_llm.types import ToolCall
 
 

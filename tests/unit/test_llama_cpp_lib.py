@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib
+from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib
 from speculative_llm.errors import BackendError, MissingDependencyError
 
 

@@ -20,20 +20,20 @@ from speculative_llm import (  # noqa: E402
     SpecConfig,
 )
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
-from speculative_llm.backends.local.loop.engine import prefill  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.models.loading import choose_runner  # noqa: E402
-from speculative_llm.backends.local.models.sources import resolve_model  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp import layout_probe  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp import model as llama_cpp_model  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp.layout_probe import LayoutProbe  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel  # noqa: E402
-from speculative_llm.backends.local.runners.llama_cpp.runner import (  # noqa: E402
+from speculative_llm.cpu_features import has_amx  # noqa: E402
+from speculative_llm.engine.loop.engine import prefill  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.models.loading import choose_runner  # noqa: E402
+from speculative_llm.engine.models.sources import resolve_model  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp import layout_probe  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp import model as llama_cpp_model  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp.layout_probe import LayoutProbe  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp.runner import (  # noqa: E402
     ThreadPlan,
     exact_verify_rows,
 )
-from speculative_llm.cpu_features import has_amx  # noqa: E402
 from speculative_llm.faults import CRASH_ENV  # noqa: E402
 from tiny_models import (  # noqa: E402  # noqa: E402
     DECODE_PROMPT,
@@ -80,8 +80,8 @@ def skip_repacked_on_amx(layout: str) -> None:
     kernels, which crash (llama.cpp issue 20824): the real probe, in a child, is tested
     by ``test_a_layout_that_kills_its_probe_is_never_loaded`` instead.
     """
-    from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib
     from speculative_llm.cpu_features import has_amx
+    from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib
 
     if layout == "repacked" and has_amx(llama_cpp_lib.load().system_info):
         pytest.skip(
@@ -434,7 +434,10 @@ def test_draft_model_on_llama_cpp_is_exact(tiny_gguf: Path, tiny_draft_gguf: Pat
         request = GenerationRequest(prompt=prompt, max_tokens=30, spec=fixed)
         completion = backend.generate(request)
         reference = plain_greedy(
-            backend.model.new_runner(), backend.encode_prompt(request), 30, backend._eos_token_ids
+            backend.model.new_runner(),
+            backend.encode_prompt(request),
+            30,
+            backend.engine.eos_token_ids,
         )
         assert [token.id for token in completion.tokens] == reference
         assert completion.stats.method == "draft_model" and completion.stats.accepted_tokens

@@ -20,7 +20,7 @@ from scripted_calls import CallScriptBackend
 from llama_index.llms.speculative import Speculative, TraceRecorderHandler, record_traces
 from speculative_llm import GenerationRequest
 from speculative_llm.bench.prompts import load_prompts
-from speculative_llm.bench.traces import TRACE_SCHEMA
+from speculative_llm.traces import TRACE_SCHEMA
 from speculative_llm.types import ToolCall
 
 

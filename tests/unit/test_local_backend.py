@@ -95,7 +95,9 @@ def greedy_text(backend: LocalBackend, runner_name: str, tiny_model_dir: Path) -
     """Plain greedy decoding's text: transformers' ``generate``, or one-token passes."""
     if runner_name == "llamacpp":
         prompt = backend.encode_prompt(_request())
-        ids = plain_greedy(backend.model.new_runner(), prompt, MAX_TOKENS, backend._eos_token_ids)
+        ids = plain_greedy(
+            backend.model.new_runner(), prompt, MAX_TOKENS, backend.engine.eos_token_ids
+        )
         return backend.tokenizer.decode(ids)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -474,9 +476,9 @@ def test_close_during_an_open_stream_does_not_block(model_path: Path, runner_nam
     rest = list(stream)  # the running generation finishes normally
     assert rest[-1].final and rest[-1].stats is not None
     assert rest[-1].stats.generated_tokens == MAX_TOKENS
-    assert backend._target is None  # and the models are freed when it ends
+    assert backend.engine.models_released  # and the models are freed when it ends
     with pytest.raises(BackendError, match="closed"):
-        backend._runner.reset()  # its runner was closed with them
+        backend.engine.runner.reset()  # its runner was closed with them
     with pytest.raises(BackendError, match="closed"):
         backend.generate(_request())
 
@@ -507,13 +509,13 @@ def test_every_pass_runs_on_the_one_engine_thread(
 ) -> None:
     """Passes from several threads give OpenMP one pool each: half speed (engine_thread)."""
     threads: set[str] = set()
-    forward = type(backend._runner).forward
+    forward = type(backend.engine.runner).forward
 
     def recording(runner: Any, *args: Any, **kwargs: Any) -> Any:
         threads.add(threading.current_thread().name)
         return forward(runner, *args, **kwargs)
 
-    monkeypatch.setattr(type(backend._runner), "forward", recording)
+    monkeypatch.setattr(type(backend.engine.runner), "forward", recording)
 
     async def async_calls() -> None:
         await backend.agenerate(_request())
@@ -534,13 +536,13 @@ def test_logit_margin_builds_no_autograd_graph(
 ) -> None:
     """Its pass runs as the loop's do, without gradients (a transformers model records them)."""
     grad_enabled: list[bool] = []
-    forward = type(backend._runner).forward
+    forward = type(backend.engine.runner).forward
 
     def recording(runner: Any, *args: Any, **kwargs: Any) -> Any:
         grad_enabled.append(torch.is_grad_enabled())
         return forward(runner, *args, **kwargs)
 
-    monkeypatch.setattr(type(backend._runner), "forward", recording)
+    monkeypatch.setattr(type(backend.engine.runner), "forward", recording)
     margin = backend.logit_margin(_request(), [])
     assert grad_enabled == [False]
     assert margin >= 0.0
@@ -556,7 +558,7 @@ async def test_a_refused_request_raises_at_once_or_at_its_first_chunk(
         await backend.agenerate(refused)
     with pytest.raises(UnsupportedFeatureError, match="eagle"):
         [chunk async for chunk in backend.astream(refused)]
-    assert not backend._lock.locked()
+    assert not backend.engine._lock.locked()
     assert backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
 
 
@@ -564,9 +566,9 @@ def test_closing_a_stream_frees_the_engine(backend: LocalBackend) -> None:
     stream = backend.stream(_request(max_tokens=200))
     first = next(stream)
     assert isinstance(first, Chunk) and not first.final
-    assert backend._lock.locked()
+    assert backend.engine._lock.locked()
     stream.close()  # type: ignore[attr-defined]
-    assert not backend._lock.locked()
+    assert not backend.engine._lock.locked()
     # And the next request runs normally from a clean state.
     assert backend.generate(_request()).stats.generated_tokens == MAX_TOKENS
 
@@ -579,10 +581,10 @@ async def test_abandoned_async_stream_frees_the_engine(
         break
     # The worker thread closes the stream after the consumer left.
     for _ in range(200):
-        if not backend._lock.locked():
+        if not backend.engine._lock.locked():
             break
         await asyncio.sleep(0.05)
-    assert not backend._lock.locked()
+    assert not backend.engine._lock.locked()
     completion = await backend.agenerate(_request())
     assert completion.text == greedy_text
 

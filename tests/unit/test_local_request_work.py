@@ -17,10 +17,10 @@ transformers = pytest.importorskip("transformers", reason="the local engine need
 from local_runners import ADD_TOOL, RUNNERS, require_llama_cpp  # noqa: E402
 from speculative_llm import GenerationRequest, Message, SpecConfig, SpecStats  # noqa: E402
 from speculative_llm.backends.local import LocalBackend  # noqa: E402
-from speculative_llm.backends.local.drafters import vocabulary  # noqa: E402
-from speculative_llm.backends.local.loop.request_stats import RequestStats  # noqa: E402
-from speculative_llm.backends.local.models import sources  # noqa: E402
-from speculative_llm.backends.local.request import tools  # noqa: E402
+from speculative_llm.engine.drafters import vocabulary  # noqa: E402
+from speculative_llm.engine.loop.request_stats import RequestStats  # noqa: E402
+from speculative_llm.engine.models import sources  # noqa: E402
+from speculative_llm.engine.request import tools  # noqa: E402
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
 

@@ -75,7 +75,7 @@ def test_the_global_trie_belongs_to_its_backend(backend: LocalBackend) -> None:
     """The global trie is kept by the backend for the drafter, one per (depth, size kept)."""
     backend.generate(_request(SUFFIX.replace(suffix_max_depth=12)))
     key = ("suffix", 12, SUFFIX.suffix_cache_tokens)
-    cache = backend._drafter_host.kept(key, lambda: None)
+    cache = backend.engine.drafter_host.kept(key, lambda: None)
     assert cache is not None and cache.outputs >= 1
     assert "suffix" in backend.capabilities.methods
 

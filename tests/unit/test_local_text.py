@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local.request.text import (
+from speculative_llm.engine.request.text import (
     IncrementalDetokenizer,
     OutputText,
     PendingToken,

@@ -13,18 +13,18 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, ModelNotFoundError, VocabularyMismatchError  # noqa: E402
-from speculative_llm.backends.local.drafters.vocabulary import check_vocabulary  # noqa: E402
-from speculative_llm.backends.local.models import sources as model_sources  # noqa: E402
-from speculative_llm.backends.local.models.loading import load_model  # noqa: E402
-from speculative_llm.backends.local.models.sources import (  # noqa: E402
+from speculative_llm.engine.drafters.vocabulary import check_vocabulary  # noqa: E402
+from speculative_llm.engine.models import sources as model_sources  # noqa: E402
+from speculative_llm.engine.models.loading import load_model  # noqa: E402
+from speculative_llm.engine.models.sources import (  # noqa: E402
     PACKAGED_MODELS,
     PackagedModel,
     cached_packaged_model_path,
     packaged_model_path,
     resolve_model,
 )
-from speculative_llm.backends.local.runners.transformers import model as transformers_model  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.model import (  # noqa: E402
+from speculative_llm.engine.runners.transformers import model as transformers_model  # noqa: E402
+from speculative_llm.engine.runners.transformers.model import (  # noqa: E402
     export_hf_checkpoint,
     load_hf_tokenizer,
     resolve_dtype,

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local.runners.transformers.fast_paths import OneDnnLinears, onednn  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.fast_paths import linears as linears_path  # noqa: E402
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import OneDnnLinears, onednn  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import linears as linears_path  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     DECODE_PROMPT,
     decode_concurrently,

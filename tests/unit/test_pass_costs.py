@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from speculative_llm.backends.local.loop import pass_costs
-from speculative_llm.backends.local.loop.draft_cost import VerifyCost
-from speculative_llm.backends.local.loop.pass_costs import PassCosts, calibrate, measure_pass_costs
-from speculative_llm.backends.local.models.sources import ModelSource
-from speculative_llm.backends.local.runners.base import LoadedModel
+from speculative_llm.engine.loop import pass_costs
+from speculative_llm.engine.loop.draft_cost import VerifyCost
+from speculative_llm.engine.loop.pass_costs import PassCosts, calibrate, measure_pass_costs
+from speculative_llm.engine.models.sources import ModelSource
+from speculative_llm.engine.runners.base import LoadedModel
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from speculative_llm.backends.local.runners.transformers.fast_paths import CountedPatches, Undo
+from speculative_llm.engine.runners.transformers.fast_paths import CountedPatches, Undo
 
 
 @dataclass

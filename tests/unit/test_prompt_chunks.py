@@ -26,21 +26,21 @@ from speculative_llm import (  # noqa: E402
     GenerationRequest,
     cancellable,
 )
-from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy  # noqa: E402
-from speculative_llm.backends.local.loop.engine import (  # noqa: E402
+from speculative_llm.engine.loop.draft_length import DraftLengthPolicy  # noqa: E402
+from speculative_llm.engine.loop.engine import (  # noqa: E402
     StepResult,
     generate_steps,
     prefill,
     prefill_in_chunks,
     prompt_passes,
 )
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.runners.base import (  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.runners.base import (  # noqa: E402
     PromptChunks,
     Runner,
     check_prompt_fits,
 )
-from speculative_llm.backends.local.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
+from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib  # noqa: E402
 from speculative_llm.types import PromptProgress  # noqa: E402
 
 VOCAB = 50
@@ -270,7 +270,7 @@ def _request(**changes: Any) -> GenerationRequest:
 
 def test_a_long_prompt_streams_its_progress_before_the_first_token(tiny_backend: Any) -> None:
     prompt_tokens = len(tiny_backend.encode_prompt(_request()))
-    runner = tiny_backend._runner
+    runner = tiny_backend.engine.runner
     default = runner.prompt_chunk_tokens  # llama.cpp's: its batch of 512
     chunk = runner.prompt_chunk_tokens = 128
     assert prompt_tokens > 2 * chunk, "the test prompt must take several chunks"
@@ -291,7 +291,7 @@ def test_a_long_prompt_streams_its_progress_before_the_first_token(tiny_backend:
 
 
 def test_chunked_and_whole_prefill_give_the_same_greedy_text(tiny_backend: Any) -> None:
-    runner = tiny_backend._runner
+    runner = tiny_backend.engine.runner
     chunked = tiny_backend.generate(_request()).text
     chunk = runner.prompt_chunk_tokens
     try:
@@ -309,7 +309,7 @@ def test_closing_a_stream_at_a_report_stops_the_engine_before_the_prompt_ends(
     first = next(stream)
     assert first.is_progress
     stream.close()  # returns once the engine is free
-    runner = tiny_backend._runner
+    runner = tiny_backend.engine.runner
     assert runner.length < first.prompt_progress.total
     # The engine serves the next request as usual.
     assert tiny_backend.generate(GenerationRequest(prompt="def add(a, b):", max_tokens=4)).text
@@ -318,7 +318,7 @@ def test_closing_a_stream_at_a_report_stops_the_engine_before_the_prompt_ends(
 def test_a_chunk_in_flight_asks_whether_it_is_cancelled(
     tiny_backend: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner = tiny_backend._runner
+    runner = tiny_backend.engine.runner
     tokens = tiny_backend.encode_prompt(_request())
     asked = 0
 
@@ -357,7 +357,7 @@ def test_a_cancelled_scope_stops_the_stream_during_the_prompt(tiny_backend: Any)
     with pytest.raises(GenerationCancelledError):
         for chunk in stream:
             assert chunk.is_progress  # at most the reports already on their way
-    assert tiny_backend._runner.length < first.prompt_progress.total
+    assert tiny_backend.engine.runner.length < first.prompt_progress.total
     assert tiny_backend.generate(GenerationRequest(prompt="def add(a, b):", max_tokens=4)).text
 
 

@@ -109,7 +109,7 @@ def string_constant(path: Path, name: str) -> str:
 
 
 def test_the_trimmed_build_keeps_every_llama_cpp_program_the_project_runs() -> None:
-    quantize = ROOT / "integrations/speculative_llm/backends/local/models/quantize.py"
+    quantize = ROOT / "integrations/speculative_llm/engine/models/quantize.py"
     runs = {"llama-server", "llama-bench", string_constant(quantize, "_BINARY_NAME")}
     libraries = {"llama", "ggml", "ggml-base", "ggml-cpu"}  # the in-process runner's libllama
     assert runs | libraries <= kept_targets()

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch", reason="the local engine needs torch (extra
 
 from chi_squared import chi_squared_pvalue  # noqa: E402
 from speculative_llm import ConfigError  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import (  # noqa: E402
+from speculative_llm.engine.loop.sampling import (  # noqa: E402
     SamplingParams,
     Verdict,
     logits_to_probs,

@@ -10,11 +10,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (the 'local' extra)")
 
 from counting_runner import CountingRunner  # noqa: E402
-from speculative_llm.backends.local.drafters.base import Draft, DrafterBase  # noqa: E402
-from speculative_llm.backends.local.loop.draft_length import DraftLengthPolicy  # noqa: E402
-from speculative_llm.backends.local.loop.engine import decode  # noqa: E402
-from speculative_llm.backends.local.loop.sampling import SamplingParams  # noqa: E402
-from speculative_llm.backends.local.loop.session import SpeculationSession  # noqa: E402
+from speculative_llm.engine.drafters.base import Draft, DrafterBase  # noqa: E402
+from speculative_llm.engine.loop.draft_length import DraftLengthPolicy  # noqa: E402
+from speculative_llm.engine.loop.engine import decode  # noqa: E402
+from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
+from speculative_llm.engine.loop.session import SpeculationSession  # noqa: E402
 
 VOCAB = 16
 GREEDY = SamplingParams(0.0, 1.0, 0)

@@ -9,16 +9,16 @@ import pytest
 pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 
 from speculative_llm import ConfigError, SpecConfig
-from speculative_llm.backends.local.drafters.base import Drafter
-from speculative_llm.backends.local.drafters.suffix import (
+from speculative_llm.engine.drafters.base import Drafter
+from speculative_llm.engine.drafters.suffix import (
     GlobalSuffixCache,
     SuffixDrafter,
     SuffixMatcher,
     SuffixTrie,
     best_continuation,
 )
-from speculative_llm.backends.local.loop.engine import StepCounters, StepResult
-from speculative_llm.backends.local.loop.sampling import SamplingParams
+from speculative_llm.engine.loop.engine import StepCounters, StepResult
+from speculative_llm.engine.loop.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 

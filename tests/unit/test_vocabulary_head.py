@@ -10,12 +10,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
-from speculative_llm.backends.local.runners.transformers.fast_paths import (  # noqa: E402
+from speculative_llm.engine.runners.transformers.fast_paths import (  # noqa: E402
     VocabularyHead,
     head,
     onednn,
 )
-from speculative_llm.backends.local.runners.transformers.runner import TransformersRunner  # noqa: E402
+from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     DECODE_PROMPT,
     load_float32,

@@ -16,9 +16,9 @@ import time
 
 import torch  # noqa: F401  (imported first, as in the engine: its libgomp is the one loaded)
 
-from speculative_llm.backends.local.engine_thread import call_on_engine_thread
-from speculative_llm.backends.local.loop.engine import prompt_passes
-from speculative_llm.backends.local.runners.llama_cpp.model import LlamaCppModel
+from speculative_llm.engine.engine_thread import call_on_engine_thread
+from speculative_llm.engine.loop.engine import prompt_passes
+from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
 
 def main() -> None:

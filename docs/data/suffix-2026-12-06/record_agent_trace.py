@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from speculative_llm.backends.local.drafters import suffix
 from speculative_llm.cli import main
+from speculative_llm.engine.drafters import suffix
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE / "agent-trace.jsonl"

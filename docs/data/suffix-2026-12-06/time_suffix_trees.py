@@ -41,8 +41,8 @@ from typing import Any
 
 from arctic_inference.suffix_decoding import SuffixDecodingCache
 
-from speculative_llm.backends.local.drafters.suffix import GlobalSuffixCache, SuffixDrafter
-from speculative_llm.backends.local.loop.sampling import SamplingParams
+from speculative_llm.engine.drafters.suffix import GlobalSuffixCache, SuffixDrafter
+from speculative_llm.engine.loop.sampling import SamplingParams
 
 HERE = Path(__file__).resolve().parent
 TRACE = HERE / "agent-trace.jsonl"
@@ -286,7 +286,7 @@ def main() -> None:
             rounds.append(run(calls))
         lines.append(f"round {round_number + 1}: load {', '.join(loads)}, {load()} after")
     ours, arctic = figures(runs["ours"][1], calls), figures(runs["C++"][1], calls)
-    lines += summarize("ours (Python SuffixTrie, backends/local/drafters/suffix.py)", ours)
+    lines += summarize("ours (Python SuffixTrie, engine/drafters/suffix.py)", ours)
     lines += summarize("arctic-inference SuffixDecodingCache (C++)", arctic)
     lines += ratios(ours, arctic)
     text = "\n".join(lines) + "\n"

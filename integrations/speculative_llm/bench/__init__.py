@@ -45,7 +45,7 @@ from speculative_llm.bench.report import (
     write_reports,
 )
 from speculative_llm.bench.runner import BenchResult, resolve_prompts, run_benchmark, run_samples
-from speculative_llm.bench.traces import TRACE_SCHEMA, TraceWriter
+from speculative_llm.traces import TRACE_SCHEMA, TraceWriter
 
 __all__ = [
     "ALL_CATEGORIES",

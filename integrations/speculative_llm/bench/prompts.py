@@ -30,7 +30,7 @@ chat messages), ``prompt`` (plain text) or Spec-Bench's ``turns`` (a list with o
 user turn), plus optional ``id``, ``category`` (default ``custom``), ``max_tokens``,
 and ``response_format``, ``tools`` and ``tool_choice`` (OpenAI's forms).
 
-A line may also be a recorded model call (``bench.traces``: it has a ``schema`` key),
+A line may also be a recorded model call (``speculative_llm.traces``: it has a ``schema`` key),
 as the LangChain and LlamaIndex request recorders write them. A recorded call is
 replayed as it was asked: its messages (tool calls and results included), tools,
 response format and sampling parameters go into the request unchanged, its own
@@ -48,9 +48,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from speculative_llm.bench.traces import TraceCall, is_trace_record, parse_trace_record
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError
+from speculative_llm.traces import TraceCall, is_trace_record, parse_trace_record
 from speculative_llm.types import GenerationRequest, Message
 
 __all__ = [
@@ -118,7 +118,7 @@ class BenchPrompt:
         top_k: Top-k (None: the default, off).
         stop: Stop strings.
         seed: Sampling seed, or None.
-        recorded: A recorded model call (``bench.traces``), replayed as it was asked:
+        recorded: A recorded model call (``speculative_llm.traces``), replayed as it was asked:
             its own ``max_tokens`` wins over the run's.
     """
 

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from speculative_llm.backends.local.models.sources import (
+    from speculative_llm.engine.models.sources import (
         DERIVED_MODELS,
         PACKAGED_MODELS,
         cached_derived_model_path,
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``models``; returns the exit code."""
     if args.models_command == "list":
         return _list()
-    from speculative_llm.backends.local.models.sources import packaged_model_path
+    from speculative_llm.engine.models.sources import packaged_model_path
 
     if args.models_command == "pull":
         path = packaged_model_path(args.alias, progress=True)
@@ -88,9 +88,9 @@ def run(args: argparse.Namespace) -> int:
     if args.models_command == "path":
         print(packaged_model_path(args.alias, progress=sys.stderr.isatty()))
         return 0
-    from speculative_llm.backends.local.models.loading import load_model
-    from speculative_llm.backends.local.models.tokenizers import HfTokenizer
-    from speculative_llm.backends.local.runners.transformers.model import export_hf_checkpoint
+    from speculative_llm.engine.models.loading import load_model
+    from speculative_llm.engine.models.tokenizers import HfTokenizer
+    from speculative_llm.engine.runners.transformers.model import export_hf_checkpoint
 
     # A checkpoint is written from transformers' weights (GGUF files dequantised).
     loaded = load_model(args.model, runner="transformers", dtype=args.dtype)

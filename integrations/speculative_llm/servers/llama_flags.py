@@ -536,6 +536,6 @@ def resolve_gguf(model: str | os.PathLike[str], *, role: str = "model") -> Path:
             "packaged alias such as 'smollm2-135m'.",
             field=role,
         )
-    from speculative_llm.backends.local.models.sources import packaged_model_path
+    from speculative_llm.engine.models.sources import packaged_model_path
 
     return Path(packaged_model_path(text))

@@ -3,7 +3,7 @@
 llama-server repacks weights by default; on Intel CPUs with AMX the repacked layout
 runs llama.cpp's AMX kernels, which crash on the first request (llama.cpp issue
 20824). The local engine probes each layout once per model and machine in a child
-process and caches the verdict (``backends.local.runners.llama_cpp.layout_probe``); a managed server
+process and caches the verdict (``engine.runners.llama_cpp.layout_probe``); a managed server
 follows that verdict, and where there is none, it does not repack on a CPU with AMX.
 """
 
@@ -34,7 +34,7 @@ class RepackChoice:
 def _verdict(path: str | os.PathLike[str]) -> Any:
     """The cached probe of the repacked layout of ``path`` (None without one)."""
     try:
-        from speculative_llm.backends.local.runners.llama_cpp.layout_probe import repack_verdict
+        from speculative_llm.engine.runners.llama_cpp.layout_probe import repack_verdict
     except ImportError:  # the local extra is not installed: no probe was ever cached
         return None
     try:

@@ -4,7 +4,7 @@
 ``LLMChatStartEvent`` (messages, the call's keyword arguments such as ``tools`` and
 ``tool_choice``, and the LLM's ``to_payload()``) or an ``LLMCompletionStartEvent``
 (the prompt) before every LLM call, from any LLM class. The handler writes one line per
-call (``speculative_llm.bench.traces`` describes the format); ``speculative-llm bench
+call (``speculative_llm.traces`` describes the format); ``speculative-llm bench
 --prompts traces.jsonl`` then replays the calls, speculative against baseline.
 
 Recording is opt-in: nothing is written unless the handler is added to a dispatcher
@@ -45,8 +45,8 @@ from llama_index_instrumentation.events.span import SpanDropEvent
 from llama_index.llms.speculative.arguments import TOOL_CHOICES
 from llama_index.llms.speculative.convert import to_core_messages
 from llama_index.llms.speculative.tools import force_tool
-from speculative_llm.bench.traces import Redactor, TraceWriter
 from speculative_llm.errors import SpeculativeError
+from speculative_llm.traces import Redactor, TraceWriter
 from speculative_llm.types import Message
 
 __all__ = ["TraceRecorderHandler", "record_traces", "request_fields"]
@@ -121,7 +121,7 @@ class TraceRecorderHandler(BaseEventHandler):
 
     One line per call, in the order the calls start: messages (tool calls and results
     included), tools, tool choice, response format and sampling parameters
-    (``speculative_llm.bench.traces``). Replay the file with ``speculative-llm bench
+    (``speculative_llm.traces``). Replay the file with ``speculative-llm bench
     --prompts FILE``: each session is a row of its own, speculative against baseline.
 
     **The file holds prompts**: every message the recorded calls sent, retrieved text

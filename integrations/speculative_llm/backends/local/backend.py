@@ -2,44 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
-from speculative_llm.backends.local.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
-from speculative_llm.backends.local.drafters.host import BackendDrafterHost
-from speculative_llm.backends.local.engine_thread import (
-    aiterate_on_engine_thread,
-    call_on_engine_thread,
-    iterate_on_engine_thread,
-)
-from speculative_llm.backends.local.loop.chunks import TargetContext, answer_chunks
-from speculative_llm.backends.local.loop.draft_cost import VerifyCost
-from speculative_llm.backends.local.loop.engine import logit_margin
-from speculative_llm.backends.local.loop.pass_costs import calibrate
-from speculative_llm.backends.local.models.loading import load_model
-from speculative_llm.backends.local.request.preparation import PreparedRequest, RequestPreparer
-from speculative_llm.backends.local.request.prompts import encode_request
-from speculative_llm.backends.local.request.tools import plan_tools
-from speculative_llm.backends.local.runners.base import LoadedModel, Runner
 from speculative_llm.config import SpecConfig, local_methods
-from speculative_llm.errors import BackendError, ConfigError
+from speculative_llm.engine.core import EngineCore
+from speculative_llm.engine.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
+from speculative_llm.errors import ConfigError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
 
 if TYPE_CHECKING:
-    from speculative_llm.backends.local.models.tokenizers import Tokenizer
+    import torch
+
+    from speculative_llm.engine.models.tokenizers import Tokenizer
+    from speculative_llm.engine.request.preparation import PreparedRequest
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_SPEC", "LocalBackend"]
-
-logger = logging.getLogger(__name__)
-
-_LOCK_POLL_S = 0.005
-"""How often an async request waiting for the engine lock looks again."""
 
 
 class LocalBackend(Backend):
@@ -56,11 +35,13 @@ class LocalBackend(Backend):
     tie within rounding. Every request reports exact statistics, and every token says
     whether it was an accepted draft token (``draft``) or the target's own (``target``).
 
-    Thread safety: one lock per backend. The models and their KV caches serve one
-    generation at a time; concurrent requests (threads, or ``astream`` calls) wait
-    for the lock in turn. A stream holds the lock from its first item until it ends or
-    is closed (a ``break`` out of the loop, garbage collection, or an async consumer
-    that stops early), so an abandoned stream frees the engine.
+    The engine itself is ``engine.core.EngineCore`` (``self.engine``); this class
+    adapts it to the ``Backend`` protocol. Thread safety: one lock per engine. The
+    models and their KV caches serve one generation at a time; concurrent requests
+    (threads, or ``astream`` calls) wait for the lock in turn. A stream holds the lock
+    from its first item until it ends or is closed (a ``break`` out of the loop, garbage
+    collection, or an async consumer that stops early), so an abandoned stream frees
+    the engine.
 
     Args:
         model: Target model: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a
@@ -140,62 +121,26 @@ class LocalBackend(Backend):
                 f"prompt_cache must be True or False, got {prompt_cache!r}.", field="prompt_cache"
             )
         self._default_spec = default_spec(speculative, draft_model)
-        self._options: dict[str, Any] = {
-            "device": device,
-            "dtype": dtype,
-            "threads": threads,
-            "progress": progress,
-        }
-        self._lock = threading.Lock()
-        self._load_lock = threading.Lock()
-        self._closed = False
-        self._target: LoadedModel | None = load_model(
-            model,
-            runner=runner,
-            context_window=context_window,
-            weight_layout=weight_layout,
-            exact=exact,
-            fast_paths=fast_paths,
-            **self._options,
-        )
         self._exact = exact
-        self._prompt_cache = prompt_cache and exact != "bitwise"
         self._model_name = model
-        self._runner: Runner = self._target.new_runner()
-        logger.info("local engine: %s", self._target.description)
-        # Verify-pass timings of this model on this machine, and the acceptance learned
-        # per method, shared by every request: cost-aware requests choose their draft
-        # lengths from them. The timings start from a calibration (cached on disk per
-        # model and machine), so the first request already knows what a row costs.
-        self._context = TargetContext(
-            self.name, self._target, self._runner, self._calibrated_cost(calibrate_costs)
-        )
-        self._eos_token_ids = self._target.tokenizer.eos_token_ids
-        self._drafter_host = BackendDrafterHost(
-            self._target, self._runner.vocab_size, self._options, self._load_lock
-        )
-        self._preparer = RequestPreparer(
-            self._target,
-            self._runner.vocab_size,
-            self._drafter_host,
+        self.engine = EngineCore(
+            model,
             default_spec=self._default_spec,
-            prompt_cache=self._prompt_cache,
-            exact=exact,
-            lock=self._load_lock,
+            stats_backend=self.name,
+            load_options={
+                "runner": runner,
+                "device": device,
+                "dtype": dtype,
+                "threads": threads,
+                "context_window": context_window,
+                "weight_layout": weight_layout,
+                "exact": exact,
+                "fast_paths": fast_paths,
+                "progress": progress,
+            },
+            prompt_cache=prompt_cache,
+            calibrate_costs=calibrate_costs,
         )
-        if self._default_spec.method == "draft_model":
-            # Fail early (missing model, vocabulary mismatch) rather than on a request.
-            self._drafter_host.drafter_for(self._default_spec)
-
-    def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
-        """The cost model, started from the model's measured pass costs when asked."""
-        if not calibrate_costs:
-            return VerifyCost()
-        target, runner = self._loaded(), self._runner
-        costs = call_on_engine_thread(lambda: calibrate(target, runner))
-        if costs is None:
-            return VerifyCost()
-        return VerifyCost.calibrated(costs.row_cost, costs.one_token_s)
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -226,7 +171,7 @@ class LocalBackend(Backend):
     @property
     def prompt_cache(self) -> bool:
         """Whether prompts start from the prefix the KV cache shares with them by default."""
-        return self._prompt_cache
+        return self.engine.prompt_cache
 
     @property
     def model_name(self) -> str:
@@ -236,37 +181,32 @@ class LocalBackend(Backend):
     @property
     def tokenizer(self) -> Tokenizer:
         """The target's tokenizer."""
-        return self._loaded().tokenizer
+        return self.engine.tokenizer
 
     @property
     def model(self) -> Any:
         """The target model: a transformers model, or a ``LlamaCppModel``."""
-        return self._loaded().model
+        return self.engine.loaded().model
 
     @property
     def runner_name(self) -> str:
         """The runner in use: ``llamacpp`` or ``transformers``."""
-        return self._loaded().runner_name
+        return self.engine.loaded().runner_name
 
     @property
     def runner_description(self) -> str:
         """One line saying how the target runs (runner, weights, exactness limit...)."""
-        return self._loaded().description
+        return self.engine.loaded().description
 
     def model_info(self) -> ModelInfo:
         """Name and context window of the target."""
-        return ModelInfo(name=self._model_name, context_window=self._loaded().context_window)
-
-    def _loaded(self) -> LoadedModel:
-        if self._closed or self._target is None:
-            raise BackendError("This LocalBackend is closed: create a new one to generate again.")
-        return self._target
+        return ModelInfo(name=self._model_name, context_window=self.engine.loaded().context_window)
 
     # ---- drafters --------------------------------------------------------------------------
 
     def forget_outputs(self) -> None:
         """Drop what drafters learned from earlier requests (suffix decoding's global tries)."""
-        self._drafter_host.forget()
+        self.engine.forget_outputs()
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -282,8 +222,7 @@ class LocalBackend(Backend):
             ConfigError: Text that cannot be encoded (a lone surrogate), a chat template
                 that refuses the messages, or tools that cannot be offered.
         """
-        tokenizer = self._loaded().tokenizer
-        return encode_request(request, tokenizer, plan_tools(request, tokenizer))
+        return self.engine.encode_prompt(request)
 
     def logit_margin(self, request: GenerationRequest, generated: Sequence[int]) -> float:
         """The target's top-1 minus top-2 logit after the request's prompt and ``generated``.
@@ -295,17 +234,13 @@ class LocalBackend(Backend):
         Raises:
             ConfigError: The prompt and ``generated`` do not fit the context window.
         """
-        tokens = [*self.encode_prompt(request), *generated]
-        runner = self._runner
-        # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
-        with self._lock:
-            return call_on_engine_thread(lambda: logit_margin(runner, tokens))
+        return self.engine.logit_margin([*self.encode_prompt(request), *generated])
 
     def _prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Check and encode ``request`` once: what every later stage of it reads."""
-        self._loaded()
+        self.engine.loaded()
         self.check_request(request)
-        return self._preparer.prepare(request)
+        return self.engine.prepare(request)
 
     def stream(self, request: GenerationRequest) -> Iterator[Chunk]:
         """Generate, yielding one chunk per target forward pass; the last is final.
@@ -317,7 +252,7 @@ class LocalBackend(Backend):
         the chunks before the last carry only live statistics, and the last the call
         (``tool_calls``, finish reason ``tool_calls``) or the answer's text.
         """
-        return self._stream(request, live_stats=True)
+        return self.engine.chunks(self._prepare(request), live_stats=True)
 
     def generate(self, request: GenerationRequest) -> Completion:
         """Generate a whole completion (validated as ``stream`` validates).
@@ -325,75 +260,20 @@ class LocalBackend(Backend):
         Only the final statistics reach a completion, so the chunks before the last
         carry none: no ``SpecStats`` is built per forward pass for nobody to read.
         """
-        chunks = self._stream(request, live_stats=False)
+        chunks = self.engine.chunks(self._prepare(request), live_stats=False)
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
         """Async twin of ``generate``: the engine's thread generates, the loop never blocks."""
         chunks = [
             chunk
-            async for chunk in self._aholding_lock(
-                aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=False))
-            )
+            async for chunk in self.engine.achunks(lambda: self._prepare(request), live_stats=False)
         ]
         return Completion.from_chunks(chunks, model=self.model_name, backend=self.name)
 
-    def _stream(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
-        """``stream``, with statistics on every chunk (``live_stats``) or on the last only.
-
-        The request is checked here; its passes run on the engine's thread (see
-        ``engine_thread``).
-        """
-        job = self._prepare(request)
-        return self._holding_lock(
-            iterate_on_engine_thread(lambda: answer_chunks(self._context, job, live_stats))
-        )
-
-    def _holding_lock(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        """``chunks`` read while holding the engine lock, from the first to the last.
-
-        The lock is waited for in the reader's thread: the engine thread advances a
-        stream one step per read and is free in between, so a request waiting for this
-        backend must not wait there, or the stream holding the lock could never take its
-        next step.
-        """
-        with self._lock:
-            try:
-                self._loaded()  # closed since the request was checked: nothing runs
-                yield from chunks
-            finally:
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    close()
-                if self._closed:  # closed while this stream ran: free the models now
-                    call_on_engine_thread(self._release_models)
-
-    async def _aholding_lock(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
-        """Async twin of ``_holding_lock``: the lock is polled, the loop never blocks."""
-        while not self._lock.acquire(blocking=False):
-            await asyncio.sleep(_LOCK_POLL_S)
-        try:
-            self._loaded()  # closed since the request was made: nothing runs
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            try:
-                await chunks.aclose()  # type: ignore[attr-defined]
-                if self._closed:
-                    await asyncio.to_thread(call_on_engine_thread, self._release_models)
-            finally:
-                self._lock.release()
-
     def astream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Async twin of ``stream``: the engine's thread generates, the loop never blocks."""
-        return self._aholding_lock(
-            aiterate_on_engine_thread(lambda: self._answer_request(request, live_stats=True))
-        )
-
-    def _answer_request(self, request: GenerationRequest, *, live_stats: bool) -> Iterator[Chunk]:
-        """The chunks of ``request``, checked first (an error reaches the reader)."""
-        job = self._prepare(request)
-        return answer_chunks(self._context, job, live_stats)
+        return self.engine.achunks(lambda: self._prepare(request), live_stats=True)
 
     def close(self) -> None:
         """Drop the models; later requests raise ``BackendError``.
@@ -401,16 +281,4 @@ class LocalBackend(Backend):
         Never blocks: when a stream is still open (even in this thread), the models are
         freed as soon as that stream ends or is closed.
         """
-        self._closed = True
-        if self._lock.acquire(blocking=False):
-            try:
-                self._release_models()
-            finally:
-                self._lock.release()
-
-    def _release_models(self) -> None:
-        target, self._target = self._target, None
-        self._drafter_host.close()
-        self._runner.close()
-        if target is not None:
-            target.close()
+        self.engine.close()

@@ -1,0 +1,254 @@
+"""EngineCore: one target model, its runner and drafters, and the requests they serve.
+
+The in-process engine without the ``Backend`` protocol: it loads the target, calibrates
+what a verify row costs, keeps the drafters' shared state, prepares requests and runs
+them as chunks on the engine's thread, one at a time behind its lock.
+``backends.local.LocalBackend`` adapts it to the ``Backend`` protocol (capabilities,
+request checks, completions); nothing here imports a backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from speculative_llm.config import SpecConfig
+from speculative_llm.engine.drafters.host import BackendDrafterHost
+from speculative_llm.engine.engine_thread import (
+    aiterate_on_engine_thread,
+    call_on_engine_thread,
+    iterate_on_engine_thread,
+)
+from speculative_llm.engine.loop.chunks import TargetContext, answer_chunks
+from speculative_llm.engine.loop.draft_cost import VerifyCost
+from speculative_llm.engine.loop.engine import logit_margin
+from speculative_llm.engine.loop.pass_costs import calibrate
+from speculative_llm.engine.models.loading import load_model
+from speculative_llm.engine.request.preparation import PreparedRequest, RequestPreparer
+from speculative_llm.engine.request.prompts import encode_request
+from speculative_llm.engine.request.tools import plan_tools
+from speculative_llm.errors import BackendError
+from speculative_llm.types import Chunk, GenerationRequest
+
+if TYPE_CHECKING:
+    from speculative_llm.engine.models.tokenizers import Tokenizer
+    from speculative_llm.engine.runners.base import LoadedModel, Runner
+
+__all__ = ["EngineCore"]
+
+logger = logging.getLogger(__name__)
+
+_LOCK_POLL_S = 0.005
+"""How often an async request waiting for the engine lock looks again."""
+
+
+class EngineCore:
+    """The in-process speculative decoding engine over one target model.
+
+    Thread safety: one lock. The models and their KV caches serve one generation at a
+    time; concurrent requests (threads, or async streams) wait for the lock in turn. A
+    stream holds the lock from its first item until it ends or is closed (a ``break``
+    out of the loop, garbage collection, or an async consumer that stops early), so an
+    abandoned stream frees the engine.
+
+    Args:
+        model: Target model: a packaged alias, a ``.gguf`` file, a Hugging Face
+            checkpoint directory or a hub id.
+        default_spec: The configuration of requests that bring none.
+        stats_backend: The backend name the requests' ``SpecStats`` carry.
+        load_options: ``load_model``'s options (runner, device, dtype, threads,
+            context window, weight layout, exactness, fast paths, progress).
+        prompt_cache: Start each prompt from the prefix the KV cache shares with it.
+        calibrate_costs: Time target passes once at load (cached on disk), so that the
+            cost-aware policy starts from what a verify row costs on this machine.
+
+    Raises:
+        ModelNotFoundError: The model does not resolve.
+        VocabularyMismatchError: A default draft model's vocabulary differs.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        default_spec: SpecConfig,
+        stats_backend: str,
+        load_options: dict[str, Any],
+        prompt_cache: bool,
+        calibrate_costs: bool,
+    ) -> None:
+        exact = load_options.get("exact", "distribution")
+        drafter_options: dict[str, Any] = {
+            key: load_options[key]
+            for key in ("device", "dtype", "threads", "progress")
+            if key in load_options
+        }
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self._closed = False
+        self._target: LoadedModel | None = load_model(model, **load_options)
+        self.prompt_cache = prompt_cache and exact != "bitwise"
+        self._runner: Runner = self._target.new_runner()
+        logger.info("local engine: %s", self._target.description)
+        # Verify-pass timings of this model on this machine, and the acceptance learned
+        # per method, shared by every request: cost-aware requests choose their draft
+        # lengths from them. The timings start from a calibration (cached on disk per
+        # model and machine), so the first request already knows what a row costs.
+        self._context = TargetContext(
+            stats_backend, self._target, self._runner, self._calibrated_cost(calibrate_costs)
+        )
+        self.drafter_host = BackendDrafterHost(
+            self._target, self._runner.vocab_size, drafter_options, self._load_lock
+        )
+        self._preparer = RequestPreparer(
+            self._target,
+            self._runner.vocab_size,
+            self.drafter_host,
+            default_spec=default_spec,
+            prompt_cache=self.prompt_cache,
+            exact=exact,
+            lock=self._load_lock,
+        )
+        if default_spec.method == "draft_model":
+            # Fail early (missing model, vocabulary mismatch) rather than on a request.
+            self.drafter_host.drafter_for(default_spec)
+
+    def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
+        """The cost model, started from the model's measured pass costs when asked."""
+        if not calibrate_costs:
+            return VerifyCost()
+        target, runner = self.loaded(), self._runner
+        costs = call_on_engine_thread(lambda: calibrate(target, runner))
+        if costs is None:
+            return VerifyCost()
+        return VerifyCost.calibrated(costs.row_cost, costs.one_token_s)
+
+    # ---- the model -------------------------------------------------------------------------
+
+    def loaded(self) -> LoadedModel:
+        """The target model.
+
+        Raises:
+            BackendError: The engine is closed.
+        """
+        if self._closed or self._target is None:
+            raise BackendError("This LocalBackend is closed: create a new one to generate again.")
+        return self._target
+
+    @property
+    def runner(self) -> Runner:
+        """The target's runner (its KV cache is the engine's)."""
+        return self._runner
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Token ids that end a generation."""
+        return frozenset(self.loaded().tokenizer.eos_token_ids)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The target's tokenizer."""
+        return self.loaded().tokenizer
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
+
+    @property
+    def models_released(self) -> bool:
+        """Whether the models were freed (after ``close``, once no stream holds them)."""
+        return self._target is None
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def encode_prompt(self, request: GenerationRequest) -> list[int]:
+        """Token ids of the request's prompt, as ``request.prompts.encode_request`` builds them."""
+        tokenizer = self.loaded().tokenizer
+        return encode_request(request, tokenizer, plan_tools(request, tokenizer))
+
+    def logit_margin(self, tokens: Sequence[int]) -> float:
+        """The target's top-1 minus top-2 logit after ``tokens``, scored in one pass."""
+        runner = self._runner
+        # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
+        with self._lock:
+            return call_on_engine_thread(lambda: logit_margin(runner, tokens))
+
+    def prepare(self, request: GenerationRequest) -> PreparedRequest:
+        """Encode ``request`` once and build what its run needs (drafter, grammar...)."""
+        self.loaded()
+        return self._preparer.prepare(request)
+
+    def chunks(self, job: PreparedRequest, *, live_stats: bool) -> Iterator[Chunk]:
+        """The chunks of a prepared request, computed on the engine thread one per read."""
+        return self._holding_lock(
+            iterate_on_engine_thread(lambda: answer_chunks(self._context, job, live_stats))
+        )
+
+    def achunks(
+        self, prepare: Callable[[], PreparedRequest], *, live_stats: bool
+    ) -> AsyncIterator[Chunk]:
+        """Async twin of ``chunks``: the request is prepared once the engine is ours."""
+        return self._aholding_lock(
+            aiterate_on_engine_thread(lambda: answer_chunks(self._context, prepare(), live_stats))
+        )
+
+    def _holding_lock(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """``chunks`` read while holding the engine lock, from the first to the last.
+
+        The lock is waited for in the reader's thread: the engine thread advances a
+        stream one step per read and is free in between, so a request waiting for this
+        engine must not wait there, or the stream holding the lock could never take its
+        next step.
+        """
+        with self._lock:
+            try:
+                self.loaded()  # closed since the request was checked: nothing runs
+                yield from chunks
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+                if self._closed:  # closed while this stream ran: free the models now
+                    call_on_engine_thread(self._release_models)
+
+    async def _aholding_lock(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        """Async twin of ``_holding_lock``: the lock is polled, the loop never blocks."""
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(_LOCK_POLL_S)
+        try:
+            self.loaded()  # closed since the request was made: nothing runs
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            try:
+                await chunks.aclose()  # type: ignore[attr-defined]
+                if self._closed:
+                    await asyncio.to_thread(call_on_engine_thread, self._release_models)
+            finally:
+                self._lock.release()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def forget_outputs(self) -> None:
+        """Drop what drafters learned from earlier requests (suffix decoding's global tries)."""
+        self.drafter_host.forget()
+
+    def close(self) -> None:
+        """Drop the models; never blocks (an open stream frees them when it ends)."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._release_models()
+            finally:
+                self._lock.release()
+
+    def _release_models(self) -> None:
+        target, self._target = self._target, None
+        self.drafter_host.close()
+        self._runner.close()
+        if target is not None:
+            target.close()
