@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = (ROOT / "integrations", ROOT / "playground")
+# The adapters' distributions each have a project folder under integrations/ whose name is
+# not a module name (langchain-speculative/...): each folder is a source root of its own.
+ADAPTER_ROOTS = (
+    ROOT / "integrations" / "langchain-speculative",
+    ROOT / "integrations" / "llama-index-llms-speculative",
+)
+SOURCE_ROOTS = (ROOT / "integrations", *ADAPTER_ROOTS, ROOT / "playground")
 
 
 def _module_name(path: Path, source_root: Path) -> str:
@@ -34,7 +40,12 @@ def discover_modules(roots: tuple[Path, ...] = SOURCE_ROOTS) -> dict[str, Path]:
     """Map every dotted module name under ``roots`` to its file."""
     modules: dict[str, Path] = {}
     for source_root in roots:
+        nested_roots = [
+            root for root in roots if root != source_root and source_root in root.parents
+        ]
         for path in sorted(source_root.rglob("*.py")):
+            if any(root in path.parents for root in nested_roots):
+                continue  # read under its own root, with its own module name
             modules[_module_name(path, source_root)] = path
     return modules
 

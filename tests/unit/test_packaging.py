@@ -15,7 +15,9 @@ def _pyproject() -> dict[str, object]:
 def test_every_path_the_sdist_includes_exists() -> None:
     project = _pyproject()
     include = project["tool"]["hatch"]["build"]["targets"]["sdist"]["include"]  # type: ignore[index]
-    missing = [path for path in include if not (ROOT / path).exists()]
+    # The paths are anchored at the project's root ("/README.md", not every README.md).
+    assert all(path.startswith("/") for path in include), include
+    missing = [path for path in include if not (ROOT / path.lstrip("/")).exists()]
     assert not missing, f"pyproject's sdist includes paths that do not exist: {missing}"
 
 

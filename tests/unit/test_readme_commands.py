@@ -170,7 +170,11 @@ _SNIPPETS = "LangChain and LlamaIndex in ten lines"
 
 def exported_names(package: str) -> set[str]:
     """``__all__`` of one of this project's packages, read without importing it."""
-    init = ROOT / "integrations" / Path(*package.split(".")) / "__init__.py"
+    project = {
+        "langchain_speculative": "langchain-speculative",
+        "llama_index.llms.speculative": "llama-index-llms-speculative",
+    }[package]
+    init = ROOT / "integrations" / project / Path(*package.split(".")) / "__init__.py"
     for node in ast.parse(init.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
