@@ -1,7 +1,9 @@
 """LlamaIndex integration: ``Speculative``, an LLM with speculative decoding and statistics.
 
-Install with ``pip install "speculative-llm[llama-index]"``; importing this package
-without ``llama-index-core`` raises ``MissingDependencyError`` naming that extra.
+The distribution ``llama-index-llms-speculative`` (``pip install
+./integrations/llama-index-llms-speculative`` from a checkout); an editable install of the
+checkout with the ``llama-index`` extra imports it too, and importing this package without
+``llama-index-core`` raises ``MissingDependencyError`` naming that extra.
 """
 
 from speculative_llm.errors import MissingDependencyError
