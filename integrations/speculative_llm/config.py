@@ -82,8 +82,10 @@ class SpecConfig:
             draft, ``DEFAULT_LONGEST_DRAFT`` when None. Fixed drafts
             (``cost_aware=False``) and servers: tokens proposed per verify step, and
             ``adaptive``'s starting length; ``DEFAULT_FIXED_DRAFT`` when None.
-        draft_model: Hugging Face id, local directory, ``.gguf`` file or packaged
-            alias of the draft model; required for ``method="draft_model"``.
+        draft_model: Hugging Face id, local directory, ``.gguf`` file, packaged
+            alias or store name (``ollama:...``, ``lmstudio:...``, ``hf:...``) of the
+            draft model; required for ``method="draft_model"``. ``"auto"``: the local
+            engine picks the smallest GGUF on this machine with the target's vocabulary.
         ngram_min: Shortest n-gram that prompt lookup tries to match.
         ngram_max: Longest n-gram that prompt lookup tries to match (tried first).
         adaptive: Grow k after a fully accepted step and shrink it after a rejection.

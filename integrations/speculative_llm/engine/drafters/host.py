@@ -9,6 +9,7 @@ of earlier outputs). The backend knows none of it by kind.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from speculative_llm.config import SpecConfig
 from speculative_llm.drafter_registry import drafter_factory
 from speculative_llm.engine.drafters.base import Drafter
 from speculative_llm.engine.drafters.vocabulary import check_draft_vocabulary
+from speculative_llm.engine.models.draft_choice import AUTO_DRAFT, pick_draft_model
 from speculative_llm.engine.models.loading import load_model
 from speculative_llm.engine.models.sources import resolve_model
 from speculative_llm.engine.runners.base import LoadedModel, Runner
@@ -74,9 +76,13 @@ class BackendDrafterHost:
     def draft_model(self, name: str) -> tuple[LoadedModel, Runner]:
         """Draft model ``name`` and its runner, loaded on first use.
 
+        ``auto`` picks the smallest GGUF on this machine with the target's vocabulary
+        (``engine.models.draft_choice``), once per backend.
+
         Raises:
             ConfigError: The model cannot be loaded (``field="draft_model"``).
-            VocabularyMismatchError: Its vocabulary differs from the target's.
+            VocabularyMismatchError: Its vocabulary differs from the target's (or, for
+                ``auto``, no model on this machine has it).
         """
         with self._lock:
             known = self._drafts.get(name)
@@ -94,9 +100,16 @@ class BackendDrafterHost:
 
     def _load(self, name: str) -> LoadedModel:
         target = self._target
+        progress = bool(self._options.get("progress", True))
+        if name == AUTO_DRAFT:
+            # Picked from the GGUF headers of the models on this machine (logged too).
+            choice = pick_draft_model(target.source)
+            if progress:
+                print(f"draft_model='auto': {choice.reason}", file=sys.stderr)
+            name = choice.name
         # Resolved once (a packaged model is fetched, a derived one made, at most once);
         # the vocabulary check and the load read the same source.
-        source = resolve_model(name, progress=bool(self._options.get("progress", True)))
+        source = resolve_model(name, progress=progress)
         # Refused from the files' vocabularies before any weight loads.
         check_draft_vocabulary(target, source)
         same_files = (source.location, source.gguf_file) == (
