@@ -39,6 +39,8 @@ __all__ = [
     "BackendContender",
     "Contender",
     "Outcome",
+    "local_backend",
+    "managed_llama_backend",
     "open_contenders",
     "outcome_of",
     "spec_for",
@@ -113,9 +115,16 @@ class BackendContender:
             self.backend.close()
 
 
-def _local_backend(
+def local_backend(
     options: BenchOptions, draft_model: str | None, runner: str | None = None
 ) -> LocalBackend:
+    """The local engine of a run: ``options``' model, runner, threads, no prompt cache.
+
+    Args:
+        options: The run's options.
+        draft_model: Draft model to load with it (None: none).
+        runner: Runner instead of ``options.runner``.
+    """
     from speculative_llm.backends.local import LocalBackend
 
     return LocalBackend(
@@ -134,39 +143,62 @@ def _local_backend(
     )
 
 
-def _managed_llama_contenders(
-    options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
-) -> list[Backend]:
+def managed_llama_backend(
+    options: BenchOptions,
+    variant: Variant,
+    stack: contextlib.ExitStack,
+    **server_options: Any,
+) -> Backend:
+    """Start a llama-server for one variant and return a backend on it.
+
+    The server loads ``options``' model (default ``smollm2-135m``) with ``options``'
+    threads; a speculative variant's method is its ``--spec-type`` and its k the draft
+    length. Its requests never reuse a cached prompt. ``stack`` stops the server and
+    closes the backend.
+
+    Args:
+        options: The run's options.
+        variant: ``none`` (plain), an n-gram spec type, or ``draft_model``.
+        stack: Closes what was started.
+        **server_options: More ``LlamaServer`` options (``parallel``, ``ctx_size``...).
+
+    Raises:
+        ConfigError: Method ``server``, which needs a running server.
+    """
     from speculative_llm.servers import LlamaServer
 
     model = options.model or DEFAULT_BENCH_MODEL
+    if variant.method == "server":
+        raise ConfigError(
+            "Method 'server' needs --base-url (a running server). Without it, bench starts "
+            "llama-servers itself: use --methods none,ngram,draft_model.",
+            field="methods",
+        )
     # LlamaServer gives n-gram types the local engine's lookup length (ngram_max), so
     # "ngram k" means the same on both backends.
-    backends: list[Backend] = []
-    for variant in variants:
-        if variant.method == "server":
-            raise ConfigError(
-                "Method 'server' needs --base-url (a running server). Without it, bench starts "
-                "llama-servers itself: use --methods none,ngram,draft_model.",
-                field="methods",
-            )
-        if variant.method == "none":
-            server = LlamaServer(model, threads=options.threads)
-        else:
-            server = LlamaServer(
-                model,
-                spec_type=variant.method,
-                draft_model=options.draft_model if variant.method == "draft_model" else None,
-                draft_max=variant.k,
-                threads=options.threads,
-            )
-        stack.enter_context(server)
-        # Every timed request processes its whole prompt, as the in-process engine does
-        # (llama-server would otherwise reuse the cached prompt of the previous repeat).
-        backend = server.backend(extra_body={"cache_prompt": False})
-        stack.callback(backend.close)
-        backends.append(backend)
-    return backends
+    if variant.method == "none":
+        server = LlamaServer(model, threads=options.threads, **server_options)
+    else:
+        server = LlamaServer(
+            model,
+            spec_type=variant.method,
+            draft_model=options.draft_model if variant.method == "draft_model" else None,
+            draft_max=variant.k,
+            threads=options.threads,
+            **server_options,
+        )
+    stack.enter_context(server)
+    # Every timed request processes its whole prompt, as the in-process engine does
+    # (llama-server would otherwise reuse the cached prompt of the previous repeat).
+    backend = server.backend(extra_body={"cache_prompt": False})
+    stack.callback(backend.close)
+    return backend
+
+
+def _managed_llama_contenders(
+    options: BenchOptions, variants: list[Variant], stack: contextlib.ExitStack
+) -> list[Backend]:
+    return [managed_llama_backend(options, variant, stack) for variant in variants]
 
 
 def _http_backend(name: str, url: str, model: str | None) -> Backend:
@@ -265,7 +297,7 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
     contenders: list[Contender] = []
     holder: LocalBackend | None = None
     if options.backend == "local":
-        holder = _local_backend(options, options.draft_model)
+        holder = local_backend(options, options.draft_model)
         stack.callback(holder.close)
         contenders.extend(
             BackendContender(
@@ -282,7 +314,7 @@ def open_contenders(options: BenchOptions, stack: contextlib.ExitStack) -> list[
         if holder is None or holder.runner_name != "transformers":
             # transformers' generate needs the model in this process, loaded by the
             # transformers runner (same weights, dtype and prompt encoding as ours there).
-            holder = _local_backend(options, None, runner="transformers")
+            holder = local_backend(options, None, runner="transformers")
             stack.callback(holder.close)
         contenders.extend(_peer_contenders(options, peers, holder))
     if servers:

@@ -53,6 +53,7 @@ __all__ = [
     "SCHEMA",
     "format_predicted",
     "format_ratio",
+    "json_safe",
     "llama_server_comparison",
     "markdown_table",
     "peer_comparison",
@@ -372,14 +373,14 @@ def render_llama_server_table(rows: Sequence[dict[str, Any]]) -> Table:
 # ---- files -------------------------------------------------------------------------------
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: write them as null."""
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity as None (JSON has neither), at any depth."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: json_safe(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [json_safe(item) for item in value]
     return value
 
 
@@ -415,7 +416,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "prompt_results": [r.to_dict() for r in summary.prompt_results],
         "samples": [s.to_dict() for s in result.samples],
     }
-    finite: dict[str, Any] = _finite(record)
+    finite: dict[str, Any] = json_safe(record)
     return finite
 
 
