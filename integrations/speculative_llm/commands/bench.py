@@ -9,6 +9,7 @@ Examples::
         --baseline-url http://127.0.0.1:8001 --methods none,server --model M
     speculative-llm bench --quick --profile my-laptop=9.6,49.8 --profile my-gpu=155,571,8
     speculative-llm bench --prompts traces.jsonl  # calls recorded from your own chain
+    speculative-llm bench --concurrency 1,2,4,8 --threads 1  # N clients at once
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from speculative_llm.commands.local_engine import add_local_engine_arguments, lo
 from speculative_llm.config import DEFAULT_FIXED_DRAFT, DEFAULT_LONGEST_DRAFT
 from speculative_llm.errors import MissingDependencyError
 
-__all__ = ["add_arguments", "options_from_args", "run"]
+__all__ = ["add_arguments", "concurrency_options_from_args", "options_from_args", "run"]
 
 _DEFAULT_OUT = "bench-results"
 
@@ -124,6 +125,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="agent_loop: questions each framework's agent answers in sequence (default 3)",
     )
+    parser.add_argument(
+        "--concurrency",
+        metavar="N,N,...",
+        help="measure concurrent requests instead: N clients at once (e.g. 1,2,4,8), ours "
+        "baseline and default against llama-server --parallel N; --repeats is the rounds, "
+        "--compare-llama-server adds llama-server's n-gram types",
+    )
+    parser.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=2,
+        help="--concurrency: requests each client sends back to back (default 2)",
+    )
+    parser.add_argument(
+        "--concurrency-drivers",
+        default="threads",
+        help="--concurrency: how our engine is driven, threads (generate, as LangChain's "
+        "batch) and/or asyncio (agenerate, as abatch); default threads",
+    )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     add_local_engine_arguments(
         parser,
@@ -199,8 +219,55 @@ def options_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def concurrency_options_from_args(args: argparse.Namespace) -> Any:
+    """Build ``ConcurrencyOptions`` from parsed arguments (``--concurrency`` given)."""
+    from speculative_llm.bench.concurrency import ConcurrencyOptions, parse_levels
+
+    return ConcurrencyOptions(
+        bench=options_from_args(args),
+        levels=parse_levels(args.concurrency),
+        requests_per_client=args.requests_per_client,
+        drivers=tuple(d.strip() for d in args.concurrency_drivers.split(",") if d.strip()),
+        llama_server_ngram=args.compare_llama_server,
+    )
+
+
+def _run_concurrency(args: argparse.Namespace) -> int:
+    """The concurrency benchmark: tables and notes printed, JSON and Markdown written.
+
+    Returns 1 when a request failed (the failures are printed), else 0.
+    """
+    try:
+        from rich.console import Console
+
+        from speculative_llm.bench.concurrency import run_concurrency
+        from speculative_llm.bench.concurrency_report import (
+            concurrency_notes,
+            render_concurrency_tables,
+            write_concurrency_report,
+        )
+    except ImportError as error:
+        raise MissingDependencyError(
+            error.name or "rich", "bench", "speculative-llm bench"
+        ) from error
+
+    result = run_concurrency(concurrency_options_from_args(args))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    for table in render_concurrency_tables(result):
+        console.print(table)
+    for line in concurrency_notes(result):
+        console.print(line, markup=False)
+    for kind, path in write_concurrency_report(result, args.out).items():
+        print(f"{kind}: {path}", file=sys.stderr)
+    return 1 if result.failures else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark, print the tables and write the report files."""
+    if getattr(args, "concurrency", None) is not None:
+        return _run_concurrency(args)
     try:
         from rich.console import Console
 

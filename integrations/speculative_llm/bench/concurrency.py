@@ -1,0 +1,492 @@
+"""Concurrent requests: aggregate throughput and latency with N clients at once.
+
+LangChain's ``batch``, LangGraph's parallel branches and web services send requests at
+once. This benchmark runs N = 1, 2, 4, 8 clients (``levels``), each sending its requests
+back to back (``concurrency_driver``), against:
+
+* ``ours baseline``: the local engine without speculation (``SpecConfig(method="none")``);
+* ``ours default``: the local engine with the default ``SpecConfig``;
+* ``llama-server plain``: a managed llama-server on the same GGUF and threads, started
+  with ``--parallel N`` (N slots, continuous batching) for each N;
+* optionally llama-server with its n-gram drafting (``llama_server_ngram``).
+
+Neither side reuses a cached prompt (``cache_prompt: false``). Every round runs every
+level, and within a level every contender once, in an order rotated per (round, level)
+so that machine noise spreads over them all. Client c's j-th request asks prompt
+``(c + j) mod P`` of the P prompts, so all clients start on different prompts.
+
+The engine serves one request at a time today (``EngineCore``'s lock), so its predicted
+gain from N clients is 1.0; llama-server batches, and its prediction comes from the
+row cost r the engine measures (``SpecStats.verify_row_cost``): ``N / (1 + (N-1)·r)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from speculative_llm.backends.base import Backend
+from speculative_llm.bench.concurrency_driver import (
+    DRIVERS,
+    Driven,
+    PlannedRequest,
+    drive_tasks,
+    drive_threads,
+)
+from speculative_llm.bench.concurrency_stats import (
+    ConcurrencyCell,
+    PhaseResult,
+    ratio_rows,
+    summarize_phases,
+)
+from speculative_llm.bench.contenders import local_backend, managed_llama_backend
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, BenchOptions
+from speculative_llm.bench.progress import StepCallback, progress
+from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.bench.records import Variant
+from speculative_llm.bench.runner import (
+    WARMUP_TOKENS,
+    environment,
+    interleaved_order,
+    resolve_prompts,
+)
+from speculative_llm.bench.same_work import as_the_local_engine_asks
+from speculative_llm.config import SpecConfig
+from speculative_llm.errors import BackendError, ConfigError
+from speculative_llm.types import GenerationRequest
+
+if TYPE_CHECKING:
+    from speculative_llm.backends.local import LocalBackend
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "LLAMA_PLAIN",
+    "OURS_BASELINE",
+    "OURS_DEFAULT",
+    "ConcurrencyContender",
+    "ConcurrencyOptions",
+    "ConcurrencyResult",
+    "client_plan",
+    "parse_levels",
+    "run_concurrency",
+    "run_phases",
+]
+
+DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
+"""Clients at once, by default."""
+
+OURS_BASELINE = "ours baseline"
+OURS_DEFAULT = "ours default"
+LLAMA_PLAIN = "llama-server plain"
+
+NO_PROMPT_CACHE: Mapping[str, Any] = {"cache_prompt": False}
+"""Every request processes its whole prompt, on both sides."""
+
+
+def parse_levels(value: str) -> tuple[int, ...]:
+    """Parse ``1,2,4,8`` into concurrency levels (sorted, duplicates dropped).
+
+    Raises:
+        ConfigError: A value that is not an integer >= 1, or none at all.
+    """
+    levels: set[int] = set()
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        try:
+            level = int(item)
+        except ValueError:
+            level = 0
+        if level < 1:
+            raise ConfigError(
+                f"Concurrency levels are integers >= 1, like 1,2,4,8; got {item.strip()!r}.",
+                field="concurrency",
+            )
+        levels.add(level)
+    if not levels:
+        raise ConfigError(
+            f"No concurrency level in {value!r}; pass a list like 1,2,4,8.", field="concurrency"
+        )
+    return tuple(sorted(levels))
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyOptions:
+    """Options of a concurrency run.
+
+    Args:
+        bench: What the run shares with ``speculative-llm bench``: ``model``,
+            ``threads`` (both sides), prompts (``categories``, ``per_category``,
+            ``prompts_file``), ``max_tokens``, ``repeats`` (the rounds), ``warmup``,
+            ``progress``, and for ``llama_server_ngram`` the ``llama_server_types`` and
+            ``ks``. Its backend must be ``local``.
+        levels: Clients at once (N).
+        requests_per_client: Requests each client sends, back to back.
+        drivers: How our engine is driven: ``threads`` (``generate`` from a thread per
+            client, as LangChain's ``batch``) and/or ``asyncio`` (``agenerate`` from a
+            task per client, as ``abatch``). llama-server is always driven by threads.
+        llama_server_ngram: Add llama-servers with each n-gram type of
+            ``bench.llama_server_types`` at each of ``bench.ks``.
+        slot_context: Context of each llama-server slot (its ``--ctx-size`` is
+            ``slot_context × N``, shared by N slots).
+
+    Raises:
+        ConfigError: Inconsistent options; the message says which and how to fix them.
+    """
+
+    bench: BenchOptions = field(default_factory=BenchOptions)
+    levels: tuple[int, ...] = DEFAULT_LEVELS
+    requests_per_client: int = 2
+    drivers: tuple[str, ...] = ("threads",)
+    llama_server_ngram: bool = False
+    slot_context: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.bench.backend != "local":
+            raise ConfigError(
+                "The concurrency benchmark compares the local engine with llama-servers it "
+                f"starts itself; leave out --backend (got {self.bench.backend!r}).",
+                field="backend",
+            )
+        if not self.levels or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.levels
+        ):
+            raise ConfigError(
+                f"Concurrency levels are integers >= 1, like 1,2,4,8; got {self.levels}.",
+                field="concurrency",
+            )
+        object.__setattr__(self, "levels", tuple(sorted(set(self.levels))))
+        for name in ("requests_per_client", "slot_context"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.", field=name)
+        unknown = [d for d in self.drivers if d not in DRIVERS]
+        if unknown or not self.drivers:
+            raise ConfigError(
+                f"Unknown driver(s) {', '.join(unknown) or repr(self.drivers)}; use "
+                f"{' and/or '.join(DRIVERS)}.",
+                field="drivers",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-compatible dict."""
+        return {
+            "bench": self.bench.to_dict(),
+            "levels": list(self.levels),
+            "requests_per_client": self.requests_per_client,
+            "drivers": list(self.drivers),
+            "llama_server_ngram": self.llama_server_ngram,
+            "slot_context": self.slot_context,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyContender:
+    """One configuration under test: its backend at each level and its requests.
+
+    Attributes:
+        label: Display name (``ours default``, ``llama-server plain``...).
+        batches: Whether it batches concurrent requests (its predicted gain rests on r).
+        driver: ``threads`` or ``asyncio``.
+        backends: Level -> the backend that serves it (one for all levels in process;
+            one llama-server per level, started with ``--parallel`` level).
+        spec: Per-request ``SpecConfig`` (None: the server's own).
+        prepare: What the backend gets for a prompt's request (None: as it is).
+    """
+
+    label: str
+    batches: bool
+    driver: str
+    backends: Mapping[int, Backend]
+    spec: SpecConfig | None = None
+    prepare: Callable[[GenerationRequest], GenerationRequest] | None = None
+
+    def request(self, prompt: BenchPrompt, max_tokens: int) -> GenerationRequest:
+        """The request this contender sends for ``prompt``."""
+        request = prompt.request(max_tokens, self.spec)
+        request = request.replace(extra={**request.extra, **NO_PROMPT_CACHE})
+        return request if self.prepare is None else self.prepare(request)
+
+
+def client_plan(
+    prompts: Sequence[BenchPrompt], concurrency: int, per_client: int
+) -> list[list[BenchPrompt]]:
+    """Per client, the prompts it asks: client c's j-th is prompt ``(c + j) mod P``.
+
+    Raises:
+        ValueError: No prompts, or a count below 1.
+    """
+    if not prompts:
+        raise ValueError("no prompts to send")
+    if concurrency < 1 or per_client < 1:
+        raise ValueError(
+            f"concurrency and per_client must be >= 1, got {concurrency} and {per_client}"
+        )
+    count = len(prompts)
+    return [
+        [prompts[(client + index) % count] for index in range(per_client)]
+        for client in range(concurrency)
+    ]
+
+
+def _drive(
+    contender: ConcurrencyContender,
+    concurrency: int,
+    plan: Sequence[Sequence[PlannedRequest]],
+    loop: asyncio.AbstractEventLoop | None,
+    stop: threading.Event,
+) -> Driven:
+    backend = contender.backends[concurrency]
+    if contender.driver == "asyncio":
+        if loop is None:
+            raise ValueError("the asyncio driver needs an event loop")
+        return loop.run_until_complete(drive_tasks(backend.agenerate, plan, stop=stop))
+    return drive_threads(backend.generate, plan, stop=stop)
+
+
+def _warm_up(
+    contenders: Sequence[ConcurrencyContender],
+    prompt: BenchPrompt,
+    loop: asyncio.AbstractEventLoop | None,
+    stop: threading.Event,
+) -> None:
+    """One short request to each distinct backend; a failure here stops the run early."""
+    warmed: set[int] = set()
+    for contender in contenders:
+        warm = [[(prompt.id, contender.request(prompt, WARMUP_TOKENS))]]
+        for level, backend in contender.backends.items():
+            if id(backend) in warmed:
+                continue
+            warmed.add(id(backend))
+            failed = _drive(contender, level, warm, loop, stop).requests[0].error
+            if failed is not None:
+                raise BackendError(
+                    f"The warm-up request of {contender.label} (N={level}) failed: {failed}. "
+                    "Nothing was timed; fix that backend (see its log) and run again."
+                )
+
+
+def run_phases(
+    contenders: Sequence[ConcurrencyContender],
+    prompts: Sequence[BenchPrompt],
+    *,
+    levels: Sequence[int],
+    rounds: int,
+    requests_per_client: int,
+    max_tokens: int,
+    warmup: bool = True,
+    on_step: StepCallback | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    stop: threading.Event | None = None,
+) -> list[PhaseResult]:
+    """Run every contender at every level, ``rounds`` times, interleaved.
+
+    Args:
+        contenders: What to measure.
+        prompts: The prompts the clients ask (``client_plan``).
+        levels: Clients at once.
+        rounds: Times each (contender, level) phase runs.
+        requests_per_client: Requests each client sends, back to back.
+        max_tokens: Generation budget per request.
+        warmup: First send each backend one short request, untimed.
+        on_step: Progress callback, once per phase.
+        loop: The event loop of the ``asyncio`` driver (one for the whole run: a
+            backend's async client belongs to the loop it first ran on).
+        stop: Set it to stop: requests in flight finish, the rest are cancelled.
+
+    Returns:
+        One ``PhaseResult`` per (round, level, contender).
+    """
+    if not contenders:
+        raise ValueError("no contenders to run")
+    stop = stop or threading.Event()
+    if warmup:
+        _warm_up(contenders, prompts[0], loop, stop)
+    phases: list[PhaseResult] = []
+    round_index = 0
+    for repeat in range(rounds):
+        for level in levels:
+            chosen = client_plan(prompts, level, requests_per_client)
+            for index in interleaved_order(len(contenders), round_index):
+                contender = contenders[index]
+                plan = [
+                    [(p.id, contender.request(p, max_tokens)) for p in asked] for asked in chosen
+                ]
+                driven = _drive(contender, level, plan, loop, stop)
+                phases.append(
+                    PhaseResult(contender.label, level, repeat, driven.wall_s, driven.requests)
+                )
+                if on_step:
+                    on_step(f"N={level} {contender.label}")
+            round_index += 1
+    return phases
+
+
+def _ours(options: ConcurrencyOptions, local: LocalBackend) -> list[ConcurrencyContender]:
+    contenders: list[ConcurrencyContender] = []
+    for driver in options.drivers:
+        suffix = "" if driver == "threads" else f" ({driver})"
+        backends = dict.fromkeys(options.levels, local)
+        contenders += [
+            ConcurrencyContender(
+                OURS_BASELINE + suffix, False, driver, backends, SpecConfig.baseline()
+            ),
+            ConcurrencyContender(OURS_DEFAULT + suffix, False, driver, backends, SpecConfig()),
+        ]
+    return contenders
+
+
+def _llama_servers(
+    options: ConcurrencyOptions, stack: contextlib.ExitStack
+) -> list[ConcurrencyContender]:
+    variants = [(LLAMA_PLAIN, Variant(LLAMA_SERVER_ENGINE, "none"))]
+    if options.llama_server_ngram:
+        variants += [
+            (f"llama-server {spec_type} k={k}", Variant(LLAMA_SERVER_ENGINE, spec_type, k))
+            for spec_type in options.bench.llama_server_types
+            for k in options.bench.ks
+        ]
+    contenders: list[ConcurrencyContender] = []
+    for label, variant in variants:
+        backends = {
+            # N slots of slot_context each: with --parallel given, llama-server splits
+            # --ctx-size between the slots.
+            level: managed_llama_backend(
+                options.bench,
+                variant,
+                stack,
+                parallel=level,
+                ctx_size=options.slot_context * level,
+            )
+            for level in options.levels
+        }
+        contenders.append(
+            # The local engine's prompts and grammars, so that both sides do the same work.
+            ConcurrencyContender(label, True, "threads", backends, None, as_the_local_engine_asks)
+        )
+    return contenders
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyResult:
+    """A finished concurrency run.
+
+    Attributes:
+        options: What was run.
+        prompts: Ids of the prompts the clients asked.
+        phases: Every phase, in the order run.
+        cells: Pooled per (contender, level), with gains and predictions.
+        ratios: Ours / llama-server plain at each level (``ratio_rows``).
+        row_cost: r, the engine's measured cost of one more row of a pass (None:
+            not measured), on which llama-server's predicted gains rest.
+        environment: Machine and software facts (CPU, load average at start and end).
+        started_at: UTC start time, ISO 8601.
+        duration_s: Seconds the run took (loading and warm-up included).
+    """
+
+    options: ConcurrencyOptions
+    prompts: tuple[str, ...]
+    phases: tuple[PhaseResult, ...]
+    cells: tuple[ConcurrencyCell, ...]
+    ratios: tuple[dict[str, Any], ...]
+    row_cost: float | None
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    started_at: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def failures(self) -> list[tuple[PhaseResult, str]]:
+        """Every failed request's phase and error, in the order run."""
+        return [
+            (phase, request.error)
+            for phase in self.phases
+            for request in phase.requests
+            if request.error is not None
+        ]
+
+
+def measured_row_cost(local: Backend, prompt: BenchPrompt) -> float | None:
+    """The engine's row cost r now, from one short default request's ``SpecStats``."""
+    request = prompt.request(WARMUP_TOKENS, SpecConfig()).replace(extra=dict(NO_PROMPT_CACHE))
+    return local.generate(request).stats.verify_row_cost
+
+
+def run_concurrency(
+    options: ConcurrencyOptions,
+    *,
+    prompts: Sequence[BenchPrompt] | None = None,
+    on_step: StepCallback | None = None,
+    stop: threading.Event | None = None,
+) -> ConcurrencyResult:
+    """Start the contenders of ``options``, run every phase and summarise.
+
+    Args:
+        options: What to run.
+        prompts: Prompts instead of ``resolve_prompts(options.bench)`` (agent sessions
+            left out: they are sequences of calls, not requests).
+        on_step: Progress callback; by default progress on stderr when
+            ``options.bench.progress``.
+        stop: Set it to stop early (the report then counts cancelled requests).
+
+    Raises:
+        ConfigError: No prompts.
+        MissingDependencyError: llama-server or the local engine is not installed.
+        BackendUnavailableError: A llama-server did not start.
+    """
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    chosen = (
+        list(prompts)
+        if prompts is not None
+        else resolve_prompts(options.bench.replace(agent_frameworks=()))
+    )
+    chosen = [p for p in chosen if p.agent is None]
+    if not chosen:
+        raise ConfigError("No prompts to run: choose other --categories.", field="categories")
+    load_at_start = environment().get("load_average")
+    with contextlib.ExitStack() as stack:
+        local = local_backend(options.bench, None)
+        stack.callback(local.close)
+        contenders = _ours(options, local) + _llama_servers(options, stack)
+        loop: asyncio.AbstractEventLoop | None = None
+        if "asyncio" in options.drivers:
+            loop = asyncio.new_event_loop()
+            stack.callback(loop.close)
+        rounds = options.bench.repeats
+        total = rounds * len(options.levels) * len(contenders)
+        with progress(total, options.bench.progress and on_step is None) as bar:
+            phases = run_phases(
+                contenders,
+                chosen,
+                levels=options.levels,
+                rounds=rounds,
+                requests_per_client=options.requests_per_client,
+                max_tokens=options.bench.max_tokens,
+                warmup=options.bench.warmup,
+                on_step=on_step or bar,
+                loop=loop,
+                stop=stop,
+            )
+        row_cost = measured_row_cost(local, chosen[0])
+        facts = environment()
+    facts["load_average_at_start"] = load_at_start
+    cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, row_cost)
+    ours = [c.label for c in contenders if not c.batches]
+    return ConcurrencyResult(
+        options=options,
+        prompts=tuple(p.id for p in chosen),
+        phases=tuple(phases),
+        cells=tuple(cells),
+        ratios=tuple(ratio_rows(cells, ours, LLAMA_PLAIN)),
+        row_cost=row_cost,
+        environment=facts,
+        started_at=started_at,
+        duration_s=time.perf_counter() - started,
+    )

@@ -1,0 +1,208 @@
+"""The concurrency benchmark's tables, notes and files (``concurrency.json``, ``.md``).
+
+Two tables from one run: each contender at each level (aggregate tokens/s, its gain
+over one client against the predicted gain, median and p90 latency, failures), and ours
+over llama-server plain at each level. The machine's CPU and load average come with
+them: other processes on a shared machine move these figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from speculative_llm.bench.concurrency import LLAMA_PLAIN, ConcurrencyResult
+from speculative_llm.bench.report import format_ratio, json_safe
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = [
+    "CONCURRENCY_SCHEMA",
+    "cell_rows",
+    "concurrency_markdown",
+    "concurrency_notes",
+    "concurrency_to_dict",
+    "machine_line",
+    "ratio_table_rows",
+    "render_concurrency_tables",
+    "write_concurrency_report",
+]
+
+CONCURRENCY_SCHEMA = "speculative-llm-bench-concurrency/1"
+"""Version of ``concurrency.json``'s layout."""
+
+CELL_HEADERS = (
+    "contender",
+    "N",
+    "requests",
+    "failed",
+    "tokens",
+    "aggregate tok/s",
+    "gain vs N=1",
+    "predicted gain",
+    "median latency",
+    "p90 latency",
+)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def cell_rows(result: ConcurrencyResult) -> list[list[str]]:
+    """The per-(contender, level) table as text cells, in ``CELL_HEADERS`` order."""
+    return [
+        [
+            cell.contender,
+            str(cell.concurrency),
+            str(cell.requests),
+            str(cell.failures + cell.cancelled),
+            str(cell.generated_tokens),
+            _rate(cell.tokens_per_second),
+            format_ratio(cell.gain),
+            format_ratio(cell.predicted_gain),
+            _seconds(cell.median_latency_s),
+            _seconds(cell.p90_latency_s),
+        ]
+        for cell in result.cells
+    ]
+
+
+def ratio_table_rows(result: ConcurrencyResult) -> tuple[list[str], list[list[str]]]:
+    """Ours / llama-server plain at each level: headers and text cells."""
+    labels = [key for key in (result.ratios[0] if result.ratios else {}) if key not in _KEYS]
+    headers = ["N"]
+    for label in labels:
+        headers += [f"{label} tok/s ratio", f"{label} latency ratio"]
+    rows = []
+    for row in result.ratios:
+        cells = [str(row["concurrency"])]
+        for label in labels:
+            cells += [
+                format_ratio(row[label]["throughput_ratio"]),
+                format_ratio(row[label]["latency_ratio"]),
+            ]
+        rows.append(cells)
+    return headers, rows
+
+
+_KEYS = ("concurrency", "reference")
+
+
+def machine_line(environment: dict[str, Any]) -> str:
+    """The CPU, its core count and the load average at the start and end of the run."""
+
+    def load(value: Any) -> str:
+        return "unknown" if not value else ", ".join(f"{v:.2f}" for v in value)
+
+    return (
+        f"CPU: {environment.get('cpu') or 'unknown'} ({environment.get('cpu_count')} CPUs); "
+        f"load average (1, 5, 15 min) {load(environment.get('load_average_at_start'))} at "
+        f"the start, {load(environment.get('load_average'))} at the end"
+    )
+
+
+def concurrency_notes(result: ConcurrencyResult) -> list[str]:
+    """What to know before reading the tables: threads, r, what batches, failures."""
+    options = result.options
+    threads = options.bench.threads
+    notes = [
+        machine_line(result.environment),
+        f"{options.bench.model or 'smollm2-135m'}, threads "
+        f"{threads if threads is not None else 'default'} on both sides, "
+        f"{options.requests_per_client} requests per client back to back, "
+        f"{options.bench.max_tokens} max tokens, {options.bench.repeats} rounds, "
+        "prompt cache off on both sides.",
+        "Gain: aggregate tok/s at N over the same contender's at N=1. Predicted: "
+        "N / (1 + (N-1)·r) for llama-server (continuous batching over --parallel N slots); "
+        "1.0 for ours: the engine serves one request at a time (it does not batch yet).",
+    ]
+    if result.row_cost is None:
+        notes.append("r unknown (the engine reported none): no predicted gain for llama-server.")
+    else:
+        notes.append(
+            f"r = {result.row_cost:.3f}: the engine's measured cost of one more row of a pass, "
+            "in one-token passes (SpecStats.verify_row_cost; rows of one sequence, same GGUF "
+            "and threads); llama-server's own kernels may differ."
+        )
+    failures = result.failures
+    if failures:
+        notes.append(f"{len(failures)} request(s) FAILED; their tokens are not counted:")
+        for phase, error in failures[:10]:
+            notes.append(f"  {phase.contender} N={phase.concurrency} round {phase.round}: {error}")
+        if len(failures) > 10:
+            notes.append(f"  ... and {len(failures) - 10} more (see concurrency.json).")
+    return notes
+
+
+def render_concurrency_tables(result: ConcurrencyResult) -> list[Table]:
+    """The two tables as rich tables."""
+    from rich.table import Table
+
+    cells = Table(title="Concurrent requests: aggregate throughput and latency")
+    for header in CELL_HEADERS:
+        cells.add_column(header, justify="left" if header == "contender" else "right")
+    for row in cell_rows(result):
+        cells.add_row(*row)
+    headers, rows = ratio_table_rows(result)
+    ratios = Table(title=f"Ours / {LLAMA_PLAIN} at each N (tok/s above 1: ours faster)")
+    for header in headers:
+        ratios.add_column(header, justify="right")
+    for row in rows:
+        ratios.add_row(*row)
+    return [cells, ratios]
+
+
+def _markdown(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def concurrency_markdown(result: ConcurrencyResult) -> str:
+    """Both tables in Markdown, with the notes above them."""
+    headers, rows = ratio_table_rows(result)
+    parts = [
+        "\n".join(f"- {note.strip()}" for note in concurrency_notes(result)),
+        _markdown(CELL_HEADERS, cell_rows(result)),
+        _markdown(headers, rows),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def concurrency_to_dict(result: ConcurrencyResult) -> dict[str, Any]:
+    """The whole run as a JSON-compatible dict: options, machine, cells, ratios, phases."""
+    record = {
+        "schema": CONCURRENCY_SCHEMA,
+        "started_at": result.started_at,
+        "duration_s": result.duration_s,
+        "options": result.options.to_dict(),
+        "environment": result.environment,
+        "prompts": list(result.prompts),
+        "row_cost": result.row_cost,
+        "cells": [cell.to_dict() for cell in result.cells],
+        "ratios": list(result.ratios),
+        "failures": len(result.failures),
+        "phases": [phase.to_dict() for phase in result.phases],
+    }
+    finite: dict[str, Any] = json_safe(record)
+    return finite
+
+
+def write_concurrency_report(result: ConcurrencyResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``concurrency.json`` and ``concurrency.md`` into ``out_dir`` (created)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "concurrency.json", "markdown": out / "concurrency.md"}
+    paths["json"].write_text(
+        json.dumps(concurrency_to_dict(result), indent=2) + "\n", encoding="utf-8"
+    )
+    paths["markdown"].write_text(concurrency_markdown(result), encoding="utf-8")
+    return paths
