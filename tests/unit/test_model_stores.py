@@ -171,3 +171,29 @@ def test_every_store_model_is_listed_with_the_name_to_pass(
     assert {model.size for model in found} == {header.stat().st_size}
     for model in found:
         assert resolve_stored_model(model.name) == model.path
+
+
+def test_models_list_shows_store_models_with_their_names_and_headers(
+    roots: dict[str, Path], header: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from speculative_llm.cli import main
+
+    blob = add_ollama_model(roots["OLLAMA_MODELS"], "tiny", header, tag="q4")
+    add_hf_model(roots["HF_HUB_CACHE"], "org/Tiny-GGUF", {"tiny.gguf": header})
+    assert main(["models", "list"]) == 0
+    stores = capsys.readouterr().out.split("In your stores")[1]
+    assert "ollama:tiny:q4" in stores and "hf:org/Tiny-GGUF" in stores
+    assert "Ollama: llama, gpt2 tokenizer, 20 tokens" in stores
+    assert main(["models", "path", "ollama:tiny:q4"]) == 0
+    assert capsys.readouterr().out.strip() == str(blob)
+
+
+def test_models_list_says_where_it_looked_when_the_stores_are_empty(
+    roots: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from speculative_llm.cli import main
+
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "No GGUF models in your stores; looked in:" in out
+    assert f"Ollama: {roots['OLLAMA_MODELS']}" in out

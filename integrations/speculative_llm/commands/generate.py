@@ -42,10 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         "-m",
         default=_DEFAULT_MODEL,
-        help="target model: packaged alias (smollm2-135m, gemma3-270m), .gguf file, local "
-        f"directory or Hugging Face id (default {_DEFAULT_MODEL})",
+        help="target model: packaged alias (smollm2-135m, gemma3-270m), store name "
+        "(ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO, hf:ORG/REPO; see `models list`), .gguf "
+        f"file, local directory or Hugging Face id (default {_DEFAULT_MODEL})",
     )
-    parser.add_argument("--draft", help="draft model for --method draft_model (same vocabulary)")
+    parser.add_argument(
+        "--draft",
+        help="draft model for --method draft_model (same vocabulary), named as --model; "
+        "'auto' picks the smallest GGUF on this machine with the target's vocabulary",
+    )
     parser.add_argument(
         "--method",
         choices=local_methods(),
