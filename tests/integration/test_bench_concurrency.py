@@ -1,0 +1,75 @@
+"""The concurrency benchmark end to end: the local engine and real llama-servers started
+with --parallel N, on the packaged SmolLM2-135M. Structure and token counts only: the
+timings of a shared machine are never asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from local_runners import require_llama_cpp
+from speculative_llm.bench.concurrency import (
+    LLAMA_PLAIN,
+    OURS_BASELINE,
+    OURS_DEFAULT,
+    ConcurrencyOptions,
+    run_concurrency,
+)
+from speculative_llm.bench.concurrency_report import concurrency_to_dict
+from speculative_llm.bench.options import BenchOptions
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+MAX_TOKENS = 8
+PER_CLIENT = 2
+
+
+def test_two_levels_against_llama_server_report_every_request(
+    smollm2_gguf: Path, llama_server_binary: Path
+) -> None:
+    require_llama_cpp()  # llama_server_binary skips, saying why, without llama-server
+    options = ConcurrencyOptions(
+        bench=BenchOptions(
+            model=str(smollm2_gguf),
+            threads=1,
+            max_tokens=MAX_TOKENS,
+            categories=("qa",),
+            per_category=2,
+            repeats=1,
+            progress=False,
+        ),
+        levels=(1, 2),
+        requests_per_client=PER_CLIENT,
+    )
+    result = run_concurrency(options)
+    assert result.failures == []
+    labels = [OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN]
+    assert [(c.contender, c.concurrency) for c in result.cells] == [
+        (label, level) for label in labels for level in (1, 2)
+    ]
+    assert {(p.contender, p.concurrency) for p in result.phases} == {
+        (label, level) for label in labels for level in (1, 2)
+    }
+    for phase in result.phases:
+        assert len(phase.requests) == phase.concurrency * PER_CLIENT
+        assert {r.client for r in phase.requests} == set(range(phase.concurrency))
+        assert all(r.ok and 1 <= r.generated_tokens <= MAX_TOKENS for r in phase.requests)
+        assert phase.generated_tokens == sum(r.generated_tokens for r in phase.requests)
+    for cell in result.cells:
+        assert cell.requests == cell.concurrency * PER_CLIENT and cell.failures == 0
+        assert cell.generated_tokens == sum(
+            p.generated_tokens
+            for p in result.phases
+            if (p.contender, p.concurrency) == (cell.contender, cell.concurrency)
+        )
+        assert cell.batches == (cell.contender == LLAMA_PLAIN)
+        if not cell.batches:
+            assert cell.predicted_gain == 1.0  # the engine serves one request at a time
+    assert result.row_cost is not None and result.row_cost >= 0
+    assert [row["concurrency"] for row in result.ratios] == [1, 2]
+    assert all(set(row) == {"concurrency", "reference", *labels[:2]} for row in result.ratios)
+    record = json.loads(json.dumps(concurrency_to_dict(result)))
+    assert record["environment"]["cpu"] and "load_average_at_start" in record["environment"]
+    assert record["failures"] == 0 and len(record["phases"]) == 6
