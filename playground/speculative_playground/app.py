@@ -41,7 +41,7 @@ from speculative_playground.prompt_area import (
 from speculative_playground.results_area import result_views
 from speculative_playground.runner import CancelRegistry
 from speculative_playground.security import SecurityPolicy
-from speculative_playground.settings import DEFAULT_MODEL, PACKAGED_MODELS, RunSettings
+from speculative_playground.settings import DEFAULT_MODEL, RunSettings, model_choices
 from speculative_playground.settings_panel import (
     SettingsPanel,
     settings_panel,
@@ -121,7 +121,7 @@ def build_app(
     *,
     policy: SecurityPolicy | None = None,
     pool: BackendPool | None = None,
-    models: Sequence[str] = PACKAGED_MODELS,
+    models: Sequence[str] | None = None,
     defaults: RunSettings | None = None,
     update_interval_s: float = 0.1,
     concurrency_limit: int | None = 1,
@@ -134,7 +134,8 @@ def build_app(
         policy: Deployment policy (bind address, allowlist...); local-only by default.
         pool: Backend pool to use; by default one is made (and closed at exit).
         models: Models offered in the target dropdown (the first is the default unless
-            ``defaults`` says otherwise).
+            ``defaults`` says otherwise); by default ``model_choices()``: the packaged
+            models, then the GGUF models in the user's Ollama, LM Studio and HF stores.
         defaults: Initial values of the settings panel.
         update_interval_s: Least time between two streamed updates of the page.
         concurrency_limit: Comparisons that may run at once (1 keeps measurements
@@ -147,7 +148,7 @@ def build_app(
         The ``gr.Blocks`` app; start it with ``launch``.
     """
     policy = policy or SecurityPolicy()
-    offered = tuple(dict.fromkeys(models)) or PACKAGED_MODELS
+    offered = tuple(dict.fromkeys(models or ())) or model_choices()
     if pool is None:
         pool = BackendPool(policy=policy, offered_models=offered)
         atexit.register(pool.close)

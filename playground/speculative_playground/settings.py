@@ -35,6 +35,7 @@ __all__ = [
     "TimingMode",
     "default_draft_length",
     "greedy_hint",
+    "model_choices",
     "page_methods",
 ]
 
@@ -70,6 +71,20 @@ PACKAGED_MODELS: tuple[str, ...] = (
 )
 """Models shipped as PyPI packages, and their F16 variants made from them on first use
 (llama-quantize, no download): they load with no model hub."""
+
+
+def model_choices(*first: str) -> tuple[str, ...]:
+    """The target models the page offers: ``first``, the packaged ones, then the user's own.
+
+    The user's own are the GGUF models in their Ollama store, LM Studio folder and
+    Hugging Face cache, under the names that load them (``ollama:NAME:TAG``...); looked
+    up on each call, reading directories only (no model is opened).
+    """
+    from speculative_llm.engine.models.stores import find_stored_models
+
+    stored = (model.name for model in find_stored_models())
+    return tuple(dict.fromkeys([*first, *PACKAGED_MODELS, *stored]))
+
 
 METHODS_BY_KIND: dict[str, tuple[str, ...]] = {
     "local": tuple(entry.name for entry in drafter_entries()),

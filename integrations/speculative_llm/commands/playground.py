@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from speculative_playground.runner import WORKER_THREAD_PREFIX, CancelRegistry
     from speculative_playground.security import SecurityPolicy
-    from speculative_playground.settings import PACKAGED_MODELS
+    from speculative_playground.settings import PACKAGED_MODELS, model_choices
 
     if args.concurrency < 1:
         raise ConfigError(
@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     policy = policy.allowing_urls([u for u in (settings.server_url, settings.baseline_url) if u])
     chosen = (settings.model, settings.draft_model) if settings.backend != "url" else ()
     custom = [name for name in chosen if name and name not in PACKAGED_MODELS]
-    models = list(dict.fromkeys([*custom, *PACKAGED_MODELS, *policy.model_files()]))
+    # The operator's, the packaged ones, the user's own stores', then --model-dir's.
+    models = list(dict.fromkeys([*model_choices(*custom), *policy.model_files()]))
     # --exact is the page's initial Exactness (in the settings): each run loads its
     # engines with the policy chosen there.
     local_options = local_engine_options(args)
