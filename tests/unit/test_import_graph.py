@@ -220,6 +220,14 @@ def test_the_project_has_no_import_cycle() -> None:
     )
 
 
+def test_the_adapters_are_read_by_their_import_names() -> None:
+    modules = discover_modules()
+    assert "langchain_speculative.chat_models" in modules
+    assert "llama_index.llms.speculative.base" in modules
+    # A project folder's name (langchain-speculative) is no part of a module's name.
+    assert not [name for name in modules if "-" in name]
+
+
 def test_not_even_type_only_imports_go_round_in_a_circle() -> None:
     cycles = find_cycles(import_graph(discover_modules(), type_only=True))
     assert not cycles, (
