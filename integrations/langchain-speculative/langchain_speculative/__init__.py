@@ -5,9 +5,9 @@ any speculative-llm backend and put ``SpecStats`` on every response;
 ``SpecStatsCallbackHandler`` / ``get_spec_stats_callback`` sum them over a chain or
 agent run; ``TraceRecorderCallbackHandler`` / ``record_traces`` write the run's model
 calls to a JSONL trace that ``speculative-llm bench --prompts`` replays. The
-distribution ``langchain-speculative`` (``pip install ./integrations/langchain-speculative``
-from a checkout); an editable install of the checkout with the ``langchain`` extra
-imports it too.
+distribution ``langchain-speculative`` (from the root of a checkout: ``pip install .
+./integrations/langchain-speculative``); an editable install of the checkout with the
+``langchain`` extra imports it too.
 """
 
 from speculative_llm.errors import MissingDependencyError

@@ -1,7 +1,7 @@
 """LlamaIndex integration: ``Speculative``, an LLM with speculative decoding and statistics.
 
-The distribution ``llama-index-llms-speculative`` (``pip install
-./integrations/llama-index-llms-speculative`` from a checkout); an editable install of the
+The distribution ``llama-index-llms-speculative`` (from the root of a checkout: ``pip
+install . ./integrations/llama-index-llms-speculative``); an editable install of the
 checkout with the ``llama-index`` extra imports it too, and importing this package without
 ``llama-index-core`` raises ``MissingDependencyError`` naming that extra.
 """
