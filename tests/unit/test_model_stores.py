@@ -197,3 +197,15 @@ def test_models_list_says_where_it_looked_when_the_stores_are_empty(
     out = capsys.readouterr().out
     assert "No GGUF models in your stores; looked in:" in out
     assert f"Ollama: {roots['OLLAMA_MODELS']}" in out
+
+
+def test_a_managed_llama_server_takes_store_names_too(roots: dict[str, Path], header: Path) -> None:
+    from speculative_llm.servers.llama_flags import resolve_gguf
+
+    blob = add_ollama_model(roots["OLLAMA_MODELS"], "tiny", header, tag="q4")
+    add_hf_model(roots["HF_HUB_CACHE"], "org/Tiny-GGUF", {"tiny.gguf": header})
+    assert resolve_gguf("ollama:tiny:q4") == blob
+    assert resolve_gguf("hf:org/Tiny-GGUF").name == "tiny.gguf"
+    with pytest.raises(ModelNotFoundError, match="Ollama holds no") as caught:
+        resolve_gguf("ollama:other", role="draft_model")
+    assert caught.value.field == "draft_model"

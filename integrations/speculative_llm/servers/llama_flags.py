@@ -511,11 +511,14 @@ def _ngram_size_args(flags: LlamaServerFlags, spec_type: str, ngram_size: int | 
 
 
 def resolve_gguf(model: str | os.PathLike[str], *, role: str = "model") -> Path:
-    """Resolve a ``.gguf`` path or a packaged alias (``smollm2-135m``...) to a file.
+    """Resolve a ``.gguf`` path, a packaged alias or a store name to a file.
+
+    Packaged aliases are ``smollm2-135m``...; store names ``ollama:NAME:TAG``,
+    ``lmstudio:...``, ``hf:...`` (``engine.models.stores``).
 
     Raises:
         ModelNotFoundError: The path does not exist, is a directory without a single
-            ``.gguf`` file, or the alias is unknown.
+            ``.gguf`` file, the alias is unknown, or the store does not hold the model.
     """
     path = Path(model).expanduser()
     if path.is_file():
@@ -530,6 +533,14 @@ def resolve_gguf(model: str | os.PathLike[str], *, role: str = "model") -> Path:
             field=role,
         )
     text = str(model)
+    from speculative_llm.engine.models.stores import resolve_stored_model, store_prefix
+
+    if store_prefix(text) is not None:
+        try:
+            return resolve_stored_model(text)
+        except ModelNotFoundError as error:
+            error.field = role
+            raise
     if text.endswith(".gguf") or os.sep in text or text.startswith("."):
         raise ModelNotFoundError(
             f"The {role} file {text!r} does not exist. Give the path of a .gguf file or a "
