@@ -327,3 +327,35 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(tmp_path:
     assert "| llama-server plain | 2 | 2 | 1 | 2 |" in markdown
     paths = write_concurrency_report(result, tmp_path / "out")
     assert paths["json"].is_file() and paths["markdown"].read_text() == markdown
+
+
+def test_an_interrupt_while_waiting_stops_the_clients_and_is_raised_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    class Slow(FakeBackend):
+        def generate(self, request: GenerationRequest) -> Completion:
+            started.set()
+            release.wait(timeout=5)
+            return super().generate(request)
+
+    backend = Slow()
+    original_join = threading.Thread.join
+    interrupted: list[bool] = []
+
+    def join_interrupted_once(thread: threading.Thread, timeout: float | None = None) -> None:
+        if not interrupted:  # Ctrl-C while the first request is in flight
+            interrupted.append(True)
+            started.wait(timeout=5)
+            raise KeyboardInterrupt
+        release.set()  # the driver has set its stop flag: let the request in flight end
+        original_join(thread, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", join_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        drive_threads(backend.generate, _plan(["a", "b", "c"]))
+    monkeypatch.undo()
+    assert [text for _, text in backend.calls] == ["a"]  # b and c were never sent
+    assert not [t for t in threading.enumerate() if t.name.startswith("bench-client-")]

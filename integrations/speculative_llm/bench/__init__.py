@@ -12,9 +12,24 @@ in the same run, on the same prompts, interleaved; greedy outputs are checked ag
 the baseline's, as Spec-Bench does. Each cell's decode speedup stands beside the one its
 statistics predict (``prediction_accuracy`` judges them per contender), and
 ``hardware_predictions`` models what the run's drafts would buy on other machines.
+
+``run_concurrency`` measures concurrent requests instead (``speculative-llm bench
+--concurrency 1,2,4,8``): N clients at once against the local engine and llama-server
+``--parallel N``, with the gain batching predicts beside the measured one::
+
+    from speculative_llm.bench import ConcurrencyOptions, run_concurrency, write_concurrency_report
+
+    result = run_concurrency(ConcurrencyOptions(levels=(1, 2, 4)))
+    write_concurrency_report(result, "bench-results")
 """
 
 from speculative_llm.bench.aggregate import summarize
+from speculative_llm.bench.concurrency import (
+    ConcurrencyOptions,
+    ConcurrencyResult,
+    run_concurrency,
+)
+from speculative_llm.bench.concurrency_report import write_concurrency_report
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
 from speculative_llm.bench.predictions import (
     hardware_predictions,
@@ -58,6 +73,8 @@ __all__ = [
     "BenchResult",
     "BenchSummary",
     "CellSummary",
+    "ConcurrencyOptions",
+    "ConcurrencyResult",
     "PromptResult",
     "Sample",
     "TraceWriter",
@@ -75,8 +92,10 @@ __all__ = [
     "resolve_prompts",
     "result_to_dict",
     "run_benchmark",
+    "run_concurrency",
     "run_samples",
     "select_prompts",
     "summarize",
+    "write_concurrency_report",
     "write_reports",
 ]
