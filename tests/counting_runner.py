@@ -7,7 +7,8 @@ passes it runs, as ``("forward", tokens)``.
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 __all__ = ["CountingRunner"]
 
@@ -36,17 +37,13 @@ class CountingRunner:
     def kernel_seconds(self) -> float | None:
         return None
 
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
     def reset(self) -> None:
         self.cached = []
 
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+    def forward(self, tokens: list[int], num_logits: int) -> npt.NDArray[np.float32]:
         self.passes.append(("forward", len(tokens)))
         self.cached.extend(tokens)
-        rows = torch.zeros(num_logits, self._vocab_size)
+        rows = np.zeros((num_logits, self._vocab_size), dtype=np.float32)
         for row, token in enumerate(self.cached[-num_logits:]):
             rows[row, (token + 1) % self._vocab_size] = 1.0
         return rows

@@ -409,14 +409,14 @@ def logits_along_a_decode(runner: Any) -> list[Any]:
     """
     runner.reset()
     # Cloned: a runner may return views of its own buffer, valid until its next call.
-    seen = [runner.forward(DECODE_PROMPT, 1).clone()]
-    seen.append(runner.forward([5, 6, 7, 8], 4).clone())
+    seen = [runner.forward(DECODE_PROMPT, 1).copy()]
+    seen.append(runner.forward([5, 6, 7, 8], 4).copy())
     runner.crop(runner.length - 3)
-    seen.append(runner.forward([9, 10], 2).clone())
+    seen.append(runner.forward([9, 10], 2).copy())
     for token in range(11, 20):
-        seen.append(runner.forward([token], 1).clone())
+        seen.append(runner.forward([token], 1).copy())
     runner.crop(0)
-    seen.append(runner.forward(DECODE_PROMPT[:5], 5).clone())
+    seen.append(runner.forward(DECODE_PROMPT[:5], 5).copy())
     return seen
 
 
@@ -438,7 +438,7 @@ def decode_concurrently(
     """
     import threading
 
-    import torch
+    import numpy as np
 
     def in_threads(work: Any, arguments: list[Any]) -> None:
         threads = [threading.Thread(target=work, args=(argument,)) for argument in arguments]
@@ -458,7 +458,7 @@ def decode_concurrently(
                 seen = logits_along_a_decode(runner)
                 if reference is not None:
                     for got, wanted in zip(seen, expected, strict=True):
-                        if not torch.equal(got, wanted):
+                        if not np.array_equal(got, wanted):
                             raise AssertionError("a concurrent decode returned other logits")
         except BaseException as error:  # returned to the test, which asserts on it
             errors.append(error)

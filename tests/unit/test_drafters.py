@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
@@ -13,6 +14,7 @@ from speculative_llm import ConfigError  # noqa: E402
 from speculative_llm.engine.drafters.base import Drafter  # noqa: E402
 from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
+from speculative_llm.engine.loop.random_stream import RandomStream  # noqa: E402
 from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
 from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 
@@ -227,11 +229,11 @@ def test_sampling_draft_returns_its_distributions(draft_model: object) -> None:
     sequence = [1, *range(10, 20)]
     drafter.begin(sequence)
     params = SamplingParams(temperature=0.8, top_k=20)
-    draft = drafter.propose(sequence, 3, params, torch.Generator().manual_seed(0))
+    draft = drafter.propose(sequence, 3, params, RandomStream(0))
     assert draft.probs is not None
     # Padded to the target's vocabulary width; each row a distribution.
     assert draft.probs.shape == (3, 105)
-    assert torch.allclose(draft.probs.sum(dim=-1), torch.ones(3))
+    assert np.allclose(draft.probs.sum(axis=-1), np.ones(3))
     for row, token in enumerate(draft.tokens):
         assert draft.probs[row, token] > 0
     assert int((draft.probs[0] > 0).sum()) <= 20

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
@@ -30,10 +32,12 @@ from speculative_llm.engine.loop.engine import (  # noqa: E402
     StepCounters,
     generate_steps,
 )
+from speculative_llm.engine.loop.random_stream import RandomStream  # noqa: E402
 from speculative_llm.engine.loop.sampling import (  # noqa: E402
     SamplingParams,
     Verdict,
     logits_to_probs,
+    sample_from,
 )
 from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import build_mini_causal_lm, build_tiny_llama, perturbed_copy, write_gguf  # noqa: E402
@@ -44,6 +48,8 @@ PARAMS = SamplingParams(temperature=1.0, top_k=8)
 K = 2
 NEW_TOKENS = K + 2  # the prefill's token x1, then a step drafting x2, x3 (+ a bonus)
 
+Rows = npt.NDArray[np.float32]
+
 
 @dataclass(frozen=True)
 class Case:
@@ -51,7 +57,7 @@ class Case:
 
     target: Any
     draft: Any
-    exact_joint: torch.Tensor
+    exact_joint: Rows
 
 
 def _transformers_case() -> Case:
@@ -96,23 +102,23 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return chosen
 
 
-def exact_distribution(target: Any) -> torch.Tensor:
+def exact_distribution(target: Any) -> Rows:
     """P(x1, x2, x3) of the target under PARAMS, shape (VOCAB, VOCAB, VOCAB)."""
     with torch.inference_mode():
-        first = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1], PARAMS)
+        first = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1].numpy(), PARAMS)
         grid = torch.cartesian_prod(torch.arange(VOCAB), torch.arange(VOCAB))
         prefix = torch.tensor(PROMPT).repeat(VOCAB * VOCAB, 1)
-        logits = target(torch.cat([prefix, grid], dim=1)).logits
+        logits = target(torch.cat([prefix, grid], dim=1)).logits.numpy()
         second = logits_to_probs(logits[::VOCAB, -2], PARAMS)  # rows x1 = 0..V-1
         third = logits_to_probs(logits[:, -1], PARAMS).reshape(VOCAB, VOCAB, VOCAB)
     return first[:, None, None] * second[:, :, None] * third
 
 
-def runner_distribution(runner: Any) -> torch.Tensor:
+def runner_distribution(runner: Any) -> Rows:
     """P(x1, x2, x3) under PARAMS from a runner's one-token passes (1 + V + V^2 of them)."""
     runner.reset()
     first = logits_to_probs(runner.forward(PROMPT, 1)[0], PARAMS)
-    joint = torch.zeros(VOCAB, VOCAB, VOCAB)
+    joint = np.zeros((VOCAB, VOCAB, VOCAB), dtype=np.float32)
     for x1 in range(VOCAB):
         runner.crop(len(PROMPT))
         second = logits_to_probs(runner.forward([x1], 1)[0], PARAMS)
@@ -124,7 +130,7 @@ def runner_distribution(runner: Any) -> torch.Tensor:
 
 
 def _sample(runner: Any, drafter: Drafter, trials: int, rule: Any = None) -> list[tuple[int, ...]]:
-    generator = torch.Generator().manual_seed(2024)
+    generator = RandomStream(2024)
     extra = {} if rule is None else {"rule": rule}
     samples = []
     for _ in range(trials):
@@ -144,13 +150,13 @@ def _sample(runner: Any, drafter: Drafter, trials: int, rule: Any = None) -> lis
     return samples
 
 
-def _pvalue(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
+def _pvalue(observed: Rows, expected_probs: Rows) -> float:
     """Chi-squared p-value, cells with expected count < 5 pooled into one."""
     return chi_squared_pvalue(observed.flatten().tolist(), expected_probs.flatten().tolist())
 
 
-def _pair_counts(samples: list[tuple[int, ...]], first: int, second: int) -> torch.Tensor:
-    counts = torch.zeros(VOCAB, VOCAB)
+def _pair_counts(samples: list[tuple[int, ...]], first: int, second: int) -> Rows:
+    counts = np.zeros((VOCAB, VOCAB), dtype=np.float32)
     for sample in samples:
         counts[sample[first], sample[second]] += 1
     return counts
@@ -158,39 +164,40 @@ def _pair_counts(samples: list[tuple[int, ...]], first: int, second: int) -> tor
 
 def _broken_rule(
     draft_tokens: list[int],
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator | None,
+    draft_probs: Rows | None,
+    target_probs: Rows,
+    generator: RandomStream | None,
 ) -> Verdict:
     """WRONG on purpose: after a rejection, sample from p instead of norm(max(0, p - q))."""
     for position, token in enumerate(draft_tokens):
         q = 1.0 if draft_probs is None else float(draft_probs[position, token])
         ratio = float(target_probs[position, token]) / q
-        if float(torch.rand(1, generator=generator)) >= ratio:
-            fresh = int(torch.multinomial(target_probs[position], 1, generator=generator))
+        assert generator is not None
+        if generator.uniform() >= ratio:
+            fresh = sample_from(target_probs[position], generator)
             return Verdict(position, [*draft_tokens[:position], fresh])
-    bonus = int(torch.multinomial(target_probs[len(draft_tokens)], 1, generator=generator))
+    bonus = sample_from(target_probs[len(draft_tokens)], generator)
     return Verdict(len(draft_tokens), [*draft_tokens, bonus])
 
 
 def test_draft_model_sampling_matches_the_target(case: Case) -> None:
     samples = _sample(case.target, DraftModelDrafter(case.draft, VOCAB), 1000)
     assert all(len(sample) == NEW_TOKENS for sample in samples)
-    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3  # x1, x2
-    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3  # x2, x3
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(axis=2)) > 1e-3  # x1, x2
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(axis=0)) > 1e-3  # x2, x3
 
 
 def test_prompt_lookup_sampling_matches_the_target(case: Case) -> None:
     # The prompt repeats "5 7": prompt lookup drafts deterministically (one-hot q).
     samples = _sample(case.target, PromptLookupDrafter(1, 2), 600)
-    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3
-    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(axis=2)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(axis=0)) > 1e-3
 
 
 def _suffix_drafter(runner: Any) -> SuffixDrafter:
     """A suffix drafter whose global trie holds 20 of the target's own samples."""
     cache = GlobalSuffixCache(max_depth=8)
-    generator = torch.Generator().manual_seed(8)
+    generator = RandomStream(8)
     for _ in range(20):
         steps = generate_steps(
             runner,
@@ -217,21 +224,21 @@ def test_suffix_sampling_matches_the_target(case: Case) -> None:
         max_new_tokens=40,
         params=PARAMS,
         draft_length=DraftLengthPolicy(K),
-        generator=torch.Generator().manual_seed(2),
+        generator=RandomStream(2),
     ):
         counters.record(step)
     assert counters.accepted_by_source.get("global", 0) > 0
     assert counters.rejected_steps > 0
     samples = _sample(case.target, drafter, 600)
-    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(dim=2)) > 1e-3
-    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 0, 1), case.exact_joint.sum(axis=2)) > 1e-3
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(axis=0)) > 1e-3
     # Test of the test: with these drafts, the broken rule is caught (seeded, so the
     # p-values are fixed; the seeds give the global trie drafts that are accepted).
     broken = _sample(case.target, drafter, 600, rule=_broken_rule)
     assert (
         min(
-            _pvalue(_pair_counts(broken, 0, 1), case.exact_joint.sum(dim=2)),
-            _pvalue(_pair_counts(broken, 1, 2), case.exact_joint.sum(dim=0)),
+            _pvalue(_pair_counts(broken, 0, 1), case.exact_joint.sum(axis=2)),
+            _pvalue(_pair_counts(broken, 1, 2), case.exact_joint.sum(axis=0)),
         )
         < 1e-4
     )
@@ -242,4 +249,4 @@ def test_the_engine_test_catches_a_broken_rule(case: Case) -> None:
     samples = _sample(case.target, DraftModelDrafter(case.draft, VOCAB), 600, rule=_broken_rule)
     # The bias compounds over draft positions: strongest on (x2, x3).
     # Seeded: about 3e-6 on transformers, far below what the exact rule gives (> 1e-3).
-    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(dim=0)) < 1e-5
+    assert _pvalue(_pair_counts(samples, 1, 2), case.exact_joint.sum(axis=0)) < 1e-5

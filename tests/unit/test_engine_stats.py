@@ -24,6 +24,7 @@ from speculative_llm.engine.loop.engine import (  # noqa: E402
     generate_steps,
     reusable_prefix,
 )
+from speculative_llm.engine.loop.random_stream import RandomStream  # noqa: E402
 from speculative_llm.engine.loop.sampling import SamplingParams  # noqa: E402
 from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import load_float32  # noqa: E402
@@ -61,7 +62,7 @@ class OracleDrafter(DrafterBase):
         sequence: Sequence[int],
         k: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
     ) -> Draft:
         start = len(sequence) - self.prompt_length
         tokens = []

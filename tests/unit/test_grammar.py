@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
@@ -25,6 +27,7 @@ from speculative_llm import ConfigError  # noqa: E402
 from speculative_llm.engine.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from speculative_llm.engine.drafters.ngram import PromptLookupDrafter  # noqa: E402
 from speculative_llm.engine.loop.engine import DraftLengthPolicy, generate_steps  # noqa: E402
+from speculative_llm.engine.loop.random_stream import RandomStream  # noqa: E402
 from speculative_llm.engine.loop.sampling import SamplingParams, logits_to_probs  # noqa: E402
 from speculative_llm.engine.request.grammar import Constraint, GrammarVocabulary  # noqa: E402
 from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
@@ -201,26 +204,26 @@ class Case:
     target: Any
     draft: Any
     vocabulary: GrammarVocabulary
-    exact: torch.Tensor
+    exact: npt.NDArray[np.float32]
 
 
-def masked_distribution(runner: Any) -> torch.Tensor:
+def masked_distribution(runner: Any) -> npt.NDArray[np.float32]:
     """P(x1, x2, x3) of the masked target under PARAMS, from one-token passes."""
 
-    def probs(logits: torch.Tensor, allowed: range) -> torch.Tensor:
-        masked = torch.full_like(logits, float("-inf"))
+    def probs(logits: npt.NDArray[np.float32], allowed: range) -> npt.NDArray[np.float32]:
+        masked = np.full_like(logits, -np.inf)
         masked[list(allowed)] = logits[list(allowed)]
         return logits_to_probs(masked, PARAMS)
 
     runner.reset()
-    first = probs(runner.forward(PROMPT, 1)[0].clone(), ALLOWED[0])
-    joint = torch.zeros(VOCAB, VOCAB, VOCAB)
+    first = probs(runner.forward(PROMPT, 1)[0].copy(), ALLOWED[0])
+    joint = np.zeros((VOCAB, VOCAB, VOCAB), dtype=np.float32)
     for x1 in ALLOWED[0]:
         runner.crop(len(PROMPT))
-        second = probs(runner.forward([x1], 1)[0].clone(), ALLOWED[1])
+        second = probs(runner.forward([x1], 1)[0].copy(), ALLOWED[1])
         for x2 in ALLOWED[1]:
             runner.crop(len(PROMPT) + 1)
-            third = probs(runner.forward([x2], 1)[0].clone(), ALLOWED[2])
+            third = probs(runner.forward([x2], 1)[0].copy(), ALLOWED[2])
             joint[x1, x2] = first[x1] * second[x2] * third
     return joint
 
@@ -256,7 +259,7 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def _first_row_only(mask: Any) -> Any:
-    def masked(logits: torch.Tensor) -> torch.Tensor:
+    def masked(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         mask(logits[:1])
         return logits
 
@@ -266,7 +269,7 @@ def _first_row_only(mask: Any) -> Any:
 def _sample(
     case: Case, drafter: Any, trials: int, *, break_mask: bool = False
 ) -> list[tuple[int, ...]]:
-    generator = torch.Generator().manual_seed(2024)
+    generator = RandomStream(2024)
     compiled = case.vocabulary.ebnf(EBNF)
     samples = []
     for _ in range(trials):
@@ -295,9 +298,9 @@ def _sample(
 
 
 def _pvalue(
-    samples: list[tuple[int, ...]], first: int, second: int, expected: torch.Tensor
+    samples: list[tuple[int, ...]], first: int, second: int, expected: npt.NDArray[np.float32]
 ) -> float:
-    counts = torch.zeros(VOCAB, VOCAB)
+    counts = np.zeros((VOCAB, VOCAB), dtype=np.float32)
     for sample in samples:
         counts[sample[first], sample[second]] += 1
     return chi_squared_pvalue(counts.flatten().tolist(), expected.flatten().tolist())
@@ -312,10 +315,10 @@ def test_constrained_sampling_matches_the_masked_target(case: Case) -> None:
         assert all(
             sample[i] in ALLOWED[i] for sample in samples for i in range(3)
         )  # the grammar holds
-        assert _pvalue(samples, 0, 1, case.exact.sum(dim=2)) > 1e-3
-        assert _pvalue(samples, 1, 2, case.exact.sum(dim=0)) > 1e-3
+        assert _pvalue(samples, 0, 1, case.exact.sum(axis=2)) > 1e-3
+        assert _pvalue(samples, 1, 2, case.exact.sum(axis=0)) > 1e-3
 
 
 def test_the_constrained_test_catches_an_unmasked_row(case: Case) -> None:
     samples = _sample(case, DraftModelDrafter(case.draft, VOCAB), 300, break_mask=True)
-    assert _pvalue(samples, 1, 2, case.exact.sum(dim=0)) < 1e-6
+    assert _pvalue(samples, 1, 2, case.exact.sum(axis=0)) < 1e-6

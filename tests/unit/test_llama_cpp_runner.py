@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
@@ -112,12 +113,12 @@ def test_logits_follow_the_cache_through_crops(model: Any) -> None:
     ]
     # Same again on a fresh context: cropping left nothing behind.
     again = logits_along_a_decode(second)
-    assert all(torch.equal(a, b) for a, b in zip(seen, again, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(seen, again, strict=True))
     # The verify pass's rows equal decoding the same tokens one at a time.
     first.reset()
     first.forward(DECODE_PROMPT, 1)
-    singles = [first.forward([token], 1)[0].clone() for token in (5, 6, 7, 8)]
-    assert all(torch.equal(row, single) for row, single in zip(seen[1], singles, strict=True))
+    singles = [first.forward([token], 1)[0].copy() for token in (5, 6, 7, 8)]
+    assert all(np.array_equal(row, single) for row, single in zip(seen[1], singles, strict=True))
     first.close()
     second.close()
 
@@ -251,7 +252,7 @@ def test_one_token_passes_switch_threads_at_the_plans_length(model: Any) -> None
     runner = model.new_runner()
     runner.thread_plan = ThreadPlan(2, exact_below=10)
     runner.reset()
-    first = runner.forward(list(range(10, 18)), 1)[0].clone()  # a batch: all threads
+    first = runner.forward(list(range(10, 18)), 1)[0].copy()  # a batch: all threads
     assert first.shape == (model.vocab_size,)
     runner.forward([20], 1)  # 8 cached tokens: below the length
     assert runner.one_token_threads == 2
@@ -291,20 +292,20 @@ def test_a_rescored_one_token_pass_is_a_two_row_batch_with_the_logits_of_a_verif
     prompt, tail = list(range(10, 22)), [30, 31, 32, 33]
     runner.reset()
     runner.forward(prompt, 1)
-    batched = runner.forward(tail, len(tail)).clone()
+    batched = runner.forward(tail, len(tail)).copy()
     runner.crop(len(prompt))
     runner.thread_plan = ThreadPlan(2, exact_below=14, fallback="rescore")
     spy = _DecodeSizes(runner._api)
     runner._api = spy
-    rows = [runner.forward([token], 1)[0].clone() for token in tail]
+    rows = [runner.forward([token], 1)[0].copy() for token in tail]
     # 12 and 13 cached tokens: plain one-token passes; from 14 on, 2-row re-scores.
     assert spy.sizes == [1, 1, 2, 2]
     assert runner.length == len(prompt) + len(tail)
-    assert all(torch.equal(row, want) for row, want in zip(rows, batched, strict=True))
+    assert all(np.array_equal(row, want) for row, want in zip(rows, batched, strict=True))
     # Cropped below and past the length again, the cache still holds the right tokens.
     runner.crop(len(prompt) + 2)
     again = runner.forward([tail[2]], 1)[0]
-    assert spy.sizes[-1] == 2 and torch.equal(again, batched[2])
+    assert spy.sizes[-1] == 2 and np.array_equal(again, batched[2])
     assert not ThreadPlan(2, exact_below=0, fallback="rescore").rescores(0)
     assert ThreadPlan(2, exact_below=256, fallback="rescore").describe() == (
         "2 threads (one-token passes past 256 cached tokens re-score the token before, as 2 rows)"
@@ -323,15 +324,15 @@ def test_a_long_prompt_takes_the_passes_of_one_llama_decode_over_it(model: Any) 
     spy = _DecodeSizes(runner._api)
     runner._api = spy
     prompt = [10 + index % 40 for index in range(2 * 512 + 76)]
-    whole = runner.forward(prompt, 1)[0].clone()
+    whole = runner.forward(prompt, 1)[0].copy()
     one_call, spy.sizes = spy.sizes, []
     first = prefill(runner, prompt, SamplingParams(), None)
     assert one_call == [512, 512, 76]
     assert sorted(spy.sizes) == sorted(one_call)  # the remainder comes first (prompt_passes)
     # Every pass has 64 rows or more, so the chunked prompt computes as the whole one.
-    assert first.tokens == [int(torch.argmax(whole))]
-    assert torch.equal(
-        runner.forward([first.tokens[0]], 1)[0].clone(), _next_row(model, prompt, first)
+    assert first.tokens == [int(np.argmax(whole))]
+    assert np.array_equal(
+        runner.forward([first.tokens[0]], 1)[0].copy(), _next_row(model, prompt, first)
     )
     runner.close()
 
@@ -340,7 +341,7 @@ def _next_row(model: Any, prompt: list[int], first: Any) -> Any:
     other = model.new_runner()
     try:
         other.forward(prompt, 1)
-        return other.forward([first.tokens[0]], 1)[0].clone()
+        return other.forward([first.tokens[0]], 1)[0].copy()
     finally:
         other.close()
 
@@ -452,10 +453,10 @@ def test_a_restarted_sequence_keeps_its_prefix_and_the_logits_of_a_fresh_one(mod
     before = reused.kernel_seconds
     reused.restart_from(len(DECODE_PROMPT))
     assert list(reused.cached_tokens) == DECODE_PROMPT and reused.length == len(DECODE_PROMPT)
-    rows = reused.forward([9, 10], 1)[0].clone()
+    rows = reused.forward([9, 10], 1)[0].copy()
     # The rest of the prompt is that sequence's prompt pass: time to first token.
     assert reused.kernel_seconds == before
-    assert torch.equal(rows, fresh.forward([*DECODE_PROMPT, 9, 10], 1)[0])
+    assert np.array_equal(rows, fresh.forward([*DECODE_PROMPT, 9, 10], 1)[0])
     assert list(reused.cached_tokens) == [*DECODE_PROMPT, 9, 10]
     reused.restart_from(0)
     assert reused.length == 0 and not reused.cached_tokens

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
-import torch
 
 from speculative_llm.engine.loop import pass_costs
 from speculative_llm.engine.loop.draft_cost import VerifyCost
@@ -53,15 +54,11 @@ class TimedRunner:
     def kernel_seconds(self) -> float | None:
         return None
 
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
-
     def reset(self) -> None:
         self._length = 0
         self.resets += 1
 
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+    def forward(self, tokens: list[int], num_logits: int) -> npt.NDArray[np.float32]:
         rows = len(tokens)
         cost = 1.0 + self.row_cost * (rows - 1)
         if rows not in self.seen:
@@ -69,7 +66,7 @@ class TimedRunner:
             self.seen.add(rows)
         self.clock.now += cost
         self._length += rows
-        return torch.zeros(num_logits, self.vocab_size)
+        return np.zeros((num_logits, self.vocab_size), dtype=np.float32)
 
     def crop(self, length: int) -> None:
         self._length = min(self._length, length)
@@ -95,16 +92,16 @@ def test_measures_each_size_after_a_warm_up(clock: FakeClock) -> None:
     assert runner.resets == 2 and runner.length == 0  # the cache is left empty
 
 
-def test_the_measured_passes_run_without_autograd(clock: FakeClock) -> None:
-    """Timed as the loop runs them: a pass recording gradients would cost more."""
+def test_the_measured_passes_run_without_autograd() -> None:
+    """Timed as the loop runs them: a transformers pass recording gradients would cost more."""
+    torch = pytest.importorskip("torch", reason="the transformers runner needs torch")
+    from speculative_llm.engine.runners.transformers.runner import TransformersRunner
+    from tiny_models import build_mini_causal_lm
+
+    model = build_mini_causal_lm(50)
     grad_enabled: list[bool] = []
-
-    class RecordingRunner(TimedRunner):
-        def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
-            grad_enabled.append(torch.is_grad_enabled())
-            return super().forward(tokens, num_logits)
-
-    assert measure_pass_costs(RecordingRunner(clock), sizes=(1, 2), context=8) is not None
+    model.register_forward_pre_hook(lambda *_: grad_enabled.append(torch.is_grad_enabled()))
+    assert measure_pass_costs(TransformersRunner(model), sizes=(1, 2), context=8) is not None
     assert grad_enabled and not any(grad_enabled)
 
 

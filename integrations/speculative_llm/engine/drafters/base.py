@@ -13,13 +13,12 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
-import torch
-
 from speculative_llm.engine.runners.base import LoadedModel, Runner
 
 if TYPE_CHECKING:
     from speculative_llm.engine.loop.draft_cost import VerifyCost
-    from speculative_llm.engine.loop.sampling import SamplingParams
+    from speculative_llm.engine.loop.random_stream import RandomStream
+    from speculative_llm.engine.loop.sampling import Probabilities, SamplingParams
     from speculative_llm.engine.request.grammar import Constraint
 
 __all__ = ["Draft", "Drafter", "DrafterBase", "DrafterHost"]
@@ -51,7 +50,7 @@ class Draft:
     """
 
     tokens: list[int]
-    probs: torch.Tensor | None = None
+    probs: Probabilities | None = None
     match_length: int | None = None
     source: str | None = None
     caught_up: int = 0
@@ -115,7 +114,7 @@ class Drafter(Protocol):
         sequence: Sequence[int],
         k: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
         *,
         constraint: Constraint | None = None,
     ) -> Draft:

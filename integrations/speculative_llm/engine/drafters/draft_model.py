@@ -11,11 +11,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 from speculative_llm.engine.drafters.base import Draft, DrafterBase
 from speculative_llm.engine.loop.pass_costs import calibrate
 from speculative_llm.engine.loop.sampling import (
+    Probabilities,
     SamplingParams,
     argmax_rows,
     logits_to_probs,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from speculative_llm.config import SpecConfig
     from speculative_llm.engine.drafters.base import DrafterHost
     from speculative_llm.engine.loop.draft_cost import VerifyCost
+    from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.request.grammar import Constraint
 
 __all__ = ["CATCH_UP_AFTER", "DraftModelDrafter", "build_draft_model"]
@@ -120,22 +122,22 @@ class DraftModelDrafter(DrafterBase):
         """Tokens of ``sequence`` after the prefix its cache shares with it."""
         return len(sequence) - self._shared_prefix(sequence)
 
-    def _fit_vocab(self, probs: torch.Tensor) -> torch.Tensor:
+    def _fit_vocab(self, probs: Probabilities) -> Probabilities:
         width = probs.shape[-1]
         if width == self.target_vocab_size:
             return probs
         if width > self.target_vocab_size:
             cut = probs[..., : self.target_vocab_size]
-            return cut / cut.sum(dim=-1, keepdim=True)
-        return torch.nn.functional.pad(probs, (0, self.target_vocab_size - width))
+            fitted: Probabilities = cut / cut.sum(axis=-1, keepdims=True)
+            return fitted
+        return np.pad(probs, [(0, 0)] * (probs.ndim - 1) + [(0, self.target_vocab_size - width)])
 
-    @torch.inference_mode()
     def propose(
         self,
         sequence: Sequence[int],
         k: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
         *,
         constraint: Constraint | None = None,
     ) -> Draft:
@@ -165,13 +167,13 @@ class DraftModelDrafter(DrafterBase):
             catch_up_s = time.perf_counter() - started
             caught_up, pending = len(pending) - 1, pending[-1:]
         tokens: list[int] = []
-        rows: list[torch.Tensor] = []
+        rows: list[Probabilities] = []
         try:
             self._draft(pending, k, params, generator, constraint, tokens, rows)
         finally:
             if constraint is not None:
                 constraint.rewind()
-        probs = torch.stack(rows) if rows else None
+        probs = np.stack(rows) if rows else None
         return Draft(tokens, probs, caught_up=caught_up, catch_up_s=catch_up_s)
 
     def _draft(
@@ -179,10 +181,10 @@ class DraftModelDrafter(DrafterBase):
         pending: list[int],
         k: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
         constraint: Constraint | None,
         tokens: list[int],
-        rows: list[torch.Tensor],
+        rows: list[Probabilities],
     ) -> None:
         for position in range(k):
             logits = self.runner.forward(pending, 1)[0]

@@ -15,10 +15,9 @@ from speculative_llm.engine.drafters.base import Draft, DrafterBase
 from speculative_llm.errors import ConfigError
 
 if TYPE_CHECKING:
-    import torch
-
     from speculative_llm.config import SpecConfig
     from speculative_llm.engine.drafters.base import DrafterHost
+    from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import SamplingParams
     from speculative_llm.engine.request.grammar import Constraint
 
@@ -143,7 +142,7 @@ class PromptLookupDrafter(DrafterBase):
         sequence: Sequence[int],
         k: int,
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
         *,
         constraint: Constraint | None = None,
     ) -> Draft:

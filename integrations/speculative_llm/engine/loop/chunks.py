@@ -17,11 +17,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import torch
-
 from speculative_llm.engine.loop.draft_cost import PositionAcceptance, VerifyCost
 from speculative_llm.engine.loop.draft_length import DraftLengthPolicy
 from speculative_llm.engine.loop.engine import decode
+from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.session import SpeculationSession
 from speculative_llm.engine.request.grammar import Constraint
@@ -113,7 +112,7 @@ def request_chunks(
     request, target, runner = job.request, context.target, context.runner
     started = time.perf_counter()
     seed = request.seed if request.seed is not None else secrets.randbits(62)
-    generator = torch.Generator(device=runner.device).manual_seed(seed)
+    generator = RandomStream(seed)
     session = open_session(context, job, started)
     output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
     steps = decode(

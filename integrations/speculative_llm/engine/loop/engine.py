@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
-import torch
+import numpy as np
 
 from speculative_llm.cancellation import Cancellation
 from speculative_llm.engine.drafters.base import Drafter
 from speculative_llm.engine.loop.draft_length import DraftLengthPolicy
+from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.sampling import (
     AcceptanceRule,
@@ -46,6 +47,7 @@ from speculative_llm.engine.loop.sampling import (
 from speculative_llm.engine.loop.session import Proposal, SpeculationSession
 from speculative_llm.engine.loop.steps import EngineFinish, StepResult
 from speculative_llm.engine.runners.base import (
+    LogitRows,
     PrefixReuse,
     PromptChunks,
     Runner,
@@ -79,7 +81,7 @@ StepCounters = RequestStats
 totals and the request's statistics became one record."""
 
 
-def _choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+def _choose(logits: LogitRows, params: SamplingParams, generator: RandomStream | None) -> int:
     if params.greedy:
         return argmax_rows(logits[None])[0]
     return sample_from(logits_to_probs(logits, params), generator)
@@ -120,13 +122,12 @@ def prompt_passes(count: int, chunk: int | None) -> list[int]:
     return [chunk + remainder] + [chunk] * (whole - 1)
 
 
-@torch.inference_mode()
 def prefill_in_chunks(
     target: Runner,
     prompt_tokens: Sequence[int],
     params: SamplingParams,
-    generator: torch.Generator | None,
-    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    generator: RandomStream | None,
+    mask: Callable[[LogitRows], LogitRows] | None = None,
     *,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
@@ -188,13 +189,12 @@ def prefill_in_chunks(
     )
 
 
-@torch.inference_mode()
 def prefill(
     target: Runner,
     prompt_tokens: Sequence[int],
     params: SamplingParams,
-    generator: torch.Generator | None,
-    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    generator: RandomStream | None,
+    mask: Callable[[LogitRows], LogitRows] | None = None,
     *,
     reuse_prefix: bool = False,
 ) -> StepResult:
@@ -221,15 +221,14 @@ def _finish(chunks: Generator[PromptProgress, None, StepResult]) -> StepResult:
             return first
 
 
-@torch.inference_mode()
 def verify_proposal(
     target: Runner,
     sequence: Sequence[int],
     proposal: Proposal,
     params: SamplingParams,
-    generator: torch.Generator | None,
+    generator: RandomStream | None,
     *,
-    mask: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    mask: Callable[[LogitRows], LogitRows] | None = None,
     rule: AcceptanceRule = verify_sampled,
 ) -> StepResult:
     """Verify a session's proposal in one target forward pass, then crop the cache.
@@ -279,7 +278,6 @@ def verify_proposal(
     )
 
 
-@torch.inference_mode()
 def logit_margin(target: Runner, tokens: Sequence[int]) -> float:
     """The target's top-1 minus top-2 logit after ``tokens``, scored in one batched pass.
 
@@ -289,9 +287,9 @@ def logit_margin(target: Runner, tokens: Sequence[int]) -> float:
     """
     target.reset()
     try:
-        logits = target.forward(list(tokens), 1)[0].float()
-        top = torch.topk(logits, 2).values
-        return float(top[0] - top[1])
+        logits = target.forward(list(tokens), 1)[0]
+        top = np.partition(logits, logits.shape[-1] - 2)[-2:]
+        return float(top[1] - top[0])
     finally:
         target.reset()
 
@@ -303,7 +301,7 @@ def decode(
     *,
     max_new_tokens: int,
     params: SamplingParams,
-    generator: torch.Generator | None = None,
+    generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
     reuse_prefix: bool = False,
@@ -380,7 +378,7 @@ def generate_steps(
     params: SamplingParams,
     draft_length: DraftLengthPolicy,
     eos_token_ids: frozenset[int] = frozenset(),
-    generator: torch.Generator | None = None,
+    generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
     constraint: Constraint | None = None,
@@ -400,7 +398,7 @@ def generate_steps(
     params: SamplingParams,
     draft_length: DraftLengthPolicy,
     eos_token_ids: frozenset[int] = frozenset(),
-    generator: torch.Generator | None = None,
+    generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
     constraint: Constraint | None = None,
@@ -419,7 +417,7 @@ def generate_steps(
     params: SamplingParams,
     draft_length: DraftLengthPolicy,
     eos_token_ids: frozenset[int] = frozenset(),
-    generator: torch.Generator | None = None,
+    generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
     constraint: Constraint | None = None,

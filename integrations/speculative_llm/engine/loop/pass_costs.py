@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
 from speculative_llm.engine.runners.base import LoadedModel, Runner
 
 __all__ = [
@@ -107,7 +105,6 @@ def _filler_tokens(count: int, vocab_size: int) -> list[int]:
     return [1 + (index * 7919) % span for index in range(count)]
 
 
-@torch.inference_mode()
 def measure_pass_costs(
     runner: Runner,
     *,

@@ -14,6 +14,9 @@ drafter consumes the random stream exactly as plain decoding does: a seeded requ
 gives the baseline's tokens whatever the draft lengths were (which the cost-aware
 policy chooses from measured timings).
 
+Everything here runs on NumPy arrays: logits and probabilities in float32, cumulative
+sums in float64, uniforms from the request's ``RandomStream``.
+
 Greedy decoding (temperature 0) accepts while the target's argmax agrees with the
 draft, and then emits the target's argmax: the output is the target's greedy output.
 """
@@ -23,12 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
+from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.types import check_sampling
 
 __all__ = [
     "AcceptanceRule",
+    "Probabilities",
     "SamplingParams",
     "Verdict",
     "argmax_rows",
@@ -38,6 +44,9 @@ __all__ = [
     "verify_greedy",
     "verify_sampled",
 ]
+
+Probabilities = npt.NDArray[np.float32]
+"""Probabilities (or logits) over the vocabulary, in float32: ``(vocab,)`` or ``(rows, vocab)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,24 +72,13 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
-
-
-def argmax_rows(logits: torch.Tensor) -> list[int]:
-    """The argmax of each row of ``(rows, vocab)`` logits (first index on ties).
-
-    On a CPU NumPy's argmax, on the same memory (no copy), is an order of magnitude
-    faster than torch's for a few rows of a large vocabulary, which is a greedy step's
-    whole selection cost; elsewhere, and for dtypes NumPy lacks, torch's.
-    """
-    if logits.device.type == "cpu" and logits.dtype in _NUMPY_DTYPES:
-        chosen: list[int] = logits.detach().numpy().argmax(axis=-1).tolist()
-    else:
-        chosen = logits.argmax(dim=-1).tolist()
+def argmax_rows(logits: npt.NDArray[np.floating]) -> list[int]:
+    """The argmax of each row of ``(rows, vocab)`` logits (first index on ties)."""
+    chosen: list[int] = logits.argmax(axis=-1).tolist()
     return chosen
 
 
-def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def logits_to_probs(logits: npt.NDArray[np.floating], params: SamplingParams) -> Probabilities:
     """Turn logits of shape ``(..., vocab)`` into the sampling distribution, in float32.
 
     Temperature scales the logits, then top-k and top-p (nucleus) filtering zero out
@@ -97,37 +95,42 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     """
     if params.greedy:
         raise ValueError("logits_to_probs needs temperature > 0; greedy decoding uses argmax")
-    scores = logits.float() / params.temperature
+    scores: Probabilities = logits.astype(np.float32) / np.float32(params.temperature)
     vocab_size = scores.shape[-1]
     if 0 < params.top_k < vocab_size:
-        kth_best = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth_best, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
+        kth_best = np.partition(scores, vocab_size - params.top_k, axis=-1)[
+            ..., vocab_size - params.top_k, None
+        ]
+        scores[scores < kth_best] = -np.inf
+    exponentials = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs: Probabilities = exponentials / exponentials.sum(axis=-1, keepdims=True)
     if params.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        mass_before = np.cumsum(sorted_probs, axis=-1, dtype=np.float32) - sorted_probs
         # Keep a token while the mass of the more likely tokens is below top_p: the
         # most likely token is always kept.
-        sorted_probs = sorted_probs.masked_fill(mass_before >= params.top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
+        sorted_probs[mass_before >= np.float32(params.top_p)] = 0.0
+        probs = np.zeros_like(probs)
+        np.put_along_axis(probs, order, sorted_probs, axis=-1)
+        probs /= probs.sum(axis=-1, keepdims=True)
     return probs
 
 
-def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+def sample_from(probs: Probabilities, generator: RandomStream | None) -> int:
     """Draw one token id from a 1-D probability vector, by inverse CDF from one uniform.
 
     One uniform per draw keeps the random stream aligned with the emitted positions
     (see the module docstring); float64 sums keep the tail of a large vocabulary exact.
     """
-    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
-    uniform = torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device)
+    cdf = np.cumsum(probs, axis=-1, dtype=np.float64)
+    uniform = (generator or RandomStream()).uniform()
     # The first i with cdf[i] > u * total: token i has probability cdf[i] - cdf[i - 1],
     # so a token of probability 0 is never drawn.
-    index = int(torch.searchsorted(cdf, uniform * cdf[-1], right=True))
+    index = int(np.searchsorted(cdf, uniform * cdf[-1], side="right"))
     if index >= probs.shape[-1]:
         # Only through rounding at the top of the CDF: the last token that can be drawn.
-        index = int(torch.nonzero(probs > 0)[-1])
+        index = int(np.flatnonzero(probs > 0)[-1])
     return index
 
 
@@ -145,7 +148,7 @@ class Verdict:
     tokens: list[int]
 
 
-def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
+def verify_greedy(draft_tokens: list[int], target_logits: npt.NDArray[np.floating]) -> Verdict:
     """Greedy verification: accept while the target's argmax equals the draft.
 
     Args:
@@ -168,9 +171,9 @@ def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdi
 
 def verify_sampled(
     draft_tokens: list[int],
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator | None,
+    draft_probs: Probabilities | None,
+    target_probs: Probabilities,
+    generator: RandomStream | None,
 ) -> Verdict:
     """Speculative sampling: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)).
 
@@ -179,13 +182,14 @@ def verify_sampled(
         draft_probs: Draft distributions ``q`` of shape ``(k, vocab)``, or None when the
             drafter is deterministic (one-hot ``q``, as prompt lookup is).
         target_probs: Target distributions ``p`` of shape ``(k + 1, vocab)``.
-        generator: Random generator (seeded for reproducible output).
+        generator: Random stream (seeded for reproducible output).
 
     Returns:
         The accepted prefix plus one token from ``norm(max(0, p_i - q_i))`` at the first
         rejection, or a bonus token from ``p_k`` when all k are accepted.
     """
     k = len(draft_tokens)
+    generator = generator or RandomStream()
     if k and draft_probs is None:
         # One-hot q: y_i ~ p_i is accepted iff y_i == x_i (probability p_i(x_i)), and
         # otherwise y_i ~ norm(max(0, p_i - onehot(x_i))) is the correction.
@@ -194,15 +198,13 @@ def verify_sampled(
             if chosen != drafted:
                 return Verdict(position, [*draft_tokens[:position], chosen])
     elif k and draft_probs is not None:
-        positions = torch.arange(k, device=target_probs.device)
-        index = torch.tensor(draft_tokens, device=target_probs.device)
+        positions = np.arange(k)
         # Accept x_i when u_i < p_i(x_i) / q_i(x_i).
-        ratio = target_probs[positions, index] / draft_probs[positions, index]
-        uniforms = torch.rand(k, generator=generator, device=target_probs.device)
-        rejected = (uniforms >= ratio).tolist()
+        ratio = target_probs[positions, draft_tokens] / draft_probs[positions, draft_tokens]
+        rejected = (generator.uniforms(k) >= ratio).tolist()
         for position, was_rejected in enumerate(rejected):
             if was_rejected:
-                residual = (target_probs[position] - draft_probs[position]).clamp_(min=0.0)
+                residual = np.maximum(target_probs[position] - draft_probs[position], 0.0)
                 if float(residual.sum()) <= 0.0:
                     # Only reachable through float rounding (p == q everywhere means the
                     # ratio was 1): fall back to the target distribution itself.
@@ -214,17 +216,17 @@ def verify_sampled(
 
 
 AcceptanceRule = Callable[
-    [list[int], "torch.Tensor | None", torch.Tensor, "torch.Generator | None"], Verdict
+    [list[int], Probabilities | None, Probabilities, RandomStream | None], Verdict
 ]
 """Signature of a sampled verification rule (``verify_sampled`` is the exact one)."""
 
 
 def verify_draft(
     draft_tokens: list[int],
-    draft_probs: torch.Tensor | None,
-    target_logits: torch.Tensor,
+    draft_probs: Probabilities | None,
+    target_logits: npt.NDArray[np.floating],
     params: SamplingParams,
-    generator: torch.Generator | None,
+    generator: RandomStream | None,
     rule: AcceptanceRule = verify_sampled,
 ) -> Verdict:
     """Verify a draft against target logits, greedily or by speculative sampling.
@@ -234,7 +236,7 @@ def verify_draft(
         draft_probs: Draft distributions (sampling with a draft model), else None.
         target_logits: Target logits of shape ``(k + 1, vocab)``.
         params: Sampling parameters; temperature 0 selects greedy verification.
-        generator: Random generator used when sampling.
+        generator: Random stream used when sampling.
         rule: The sampled acceptance rule (tests substitute a broken one to check that
             the statistical test notices).
     """

@@ -34,10 +34,10 @@ from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.steps import StepResult
 
 if TYPE_CHECKING:
-    import torch
-
+    from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import SamplingParams
     from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.runners.base import LogitRows
     from speculative_llm.stats import SpecStats
 
 __all__ = ["Proposal", "SpeculationSession"]
@@ -147,7 +147,7 @@ class SpeculationSession:
         self,
         sequence: Sequence[int],
         params: SamplingParams,
-        generator: torch.Generator | None,
+        generator: RandomStream | None,
         *,
         remaining: int,
         verify_limit: int,
@@ -194,7 +194,7 @@ class SpeculationSession:
             grammar_s=grammar_s,
         )
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+    def mask(self, logits: LogitRows) -> LogitRows:
         """``logits`` with the tokens the grammar forbids at -inf, in place (no grammar: as is).
 
         The rows are those of the last ``draft`` (its tokens and the one after them); the

@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.json_gbnf import JSON_WHITESPACE
@@ -53,6 +54,19 @@ def _native_reason(error: BaseException) -> str:
     """The reason xgrammar gives, in one line, without its time stamp and source location."""
     reason = " ".join(_NATIVE_PREFIX.sub("", str(error)).split())
     return reason.rstrip(".") or type(error).__name__
+
+
+def _apply_bitmask(
+    logits: npt.NDArray[np.float32], bitmask: npt.NDArray[np.int32], vocab_size: int
+) -> None:
+    """Set to -inf, in place, the logits of the first ``vocab_size`` columns whose bit is 0.
+
+    ``bitmask`` is xgrammar's: one int32 word per 32 tokens, token ``t`` at bit ``t % 32``
+    of word ``t // 32`` (little-endian words, so the bytes unpack least bit first).
+    """
+    width = min(vocab_size, logits.shape[-1])
+    bits = np.unpackbits(bitmask.astype("<i4").view(np.uint8), axis=-1, bitorder="little")
+    logits[:, :width][bits[:, :width] == 0] = -np.inf
 
 
 def _xgrammar() -> Any:
@@ -282,7 +296,7 @@ class Constraint:
         return kept
 
     @_timed
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+    def mask(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared.
 
         One row with none prepared (the prompt's pass) is the next position's.
@@ -293,9 +307,7 @@ class Constraint:
             self._rows = 1
         if rows > self._rows:
             raise RuntimeError(f"{rows} logit rows to mask, {self._rows} masks prepared")
-        self._xgr.apply_token_bitmask_inplace(
-            logits, self._bitmask[:rows].to(logits.device), vocab_size=self._vocab_size
-        )
+        _apply_bitmask(logits, self._bitmask[:rows].numpy(), self._vocab_size)
         return logits
 
     @_timed
@@ -318,12 +330,10 @@ class Constraint:
         """Whether ``token`` is one of the stop tokens the grammar ends with."""
         return token in self._stop_tokens
 
-    def mask_next(self, logits: torch.Tensor) -> None:
+    def mask_next(self, logits: npt.NDArray[np.float32]) -> None:
         """For a draft model: mask a row of its logits for the next position, in place."""
         self._fill(0)
-        self._xgr.apply_token_bitmask_inplace(
-            logits.view(1, -1), self._bitmask[:1].to(logits.device), vocab_size=self._vocab_size
-        )
+        _apply_bitmask(logits[None], self._bitmask[:1].numpy(), self._vocab_size)
 
     def advance(self, token: int) -> None:
         """For a draft model: move past a drafted token (``rewind`` undoes it).

@@ -4,7 +4,8 @@ The decoding loop (``loop.engine``) and the draft-model drafter only ever ask a 
 
 * ``forward(tokens, n)``: feed ``tokens`` after the cached prefix (the cache grows by
   ``len(tokens)``) and return the logits of the last ``n`` positions, shape
-  ``(n, vocab)``, float32 on the runner's device;
+  ``(n, vocab)``, a float32 NumPy array (the transformers runner converts its
+  tensors, on any device, at this edge; the loop needs no torch);
 * ``crop(length)``: forget every cached token after the first ``length`` (rejected
   drafts leave the cache; the prefix is never recomputed);
 * ``reset()``: start a new sequence with an empty cache.
@@ -29,7 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from speculative_llm.engine.models.sources import ModelSource
 from speculative_llm.engine.models.tokenizers import Tokenizer
@@ -38,6 +40,7 @@ from speculative_llm.errors import ConfigError
 __all__ = [
     "PROMPT_CHUNK_TOKENS",
     "LoadedModel",
+    "LogitRows",
     "PrefixReuse",
     "PromptChunks",
     "Runner",
@@ -45,6 +48,9 @@ __all__ = [
     "check_prompt_fits",
     "common_prefix_length",
 ]
+
+LogitRows = npt.NDArray[np.float32]
+"""Logits of some positions, ``(rows, vocab)`` in float32 (one row: ``(vocab,)``)."""
 
 PROMPT_CHUNK_TOKENS = 128
 """Prompt tokens per pass of a chunked prefill (``PromptChunks``): the transformers
@@ -100,17 +106,15 @@ class Runner(Protocol):
         """
         ...
 
-    @property
-    def device(self) -> torch.device:
-        """Where the logits live (random generators for sampling are made there)."""
-        ...
-
     def reset(self) -> None:
         """Start a new sequence with an empty cache."""
         ...
 
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
-        """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions."""
+    def forward(self, tokens: list[int], num_logits: int) -> LogitRows:
+        """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions.
+
+        The rows may be a view of the runner's own buffer: valid until its next pass.
+        """
         ...
 
     def crop(self, length: int) -> None:

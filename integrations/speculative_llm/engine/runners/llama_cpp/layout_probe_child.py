@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+import numpy as np
 
 from speculative_llm.engine.runners.llama_cpp.layout_probe import (
     LONG_PROBE_CONTEXT,
@@ -61,11 +61,11 @@ def _first_split_length(runner: LlamaCppRunner, ids: Sequence[int], start: int) 
         elif runner.length < length:
             runner.forward(list(ids[runner.length : length]), 1)
         runner.thread_plan = every
-        wide = runner.forward([ids[length]], 1)[0].clone()
+        wide = runner.forward([ids[length]], 1)[0].copy()
         runner.crop(length)
         runner.thread_plan = single
         narrow = runner.forward([ids[length]], 1)[0]
-        equal = torch.equal(wide, narrow)
+        equal = np.array_equal(wide, narrow)
         runner.crop(length)
         return not equal
 

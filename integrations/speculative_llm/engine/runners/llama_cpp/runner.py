@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
+from speculative_llm.engine.runners.base import LogitRows
 from speculative_llm.engine.runners.llama_cpp.layout_probe import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
@@ -48,8 +48,6 @@ __all__ = [
     "ThreadPlan",
     "exact_verify_rows",
 ]
-
-_CPU = torch.device("cpu")
 
 _BATCH_CAPACITY = 512
 """Tokens per ``llama_decode`` (prompts are fed in chunks of this many)."""
@@ -238,11 +236,6 @@ class LlamaCppRunner:
         return self.model.verify_rows_limit
 
     @property
-    def device(self) -> torch.device:
-        """The CPU: llama.cpp's logits are read from host memory."""
-        return _CPU
-
-    @property
     def context_window(self) -> int:
         """Most tokens the cache holds."""
         return self.model.context_window
@@ -255,7 +248,7 @@ class LlamaCppRunner:
         self._history.clear()
         self._prompt_pass = True
 
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+    def forward(self, tokens: list[int], num_logits: int) -> LogitRows:
         """Feed ``tokens`` after the cache; logits of the last ``num_logits`` positions.
 
         The rows are a view of llama.cpp's buffer: valid until this runner's next call.
@@ -342,11 +335,12 @@ class LlamaCppRunner:
             # Per chunk: a later chunk that fails leaves this one cached and known.
             self._history.extend(chunk)
 
-    def _logit_rows(self, num_logits: int) -> torch.Tensor:
+    def _logit_rows(self, num_logits: int) -> LogitRows:
         rows = self._api.llama_get_logits(self._context)
-        return torch.from_numpy(np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size)))
+        logits: LogitRows = np.ctypeslib.as_array(rows, shape=(num_logits, self._vocab_size))
+        return logits
 
-    def _rescore(self, token: int) -> torch.Tensor:
+    def _rescore(self, token: int) -> LogitRows:
         """Decode ``token`` as a 2-row batch after the last cached token, fed again.
 
         The last cached token leaves the cache and comes back in the batch's first row
@@ -454,12 +448,12 @@ def exact_verify_rows(runner: LlamaCppRunner, probe: Sequence[int], max_rows: in
     runner.reset()
     try:
         runner.forward(prompt, 1)
-        reference = [runner.forward([token], 1)[0].clone() for token in tail]
+        reference = [runner.forward([token], 1)[0].copy() for token in tail]
         exact = 1
         for rows in range(2, max_rows + 1):
             runner.crop(len(prompt))
             scored = runner.forward(tail[:rows], rows)
-            if not all(torch.equal(scored[row], reference[row]) for row in range(rows)):
+            if not all(np.array_equal(scored[row], reference[row]) for row in range(rows)):
                 break
             exact = rows
         return exact

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from speculative_llm.engine.runners.base import PROMPT_CHUNK_TOKENS
+from speculative_llm.engine.runners.base import PROMPT_CHUNK_TOKENS, LogitRows
 from speculative_llm.engine.runners.transformers.fast_paths import (
     FastPaths,
     GroupedAttention,
@@ -90,6 +90,7 @@ class TransformersRunner:
         if self.model is None:
             raise BackendError("This transformers runner is closed.")
 
+    @torch.inference_mode()
     def reset(self) -> None:
         """Start a new sequence with an empty cache."""
         self._check_open()
@@ -109,7 +110,7 @@ class TransformersRunner:
         self.length = 0
         self._recording = False
 
-    def forward(self, tokens: list[int], num_logits: int) -> torch.Tensor:
+    def forward(self, tokens: list[int], num_logits: int) -> LogitRows:
         """Feed ``tokens`` after the cached prefix; return logits of the last positions.
 
         Args:
@@ -117,7 +118,9 @@ class TransformersRunner:
             num_logits: How many trailing positions to return logits for.
 
         Returns:
-            Logits of shape ``(num_logits, vocab)``.
+            Logits of shape ``(num_logits, vocab)``, as a float32 NumPy array (the loop's
+            type: on a CPU a view of the tensor's memory; float32 holds bfloat16 and
+            float16 logits exactly, so the argmax and the probabilities are unchanged).
         """
         logits = self._pass(tokens, num_logits)
         if not self._recording and self._has_bounded_layers():
@@ -126,7 +129,8 @@ class TransformersRunner:
             # so a long prompt does not keep every state of every sliding layer.
             self.cache.activate_past_recording()
             self._recording = True
-        return logits
+        rows: LogitRows = logits.float().cpu().numpy()
+        return rows
 
     def feed(self, tokens: list[int], cancelled: Callable[[], bool] | None = None) -> None:
         """Feed prompt ``tokens`` after the cache; more of the prompt follows (``PromptChunks``).
@@ -144,6 +148,9 @@ class TransformersRunner:
             raise GenerationCancelledError("The generation was cancelled.")
         self._pass(tokens, 1)
 
+    # The cache's tensors are made and changed in inference mode only (no autograd
+    # graph, and torch refuses in-place changes of them outside it).
+    @torch.inference_mode()
     def _pass(self, tokens: list[int], num_logits: int) -> torch.Tensor:
         """One pass of the model over ``tokens`` after the cache (which grows by them)."""
         self._check_open()
@@ -191,6 +198,7 @@ class TransformersRunner:
             )
         return self._bounded
 
+    @torch.inference_mode()
     def crop(self, length: int) -> None:
         """Forget every cached token after the first ``length`` (rejected draft tokens)."""
         if length > self.length:
