@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -284,7 +285,11 @@ def test_the_bench_command_builds_concurrency_options() -> None:
         concurrency_options_from_args(bad)
 
 
-def test_the_report_shows_the_machine_the_prediction_and_every_failure(tmp_path: Path) -> None:
+def test_the_report_shows_the_machine_the_prediction_and_every_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loads = iter([1.5, 2.5, 2.0, 1.75])
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
     backend = FakeBackend(fail_on=["bad"])
     contenders = [
         _contender("ours baseline", backend),
@@ -310,6 +315,10 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(tmp_path:
     )
     notes = concurrency_notes(result)
     assert notes[0].startswith("CPU: Test CPU (2 CPUs); load average (1, 5, 15 min) unknown")
+    assert notes[0].endswith(
+        "1-minute load average at the end of each phase: 1.50 to 2.50 (other processes slow "
+        "the figures)"
+    )
     assert "does not batch yet" in notes[2] and "r = 0.500" in notes[3]
     assert "2 request(s) FAILED" in notes[4]
     assert notes[5] == "  llama-server plain N=2 round 0: BackendError: server said no to bad"
@@ -323,6 +332,7 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(tmp_path:
     ]
     assert record["cells"][3]["predicted_gain"] == pytest.approx(2 / 1.5)
     assert len(record["phases"]) == 4 and record["options"]["levels"] == [1, 2]
+    assert [phase["load_average"] for phase in record["phases"]] == [1.5, 2.5, 2.0, 1.75]
     markdown = concurrency_markdown(result)
     assert "| llama-server plain | 2 | 2 | 1 | 2 |" in markdown
     paths = write_concurrency_report(result, tmp_path / "out")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,7 @@ __all__ = [
     "ConcurrencyOptions",
     "ConcurrencyResult",
     "client_plan",
+    "one_minute_load",
     "parse_levels",
     "run_concurrency",
     "run_phases",
@@ -251,6 +253,14 @@ def _drive(
     return drive_threads(backend.generate, plan, stop=stop)
 
 
+def one_minute_load() -> float | None:
+    """The machine's 1-minute load average (None where the system does not say)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def _warm_up(
     contenders: Sequence[ConcurrencyContender],
     prompt: BenchPrompt,
@@ -321,7 +331,14 @@ def run_phases(
                 ]
                 driven = _drive(contender, level, plan, loop, stop)
                 phases.append(
-                    PhaseResult(contender.label, level, repeat, driven.wall_s, driven.requests)
+                    PhaseResult(
+                        contender.label,
+                        level,
+                        repeat,
+                        driven.wall_s,
+                        driven.requests,
+                        load_average=one_minute_load(),
+                    )
                 )
                 if on_step:
                     on_step(f"N={level} {contender.label}")

@@ -113,8 +113,14 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
     """What to know before reading the tables: threads, r, what batches, failures."""
     options = result.options
     threads = options.bench.threads
+    loads = [p.load_average for p in result.phases if p.load_average is not None]
+    during = (
+        f"1-minute load average at the end of each phase: {min(loads):.2f} to {max(loads):.2f}"
+        if loads
+        else "load average during the run unknown"
+    )
     notes = [
-        machine_line(result.environment),
+        f"{machine_line(result.environment)}; {during} (other processes slow the figures)",
         f"{options.bench.model or 'smollm2-135m'}, threads "
         f"{threads if threads is not None else 'default'} on both sides, "
         f"{options.requests_per_client} requests per client back to back, "

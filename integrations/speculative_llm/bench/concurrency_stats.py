@@ -97,6 +97,8 @@ class PhaseResult:
         round: The round (repeat) it belongs to.
         wall_s: Seconds from the first request sent to the last answer.
         requests: Every request of the phase, sent or not.
+        load_average: The machine's 1-minute load average when the phase ended (None:
+            unknown): other processes slow a phase down, this says how busy it was.
     """
 
     contender: str
@@ -104,6 +106,7 @@ class PhaseResult:
     round: int
     wall_s: float
     requests: tuple[RequestTiming, ...]
+    load_average: float | None = None
 
     @property
     def generated_tokens(self) -> int:
@@ -136,6 +139,7 @@ class PhaseResult:
             "tokens_per_second": self.tokens_per_second,
             "failures": len(self.failures),
             "cancelled": self.cancelled,
+            "load_average": self.load_average,
             "requests": [r.to_dict() for r in self.requests],
         }
 
