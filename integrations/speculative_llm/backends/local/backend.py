@@ -45,9 +45,13 @@ class LocalBackend(Backend):
 
     Args:
         model: Target model: a packaged alias (``smollm2-135m``, ``gemma3-270m``), a
-            ``.gguf`` file, a Hugging Face checkpoint directory or a hub id.
-        draft_model: Draft model for ``method="draft_model"`` (same vocabulary). When
-            given without ``speculative``, the default method is ``draft_model``.
+            store name (``ollama:NAME:TAG``, ``lmstudio:PUBLISHER/REPO``,
+            ``hf:ORG/REPO``), a ``.gguf`` file, a Hugging Face checkpoint directory or a
+            hub id.
+        draft_model: Draft model for ``method="draft_model"`` (same vocabulary), named
+            as ``model``; ``"auto"`` picks the smallest GGUF on this machine with the
+            target's vocabulary. When given without ``speculative``, the default method
+            is ``draft_model``.
         speculative: Default speculative configuration (``SpecConfig``, dict or method
             name); requests may override it with ``request.spec``. Default:
             ``DEFAULT_SPEC``, cost-aware prompt lookup (``ngram``) with drafts of up to
