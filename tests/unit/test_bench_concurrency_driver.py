@@ -247,6 +247,8 @@ def test_levels_and_options_are_checked_with_clear_errors() -> None:
         parse_levels(" , ")
     with pytest.raises(ConfigError, match="leave out --backend"):
         ConcurrencyOptions(bench=BenchOptions(backend="llamacpp"))
+    with pytest.raises(ConfigError, match="--compare-transformers has no part"):
+        ConcurrencyOptions(bench=BenchOptions(compare_transformers=True))
     with pytest.raises(ConfigError, match="requests_per_client must be an integer >= 1"):
         ConcurrencyOptions(requests_per_client=0)
     with pytest.raises(ConfigError, match=r"Unknown driver.*trio.*threads and/or asyncio"):

@@ -157,6 +157,12 @@ class ConcurrencyOptions:
                 f"starts itself; leave out --backend (got {self.bench.backend!r}).",
                 field="backend",
             )
+        if self.bench.compare_transformers:
+            raise ConfigError(
+                "--compare-transformers has no part in the concurrency benchmark (transformers' "
+                "generate serves one request at a time in this process); leave it out.",
+                field="compare_transformers",
+            )
         if not self.levels or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.levels
         ):
