@@ -9,6 +9,7 @@ from speculative_llm.bench.concurrency_stats import (
     PhaseResult,
     RequestTiming,
     aggregate_tokens_per_second,
+    implied_row_cost,
     percentile,
     predicted_batch_gain,
     ratio_rows,
@@ -43,6 +44,14 @@ def test_predicted_batch_gain_is_n_over_the_cost_of_an_n_row_pass() -> None:
         predicted_batch_gain(0, 0.5)
     with pytest.raises(ValueError, match="row_cost must be >= 0"):
         predicted_batch_gain(2, -0.1)
+
+
+def test_implied_row_cost_inverts_the_prediction() -> None:
+    for level, r in ((2, 0.25), (8, 0.6), (4, 1.3)):
+        gain = predicted_batch_gain(level, r)
+        assert implied_row_cost(level, gain) == pytest.approx(r)
+    assert implied_row_cost(4, 4.0) == 0.0
+    assert implied_row_cost(1, 1.0) is None and implied_row_cost(2, 0.0) is None
 
 
 def _phase(

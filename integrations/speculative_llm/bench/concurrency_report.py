@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from speculative_llm.bench.concurrency import LLAMA_PLAIN, ConcurrencyResult
+from speculative_llm.bench.concurrency_stats import implied_row_cost
 from speculative_llm.bench.report import format_ratio, json_safe
 
 if TYPE_CHECKING:
@@ -137,6 +138,19 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
             f"r = {result.row_cost:.3f}: the engine's measured cost of one more row of a pass, "
             "in one-token passes (SpecStats.verify_row_cost; rows of one sequence, same GGUF "
             "and threads); llama-server's own kernels may differ."
+        )
+    implied = [
+        f"{cell.contender} N={cell.concurrency}: r = {r:.2f}"
+        for cell in result.cells
+        if cell.batches
+        and cell.gain is not None
+        and (r := implied_row_cost(cell.concurrency, cell.gain)) is not None
+    ]
+    if implied:
+        notes.append(
+            "The measured gains imply (the r at which the prediction would match): "
+            + "; ".join(implied)
+            + "."
         )
     failures = result.failures
     if failures:

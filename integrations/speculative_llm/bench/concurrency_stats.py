@@ -18,7 +18,6 @@ back to back. From a phase's request timings come:
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ __all__ = [
     "PhaseResult",
     "RequestTiming",
     "aggregate_tokens_per_second",
-    "median_or_none",
+    "implied_row_cost",
     "percentile",
     "predicted_batch_gain",
     "ratio_rows",
@@ -192,6 +191,17 @@ def predicted_batch_gain(concurrency: int, row_cost: float) -> float:
     return concurrency / (1.0 + (concurrency - 1) * row_cost)
 
 
+def implied_row_cost(concurrency: int, gain: float) -> float | None:
+    """The r at which ``predicted_batch_gain`` equals a measured gain (the inverse).
+
+    ``(N / gain - 1) / (N - 1)``: what one more row must have cost for N rows per pass to
+    give ``gain``. None for N = 1 (any r gives 1) or a gain that is not positive.
+    """
+    if concurrency <= 1 or gain <= 0:
+        return None
+    return (concurrency / gain - 1.0) / (concurrency - 1)
+
+
 @dataclass(frozen=True, slots=True)
 class ConcurrencyCell:
     """One contender at one concurrency, pooled over the rounds.
@@ -351,9 +361,3 @@ def ratio_rows(
             }
         rows.append(row)
     return rows
-
-
-def median_or_none(values: Iterable[float | None]) -> float | None:
-    """The median of the values that are not None (None when there are none)."""
-    known = [value for value in values if value is not None]
-    return statistics.median(known) if known else None
