@@ -156,7 +156,7 @@ def json_schema_gbnf(schema: Mapping[str, Any], *, max_whitespace: int = JSON_WH
         import xgrammar
     except ImportError as error:
         raise MissingDependencyError(
-            "xgrammar", "local", "Writing the local engine's JSON grammar for llama-server"
+            "xgrammar", "grammar", "Writing the local engine's JSON grammar for llama-server"
         ) from error
     try:
         grammar = xgrammar.Grammar.from_json_schema(

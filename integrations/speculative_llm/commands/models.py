@@ -132,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(packaged_model_path(args.alias, progress=sys.stderr.isatty()))
         return 0
+    from speculative_llm.engine import export_hf_checkpoint
     from speculative_llm.engine.models.loading import load_model
     from speculative_llm.engine.models.tokenizers import HfTokenizer
-    from speculative_llm.engine.runners.transformers.model import export_hf_checkpoint
 
     # A checkpoint is written from transformers' weights (GGUF files dequantised).
     loaded = load_model(args.model, runner="transformers", dtype=args.dtype)

@@ -1,4 +1,4 @@
-"""The in-process speculative decoding engine: our own exact loop over llama.cpp or torch.
+"""The in-process speculative decoding engine: our own exact loop over llama.cpp or transformers.
 
 The engine is the library's second product beside the backends' adapters: it decodes
 speculatively in this process, with prompt lookup (``ngram``), suffix decoding
@@ -12,16 +12,21 @@ chunks), ``defaults`` (what runs when told nothing), ``engine_thread`` (the one 
 every pass runs on), ``loop`` (the decoding loop and what it consults), ``drafters``,
 ``runners`` (llama.cpp, transformers), ``models`` (where models come from, how they
 load) and ``request`` (from a request to what the loop runs, and its output back to
-text); each package's docstring lists its modules. Needs the ``local`` extra.
+text); each package's docstring lists its modules. Needs the ``local`` extra (the loop
+runs on NumPy; llama.cpp's binding loads with the first model); the transformers runner
+needs the ``transformers`` extra, imported only when a model asks for it.
 """
+
+import importlib
+from typing import Any
 
 from speculative_llm.errors import MissingDependencyError
 
 try:
-    import torch  # noqa: F401
+    import numpy  # noqa: F401
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError(
-        _error.name or "torch", "local", "The local speculative engine"
+        _error.name or "numpy", "local", "The local speculative engine"
     ) from _error
 
 from speculative_llm.engine.core import EngineCore
@@ -58,11 +63,36 @@ from speculative_llm.engine.models.tokenizers import HfTokenizer, Tokenizer
 from speculative_llm.engine.runners.base import LoadedModel, Runner
 from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel, LlamaCppTokenizer
 from speculative_llm.engine.runners.llama_cpp.runner import LlamaCppRunner
-from speculative_llm.engine.runners.transformers.model import (
-    export_hf_checkpoint,
-    resolve_dtype,
-)
-from speculative_llm.engine.runners.transformers.runner import TransformersRunner
+
+_NEEDS_TRANSFORMERS = {
+    "TransformersRunner": "speculative_llm.engine.runners.transformers.runner",
+    "export_hf_checkpoint": "speculative_llm.engine.runners.transformers.model",
+    "resolve_dtype": "speculative_llm.engine.runners.transformers.model",
+}
+"""Public names of the transformers runner, imported when first asked for (they need torch)."""
+
+
+def __getattr__(name: str) -> Any:
+    """The transformers runner's names, imported on first use.
+
+    Raises:
+        MissingDependencyError: torch or transformers is not installed (the
+            ``transformers`` extra).
+    """
+    module = _NEEDS_TRANSFORMERS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except MissingDependencyError:
+        raise
+    except ImportError as error:
+        raise MissingDependencyError(
+            error.name or "torch", "transformers", f"{name} (the transformers runner)"
+        ) from error
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_MODEL",

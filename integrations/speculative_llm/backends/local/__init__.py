@@ -8,8 +8,16 @@ and streams. The engine's own API (drafters, runners, the loop, model sources) l
 the ``local`` extra.
 """
 
-from speculative_llm.backends.local.backend import LocalBackend
-from speculative_llm.engine import *  # noqa: F403 - the engine's public names, re-exported
-from speculative_llm.engine import __all__ as _engine_names
+from typing import Any
 
-__all__ = ["LocalBackend", *_engine_names]
+from speculative_llm import engine as _engine
+from speculative_llm.backends.local.backend import LocalBackend
+
+__all__ = ["LocalBackend", *_engine.__all__]
+
+
+def __getattr__(name: str) -> Any:
+    """The engine's public names, re-exported (the transformers runner's load on first use)."""
+    if name in _engine.__all__:
+        return getattr(_engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -74,7 +74,7 @@ def _xgrammar() -> Any:
         import xgrammar
     except ImportError as error:
         raise MissingDependencyError(
-            "xgrammar", "local", "Structured output and tool calling on the local engine"
+            "xgrammar", "grammar", "Structured output and tool calling on the local engine"
         ) from error
     return xgrammar
 

@@ -1,4 +1,8 @@
-"""The transformers runner's loader: any model source, any torch device, its own options."""
+"""The transformers runner's loader: any model source, any torch device, its own options.
+
+torch and transformers (the ``transformers`` extra) are imported when a model loads, so
+the registry can ask this loader about models in an environment without them.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,7 @@ from typing import Any
 from speculative_llm.engine.models.sources import ModelSource
 from speculative_llm.engine.models.tokenizers import Tokenizer
 from speculative_llm.engine.runners.base import LoadedModel
-from speculative_llm.engine.runners.transformers.model import (
-    load_hf_tokenizer,
-    load_transformers_model,
-)
-from speculative_llm.errors import ConfigError
+from speculative_llm.errors import ConfigError, MissingDependencyError
 
 __all__ = ["LOADER", "TransformersLoader"]
 
@@ -48,13 +48,31 @@ class TransformersLoader:
         **options: Any,
     ) -> LoadedModel:
         """Load the model with ``from_pretrained`` and probe its fast paths."""
-        return load_transformers_model(
+        loaded: LoadedModel = _model_module().load_transformers_model(
             source, device=device, dtype=dtype, threads=threads, **options
         )
+        return loaded
 
     def load_vocabulary(self, source: ModelSource) -> Tokenizer:
         """The model's tokenizer files (no weights)."""
-        return load_hf_tokenizer(source)
+        tokenizer: Tokenizer = _model_module().load_hf_tokenizer(source)
+        return tokenizer
+
+
+def _model_module() -> Any:
+    """``transformers.model``, or a ``MissingDependencyError`` naming the extra."""
+    try:
+        from speculative_llm.engine.runners.transformers import model
+    except MissingDependencyError:
+        raise
+    except ImportError as error:
+        raise MissingDependencyError(
+            error.name or "torch",
+            "transformers",
+            "The transformers runner (Hugging Face ids, checkpoint directories, "
+            "runner='transformers')",
+        ) from error
+    return model
 
 
 LOADER = TransformersLoader()

@@ -85,7 +85,9 @@ def _require_transformers() -> None:
     try:
         import transformers  # noqa: F401
     except ImportError as error:
-        raise MissingDependencyError("transformers", "local", "The local engine") from error
+        raise MissingDependencyError(
+            "transformers", "transformers", "The transformers runner"
+        ) from error
 
 
 def _not_found(source: ModelSource, error: Exception) -> ModelNotFoundError:
@@ -115,7 +117,9 @@ def _pretrained_arguments(source: ModelSource) -> tuple[str, dict[str, Any]]:
         try:
             import gguf  # noqa: F401
         except ImportError as error:
-            raise MissingDependencyError("gguf", "local", "Loading a .gguf model") from error
+            raise MissingDependencyError(
+                "gguf", "transformers", "Loading a .gguf model on the transformers runner"
+            ) from error
         kwargs["gguf_file"] = source.gguf_file
     return source.location, kwargs
 
