@@ -90,7 +90,7 @@ def _gguf_of(model_dir: Path, out_dir: Path, extra_characters: str = "") -> Path
     Q8_0's batched and one-token kernels agree. Q8_0 needs widths that are multiples
     of 32, hence the ``hidden_size=64`` of the GGUF fixtures' models.
     """
-    pytest.importorskip("gguf", reason="writing a GGUF needs the gguf package (extra 'local')")
+    pytest.importorskip("gguf", reason="writing a GGUF needs gguf (extra 'transformers')")
     from tiny_models import load_float32, tiny_vocabulary, write_gguf
 
     path = out_dir / f"{model_dir.name}.Q8_0.gguf"

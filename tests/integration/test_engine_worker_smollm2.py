@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 
 from local_runners import GREEDY_PROMPTS, require_llama_cpp
 from speculative_llm import GenerationRequest, Message, SpecConfig

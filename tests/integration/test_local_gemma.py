@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("gguf", reason="loading a .gguf needs the gguf package")
 
 from speculative_llm import GenerationRequest, Message, SpecConfig  # noqa: E402

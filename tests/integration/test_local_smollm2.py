@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("gguf", reason="loading the SmolLM2 .gguf needs the gguf package")
 
 from local_runners import GREEDY_PROMPTS  # noqa: E402

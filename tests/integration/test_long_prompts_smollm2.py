@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip(
     "gradio", reason="the playground needs gradio: pip install speculative-llm[playground]"
 )

@@ -245,7 +245,7 @@ WORKER_PARENT = textwrap.dedent(
 
 
 def test_a_sigkilled_parent_leaves_no_engine_worker(tiny_model_dir: Path) -> None:
-    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
     parent = subprocess.Popen(
         [sys.executable, "-c", WORKER_PARENT, str(tiny_model_dir)],
         stdout=subprocess.PIPE,

@@ -22,7 +22,7 @@ REQUEST = GenerationRequest(messages=(Message("user", "Say hello"),), max_tokens
 def test_the_local_engine_refuses_a_gemma_draft_without_loading_its_weights(
     smollm2_gguf: Path, gemma_gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
     from local_runners import require_llama_cpp
     from speculative_llm.backends.local import LocalBackend
     from speculative_llm.engine.drafters import host

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 
 from speculative_llm.cli import main
 

@@ -52,7 +52,7 @@ def test_the_page_has_every_walkthrough() -> None:
 
 
 def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
-    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
     from speculative_llm import ConfigError
     from speculative_llm.engine.models.loading import load_model
 
@@ -68,7 +68,7 @@ def test_a_new_runner_is_one_module_and_one_registry_entry(walkthrough_dir: Path
 
 
 def test_a_new_drafter_is_one_module_and_one_registry_entry(walkthrough_dir: Path) -> None:
-    pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+    pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
     import argparse
 
     from speculative_llm import ConfigError, SpecConfig

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, SpecConfig  # noqa: E402

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 
 from speculative_llm.engine.drafters.base import Draft
 from speculative_llm.engine.loop.draft_cost import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 
 from speculative_llm import ConfigError  # noqa: E402
 from speculative_llm.engine.drafters.base import Drafter  # noqa: E402

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from chi_squared import chi_squared_pvalue  # noqa: E402
@@ -71,7 +71,7 @@ def _transformers_case() -> Case:
 
 def _llama_cpp_case(directory: Path) -> Case:
     require_llama_cpp()
-    pytest.importorskip("gguf", reason="writing a GGUF needs the gguf package (extra 'local')")
+    pytest.importorskip("gguf", reason="writing a GGUF needs gguf (extra 'transformers')")
     from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
     vocabulary = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: 3 + i for i, c in enumerate("abcdefghi")}}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm import ConfigError, GenerationRequest  # noqa: E402

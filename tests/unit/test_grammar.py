@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("transformers", reason="the local engine needs transformers")
 pytest.importorskip("xgrammar", reason="grammar constraints need xgrammar (extra 'local')")
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 cache_utils = pytest.importorskip(
     "transformers.cache_utils", reason="the local engine needs transformers' cache module"

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
-pytest.importorskip("gguf", reason="writing tiny GGUF files needs the gguf package (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
+pytest.importorskip("gguf", reason="writing tiny GGUF files needs gguf (extra 'transformers')")
 
 from local_runners import plain_greedy, require_llama_cpp  # noqa: E402
 from speculative_llm import (  # noqa: E402

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from local_runners import ADD_TOOL, RUNNERS, require_llama_cpp  # noqa: E402

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+torch = pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 transformers = pytest.importorskip("transformers", reason="the local engine needs transformers")
 
 from speculative_llm.engine.runners.transformers.fast_paths import OneDnnLinears, onednn  # noqa: E402

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-pytest.importorskip("torch", reason="the local engine needs torch (extra 'local')")
+pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 
 from speculative_llm import ConfigError, SpecConfig
 from speculative_llm.engine.drafters.base import Drafter
