@@ -535,3 +535,29 @@ def test_the_command_line_chooses_frameworks_and_questions() -> None:
     assert parse("--agent-frameworks", "llama-index").agent_frameworks == ("llama_index",)
     with pytest.raises(ConfigError, match="Unknown agent framework"):
         parse("--agent-frameworks", "crewai")
+
+
+@pytest.mark.parametrize(
+    ("missing", "install"),
+    [
+        ("langchain_speculative", "pip install langchain-speculative"),
+        ("langchain.agents", 'pip install "speculative-llm[langchain]"'),
+    ],
+)
+def test_a_missing_package_names_the_distribution_that_brings_it(
+    monkeypatch: pytest.MonkeyPatch, missing: str, install: str
+) -> None:
+    import importlib
+
+    from speculative_llm.bench import agents
+
+    real_import = importlib.import_module
+
+    def import_module(name: str, package: str | None = None) -> object:
+        if name == missing:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", import_module)
+    note = agents.framework_missing("langchain")
+    assert note is not None and install in note, note

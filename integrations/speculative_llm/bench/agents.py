@@ -63,6 +63,11 @@ _MODULES = {
         "llama_index.llms.speculative",
     ),
 }
+_ADAPTER_DISTRIBUTIONS = {
+    "langchain_speculative": "langchain-speculative",
+    "llama_index.llms.speculative": "llama-index-llms-speculative",
+}
+"""The distribution that brings each adapter module."""
 _AGENT_NAMES = {
     "langchain": "LangChain's create_agent",
     "llama_index": "LlamaIndex's FunctionAgent",
@@ -77,9 +82,13 @@ def framework_missing(framework: str) -> str | None:
         try:
             importlib.import_module(module)
         except ImportError as error:
+            missing = error.name or module
+            # The adapters are distributions of their own; the frameworks come with extras.
+            adapter = _ADAPTER_DISTRIBUTIONS.get(missing)
+            install = adapter or f'"speculative-llm[{_EXTRAS[framework]}]"'
             return (
-                f"{_AGENT_NAMES[framework]} not run: {error.name or module} is not installed "
-                f'(pip install "speculative-llm[{_EXTRAS[framework]}]").'
+                f"{_AGENT_NAMES[framework]} not run: {missing} is not installed "
+                f"(pip install {install}; docs/installation.md)."
             )
     return None
 
