@@ -94,3 +94,34 @@ def test_asking_for_the_transformers_runner_without_torch_names_its_extra(
         assert extra == "transformers"
         assert 'pip install "speculative-llm[transformers]"' in message
     assert set(result) == {"runner", "import"}
+
+
+def test_a_constrained_request_without_xgrammar_names_the_grammar_extra(tiny_gguf: Path) -> None:
+    """Structured output needs the grammar extra; plain requests on the same backend do not."""
+    require_llama_cpp()
+    result = _run_without_torch(
+        f"""
+        from speculative_llm import GenerationRequest
+        from speculative_llm.backends.local import LocalBackend
+        from speculative_llm.errors import MissingDependencyError
+
+        backend = LocalBackend(model={str(tiny_gguf)!r}, threads=1)
+        caught = []
+        try:
+            backend.generate(
+                GenerationRequest(
+                    prompt="abc", max_tokens=4, response_format={{"type": "json_object"}}
+                )
+            )
+        except MissingDependencyError as error:
+            caught = [error.extra, str(error)]
+        plain = backend.generate(GenerationRequest(prompt="abc", max_tokens=4))
+        backend.close()
+        print(json.dumps({{"caught": caught, "plain": plain.stats.generated_tokens}}))
+        """
+    )
+    extra, message = result["caught"]  # type: ignore[misc]
+    assert extra == "grammar"
+    assert 'pip install "speculative-llm[grammar]"' in message
+    assert "response_format" in message
+    assert result["plain"] == 4

@@ -73,8 +73,11 @@ def _xgrammar() -> Any:
     try:
         import xgrammar
     except ImportError as error:
+        # xgrammar itself, or what it imports (torch, transformers, triton).
         raise MissingDependencyError(
-            "xgrammar", "grammar", "Structured output and tool calling on the local engine"
+            error.name or "xgrammar",
+            "grammar",
+            "Structured output and tool calling on the local engine (response_format, tools)",
         ) from error
     return xgrammar
 
