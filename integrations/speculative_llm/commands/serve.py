@@ -1,9 +1,10 @@
 """``speculative-llm serve``: run llama-server in the foreground, or print vLLM/SGLang lines.
 
 llama.cpp: starts the real llama-server with speculation (n-gram by default, the
-draft model with ``--draft``) and keeps it running until Ctrl-C. vLLM: prints the
-exact command line, or runs it when vLLM is importable (or ``--vllm-python`` names a
-vLLM environment). SGLang: prints the command line.
+draft model with ``--draft``; ``--draft auto`` picks the smallest GGUF on this machine
+with the target's vocabulary and says which and why) and keeps it running until
+Ctrl-C. vLLM: prints the exact command line, or runs it when vLLM is importable (or
+``--vllm-python`` names a vLLM environment). SGLang: prints the command line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speculative_llm.config import SpecConfig
+from speculative_llm.engine.models.draft_choice import AUTO_DRAFT
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.servers import (
     LLAMA_SPEC_TYPE_ALIASES,
@@ -28,6 +30,7 @@ from speculative_llm.servers import (
     llama_server_flags,
     ngram_spec_types,
     normalize_llama_spec_type,
+    pick_gguf_draft,
     resolve_gguf,
     sglang_command,
     vllm_command,
@@ -55,7 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="target model: .gguf file or packaged alias (llamacpp), HF id or directory (vllm, "
         "sglang)",
     )
-    parser.add_argument("--draft", dest="draft_model", help="draft model with the same vocabulary")
+    parser.add_argument(
+        "--draft",
+        dest="draft_model",
+        help="draft model with the same vocabulary; 'auto' (llamacpp) picks the smallest GGUF "
+        "in your model stores or the packaged cache that has it",
+    )
     parser.add_argument(
         "--spec-type",
         help="speculation: none, ngram, suffix (vllm), draft_model, eagle, eagle3, mtp, or a "
@@ -126,6 +134,13 @@ def method_for_engine(spec_type: str | None, draft_model: str | None) -> str:
 
 
 def _spec_config(args: argparse.Namespace) -> SpecConfig | None:
+    if args.draft_model == AUTO_DRAFT:
+        raise ConfigError(
+            f"--draft auto picks a GGUF draft for llama-server; {args.engine} loads Hugging "
+            "Face checkpoints: name the draft model (a smaller model of the target's family), "
+            "or use --engine llamacpp with a GGUF target.",
+            field="draft_model",
+        )
     method = method_for_engine(args.spec_type, args.draft_model)
     if method == "none":
         return None
@@ -178,7 +193,12 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
             flags = llama_server_flags(binary)
         except MissingDependencyError:
             binary, flags = Path("llama-server"), LlamaServerFlags.assumed_current()
-        if args.draft_model is not None:
+        if args.draft_model == AUTO_DRAFT:
+            # The pick needs the target's file: an unresolved target is an error here.
+            choice = pick_gguf_draft(resolve_gguf(args.model), target_name=args.model)
+            print(f"# --draft auto picked {choice.name}: {choice.reason}")
+            options["draft_model"] = str(choice.path)
+        elif args.draft_model is not None:
             options["draft_model"] = _gguf_or_name(args.draft_model)
         command = build_llama_server_command(
             binary,
@@ -205,6 +225,9 @@ def _run_llamacpp(args: argparse.Namespace) -> int:
                 flush=True,
             )
             print(f"  command: {format_command(server.command)}", flush=True)
+            if server.draft_choice is not None:
+                choice = server.draft_choice
+                print(f"  draft model (--draft auto): {choice.name}: {choice.reason}", flush=True)
             print(
                 f"  use it: create_backend('llamacpp', base_url={server.base_url!r})",
                 flush=True,

@@ -26,6 +26,7 @@ from speculative_llm.servers.command_lines import (
     vllm_command,
     vllm_speculative_config,
 )
+from speculative_llm.servers.gguf_vocab import pick_gguf_draft
 from speculative_llm.servers.launch_llama_server import LlamaServer, LlamaServerOptions
 from speculative_llm.servers.launch_vllm_server import (
     VLLM_VENV_ENV,
@@ -63,6 +64,7 @@ __all__ = [
     "llama_server_flags",
     "ngram_spec_types",
     "normalize_llama_spec_type",
+    "pick_gguf_draft",
     "resolve_gguf",
     "sglang_command",
     "vllm_command",

@@ -7,7 +7,8 @@ reads just that (``engine.models.gguf_header``, shared with the local engine) an
 applies llama.cpp's own compatibility rule (``common_speculative_are_compatible``): the
 same tokenizer model and special tokens, vocabulary sizes within 128 tokens, and the
 same token texts from id 5 on. Verdicts are cached per pair of files (path, size,
-modification time).
+modification time). ``pick_gguf_draft`` is ``draft_model="auto"`` for a target file: the
+engine's choice (``engine.models.draft_choice``), from the same headers.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from speculative_llm.engine.models.draft_choice import DraftChoice, pick_draft_model
 from speculative_llm.engine.models.gguf_header import GGUFVocabulary, read_gguf_vocabulary
+from speculative_llm.engine.models.sources import ModelSource
 from speculative_llm.errors import VocabularyMismatchError
 
-__all__ = ["GGUFVocabulary", "check_gguf_draft", "read_gguf_vocabulary"]
+__all__ = ["GGUFVocabulary", "check_gguf_draft", "pick_gguf_draft", "read_gguf_vocabulary"]
 
 
 _verdicts: dict[tuple[Any, ...], str | None] = {}
@@ -64,3 +67,23 @@ def check_gguf_draft(target: Path, draft: Path) -> None:
             "family), or spec_type='ngram-simple', which needs no draft model.",
             field="draft_model",
         )
+
+
+def pick_gguf_draft(target: Path, *, target_name: str | None = None) -> DraftChoice:
+    """``draft_model="auto"`` for the target GGUF file ``target``.
+
+    The smallest GGUF in the user's stores or the packaged cache with the target's
+    vocabulary (``engine.models.draft_choice.pick_draft_model``), and why.
+
+    Args:
+        target: The target's GGUF file.
+        target_name: The name the user gave the target (default: the file's path), as
+            the reason and the error name it.
+
+    Raises:
+        ConfigError: The target's header gives no vocabulary (``field="draft_model"``).
+        VocabularyMismatchError: No model on this machine can draft for it; the message
+            names each candidate and why it was refused.
+    """
+    name = target_name or str(target)
+    return pick_draft_model(ModelSource(name, "gguf", str(target.parent), target.name))

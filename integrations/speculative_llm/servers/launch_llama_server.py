@@ -10,6 +10,7 @@ from typing import IO, TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
 import httpx
 
+from speculative_llm.engine.models.draft_choice import AUTO_DRAFT, DraftChoice
 from speculative_llm.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -17,7 +18,7 @@ from speculative_llm.errors import (
     SpeculationNotEnabledError,
     VocabularyMismatchError,
 )
-from speculative_llm.servers.gguf_vocab import check_gguf_draft
+from speculative_llm.servers.gguf_vocab import check_gguf_draft, pick_gguf_draft
 from speculative_llm.servers.llama_flags import (
     build_llama_server_command,
     find_llama_server,
@@ -77,7 +78,9 @@ class LlamaServerOptions(TypedDict, total=False):
     ``build_llama_server_command``, whose defaults apply to those not given.
 
     Attributes:
-        draft_model: Draft model (``.gguf`` path or alias) with the target's vocabulary.
+        draft_model: Draft model (``.gguf`` path, packaged alias or store name) with the
+            target's vocabulary; ``"auto"`` picks the smallest GGUF on this machine with
+            it (``LlamaServer.draft_choice`` says which and why).
         spec_type: llama-server ``--spec-type`` (``ngram-simple``, ``ngram-mod``,
             ``draft-simple``...; speculative-llm names ``ngram``/``draft_model`` work
             too). Defaults to ``draft-simple`` with a draft model, else no speculation.
@@ -137,6 +140,10 @@ class LlamaServer(ManagedServer):
             ``parallel``, ``repack`` (decided from this CPU unless given) and
             ``extra_args``.
 
+    Raises:
+        VocabularyMismatchError: ``draft_model="auto"`` found no model on this machine
+            with the target's vocabulary (the message names each candidate and why).
+
     Example:
         >>> with LlamaServer("smollm2-135m", spec_type="ngram-simple") as server:  # doctest: +SKIP
         ...     backend = server.backend()
@@ -174,6 +181,13 @@ class LlamaServer(ManagedServer):
         self.flags = llama_server_flags(self.binary)
         self.model_path = resolve_gguf(model, role="model")
         draft_model = options.get("draft_model")
+        self.draft_choice: DraftChoice | None = None
+        """What ``draft_model="auto"`` picked, and why (None: the draft was named)."""
+        if draft_model is not None and str(draft_model).strip() == AUTO_DRAFT:
+            # Picked from the GGUF headers now, so the command line names a real file.
+            self.draft_choice = pick_gguf_draft(self.model_path, target_name=str(model))
+            logger.info("llama-server draft_model='auto': %s", self.draft_choice.reason)
+            draft_model = self.draft_choice.path
         self.draft_model_path = (
             None if draft_model is None else resolve_gguf(draft_model, role="draft_model")
         )
