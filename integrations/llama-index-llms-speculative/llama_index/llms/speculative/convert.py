@@ -32,6 +32,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.llms.llm import ToolSelection
 
+from llama_index.llms.speculative.streamed_calls import IN_PROGRESS_KEY, ToolCallJoiner
 from speculative_llm.errors import MalformedResponseError, UnsupportedFeatureError
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import (
@@ -284,9 +285,12 @@ class StreamAccumulator:
 
     Every response carries the cumulative text (``message.content`` / ``text``) and the
     new piece (``delta``), with the tokens of that piece and the live statistics in
-    ``additional_kwargs``. The last response carries the final ``SpecStats``, the tool
-    calls and the usage, which is what ``LLMChatEndEvent`` / ``LLMCompletionEndEvent``
-    and ``TokenCountingHandler`` read.
+    ``additional_kwargs``. A streamed chat response before the last carries the tool
+    calls gathered so far from the chunks' ``tool_call_deltas`` (arguments as the JSON
+    text received, as ``llama-index-llms-openai`` streams them) and
+    ``additional_kwargs[IN_PROGRESS_KEY]``. The last response carries the final
+    ``SpecStats``, the complete tool calls and the usage, which is what
+    ``LLMChatEndEvent`` / ``LLMCompletionEndEvent`` and ``TokenCountingHandler`` read.
 
     Attributes:
         model: Model name reported in ``raw``.
@@ -299,12 +303,19 @@ class StreamAccumulator:
     generated: int = 0
     finished: bool = False
     _pieces: list[str] = field(default_factory=list)
+    _calls: ToolCallJoiner = field(default_factory=ToolCallJoiner)
 
-    def _step(self, chunk: Chunk) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """``(additional_kwargs, raw)`` of the response for ``chunk``; None to skip it."""
+    def _step(
+        self, chunk: Chunk, *, with_calls: bool = False
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """``(additional_kwargs, raw)`` of the response for ``chunk``; None to skip it.
+
+        With ``with_calls`` (chat), a chunk that brings only pieces of tool calls counts.
+        """
         if self.finished:
             return None
-        if not (chunk.final or chunk.text or chunk.tokens or chunk.stats):
+        brings_calls = with_calls and bool(chunk.tool_call_deltas)
+        if not (chunk.final or chunk.text or chunk.tokens or chunk.stats or brings_calls):
             return None
         self._pieces.append(chunk.text)
         self.text = "".join(self._pieces)
@@ -323,11 +334,21 @@ class StreamAccumulator:
 
     def chat(self, chunk: Chunk) -> ChatResponse | None:
         """The ``ChatResponse`` for one chunk (None when the chunk brings nothing)."""
-        if (step := self._step(chunk)) is None:
+        if (step := self._step(chunk, with_calls=True)) is None:
             return None
-        message = assistant_message(self.text, chunk.tool_calls if chunk.final else ())
+        additional_kwargs, raw = step
+        if chunk.final:
+            # The complete, parsed calls, as chat() gives them.
+            message = assistant_message(self.text, chunk.tool_calls)
+        else:
+            self._calls.add(chunk.tool_call_deltas)
+            message = assistant_message(self.text)
+            message.blocks.extend(self._calls.blocks())
+            if calls := self._calls.openai_calls():
+                message.additional_kwargs["tool_calls"] = calls
+            additional_kwargs[IN_PROGRESS_KEY] = True
         return ChatResponse(
-            message=message, delta=chunk.text, raw=step[1], additional_kwargs=step[0]
+            message=message, delta=chunk.text, raw=raw, additional_kwargs=additional_kwargs
         )
 
     def completion(self, chunk: Chunk) -> CompletionResponse | None:

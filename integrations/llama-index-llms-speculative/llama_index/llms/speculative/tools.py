@@ -9,6 +9,7 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.llms.llm import ToolSelection
 
 from llama_index.llms.speculative.convert import tool_selections
+from llama_index.llms.speculative.streamed_calls import is_in_progress, partial_tool_selections
 from speculative_llm.backends.base import TOOL_CAPABLE_BACKENDS
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.json_tools import warn_untyped_parameters
@@ -59,10 +60,19 @@ def tool_chat_kwargs(
 def requested_tools(response: ChatResponse, *, error_on_no_tool_call: bool) -> list[ToolSelection]:
     """The tool calls of a response as ``ToolSelection``s.
 
+    A streamed response before the last holds the calls so far: their arguments are read
+    leniently (partial JSON completed, ``{}`` while nothing parses), as
+    ``llama-index-llms-openai`` reads them. Any other response's are parsed strictly.
+
     Raises:
         ValueError: The response calls no tool and ``error_on_no_tool_call`` is True.
+        MalformedResponseError: A complete response's call has arguments that are not a
+            JSON object.
     """
-    selections = tool_selections(response.message)
+    if is_in_progress(response):
+        selections = partial_tool_selections(response.message)
+    else:
+        selections = tool_selections(response.message)
     if not selections and error_on_no_tool_call:
         raw = response.raw if isinstance(response.raw, dict) else {}
         if raw.get("finish_reason") == "length":
