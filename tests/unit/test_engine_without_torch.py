@@ -96,16 +96,69 @@ def test_asking_for_the_transformers_runner_without_torch_names_its_extra(
     assert set(result) == {"runner", "import"}
 
 
-def test_a_constrained_request_without_xgrammar_names_the_grammar_extra(tiny_gguf: Path) -> None:
-    """Structured output needs the grammar extra; plain requests on the same backend do not."""
+def test_constrained_output_and_tool_calls_run_on_llama_cpp_s_grammars_without_xgrammar(
+    tiny_gguf: Path,
+) -> None:
+    """No xgrammar (it needs torch): a llama.cpp model's grammars run on libllama's sampler."""
     require_llama_cpp()
     result = _run_without_torch(
         f"""
+        from speculative_llm import GenerationRequest, Message, SpecConfig
+        from speculative_llm.backends.local import LocalBackend
+
+        backend = LocalBackend(model={str(tiny_gguf)!r}, threads=1)
+        spec = SpecConfig(method="ngram", num_speculative_tokens=3)
+        digits = {{"type": "json_schema", "json_schema": {{"name": "n", "schema": {{
+            "type": "object", "properties": {{"a": {{"type": "integer"}}}}, "required": ["a"],
+        }}}}}}
+        constrained = backend.generate(
+            GenerationRequest(prompt="abc", max_tokens=40, response_format=digits, spec=spec)
+        )
+        tools = [{{"type": "function", "function": {{"name": "f", "parameters": {{
+            "type": "object", "properties": {{"x": {{"type": "string", "enum": ["ab", "cd"]}}}},
+            "required": ["x"],
+        }}}}}}]
+        called = backend.generate(
+            GenerationRequest(
+                messages=[Message(role="user", content="abc")],
+                max_tokens=60,
+                tools=tools,
+                tool_choice="required",
+            )
+        )
+        backend.close()
+        print(json.dumps({{
+            "text": constrained.text,
+            "finish": constrained.finish_reason,
+            "calls": [[call.name, call.arguments] for call in called.tool_calls or ()],
+            "xgrammar_loaded": sys.modules.get("xgrammar") is not None,
+        }}))
+        """
+    )
+    assert result["xgrammar_loaded"] is False
+    if result["finish"] == "stop":  # the tiny model may run out of tokens inside the number
+        parsed = json.loads(str(result["text"]))
+        assert set(parsed) == {"a"} and isinstance(parsed["a"], int)
+    else:
+        assert str(result["text"]).startswith("{")
+    calls = result["calls"]
+    assert isinstance(calls, list) and len(calls) == 1
+    name, arguments = calls[0]
+    assert name == "f" and arguments["x"] in ("ab", "cd")
+
+
+def test_a_transformers_model_s_grammar_without_xgrammar_names_the_grammar_extra(
+    tiny_model_dir: Path,
+) -> None:
+    """Only llama.cpp's models have a grammar sampler of their own."""
+    result = _run_without_torch(
+        f"""
+        sys.modules.pop("torch"), sys.modules.pop("transformers")  # torch is there this time
         from speculative_llm import GenerationRequest
         from speculative_llm.backends.local import LocalBackend
         from speculative_llm.errors import MissingDependencyError
 
-        backend = LocalBackend(model={str(tiny_gguf)!r}, threads=1)
+        backend = LocalBackend(model={str(tiny_model_dir)!r}, runner="transformers", threads=1)
         caught = []
         try:
             backend.generate(

@@ -30,6 +30,7 @@ from speculative_llm.engine.loop.engine import DraftLengthPolicy, generate_steps
 from speculative_llm.engine.loop.random_stream import RandomStream  # noqa: E402
 from speculative_llm.engine.loop.sampling import SamplingParams, logits_to_probs  # noqa: E402
 from speculative_llm.engine.request.grammar import Constraint, GrammarVocabulary  # noqa: E402
+from speculative_llm.engine.request.llama_grammar import LlamaGrammarVocabulary  # noqa: E402
 from speculative_llm.engine.runners.transformers.runner import TransformersRunner  # noqa: E402
 from tiny_models import (  # noqa: E402
     build_mini_causal_lm,
@@ -203,7 +204,7 @@ ALLOWED = (range(3, 8), range(3, 8), range(5, 11))
 class Case:
     target: Any
     draft: Any
-    vocabulary: GrammarVocabulary
+    vocabulary: GrammarVocabulary | LlamaGrammarVocabulary
     exact: npt.NDArray[np.float32]
 
 
@@ -228,14 +229,14 @@ def masked_distribution(runner: Any) -> npt.NDArray[np.float32]:
     return joint
 
 
-@pytest.fixture(scope="module", params=["transformers", "llamacpp"])
+@pytest.fixture(scope="module", params=["transformers", "llamacpp", "llamacpp-gbnf"])
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
     encoded = [b"", b"", b"", *(c.encode() for c in "abcdefghi")]
     vocabulary = GrammarVocabulary(encoded, VOCAB, [2])
     # Soft weights: each position's distribution spreads over several tokens.
     model = build_tiny_llama(VOCAB, seed=5, hidden_size=64, init_std=0.12, attention_scale=1.0)
     draft = perturbed_copy(model, noise=0.6, seed=4)
-    if request.param == "llamacpp":
+    if request.param.startswith("llamacpp"):
         require_llama_cpp()
         from speculative_llm.engine.runners.llama_cpp.model import LlamaCppModel
 
@@ -247,6 +248,9 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         target = LlamaCppModel(paths[0], threads=1)
         runners = (target.new_runner(), LlamaCppModel(paths[1], threads=1).new_runner())
         reference = target.new_runner()
+        if request.param == "llamacpp-gbnf":
+            # llama.cpp's own grammar sampler: what a [local] install without xgrammar runs.
+            vocabulary = LlamaGrammarVocabulary.for_tokenizer(target.tokenizer, VOCAB)
     else:
         # The one-layer LM of the unconstrained sampling test: thousands of generations
         # in seconds.
@@ -273,7 +277,7 @@ def _sample(
     compiled = case.vocabulary.ebnf(EBNF)
     samples = []
     for _ in range(trials):
-        constraint = Constraint(compiled, case.vocabulary, K + 1)
+        constraint = case.vocabulary.constraint(compiled, K + 1)
         if break_mask:
             # WRONG on purpose: mask only the first verified row.
             constraint.mask = _first_row_only(constraint.mask)  # type: ignore[method-assign]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from speculative_llm.engine.loop.draft_cost import VerifyCost
     from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import Probabilities, SamplingParams
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = ["Draft", "Drafter", "DrafterBase", "DrafterHost"]
 
@@ -116,7 +116,7 @@ class Drafter(Protocol):
         params: SamplingParams,
         generator: RandomStream | None,
         *,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
     ) -> Draft:
         """Propose up to ``k`` tokens to follow ``sequence`` (prompt + generated so far).
 

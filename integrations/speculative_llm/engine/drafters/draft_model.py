@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from speculative_llm.engine.drafters.base import DrafterHost
     from speculative_llm.engine.loop.draft_cost import VerifyCost
     from speculative_llm.engine.loop.random_stream import RandomStream
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = ["CATCH_UP_AFTER", "DraftModelDrafter", "build_draft_model"]
 
@@ -139,7 +139,7 @@ class DraftModelDrafter(DrafterBase):
         params: SamplingParams,
         generator: RandomStream | None,
         *,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
     ) -> Draft:
         """Run the draft model k times, sampling (or taking the argmax of) each token.
 
@@ -182,7 +182,7 @@ class DraftModelDrafter(DrafterBase):
         k: int,
         params: SamplingParams,
         generator: RandomStream | None,
-        constraint: Constraint | None,
+        constraint: GrammarConstraint | None,
         tokens: list[int],
         rows: list[Probabilities],
     ) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from speculative_llm.engine.drafters.base import DrafterHost
     from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import SamplingParams
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = ["PromptLookupDrafter", "build_prompt_lookup"]
 
@@ -144,7 +144,7 @@ class PromptLookupDrafter(DrafterBase):
         params: SamplingParams,
         generator: RandomStream | None,
         *,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
     ) -> Draft:
         """Propose the ``k`` tokens that followed the best earlier match.
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from speculative_llm.engine.drafters.base import DrafterHost
     from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import SamplingParams
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = [
     "DraftSource",
@@ -478,7 +478,7 @@ class SuffixDrafter(DrafterBase):
         params: SamplingParams,
         generator: RandomStream | None,
         *,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
     ) -> Draft:
         """Propose the most frequent continuation of the best suffix match."""
         self._follow(sequence)

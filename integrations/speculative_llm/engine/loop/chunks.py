@@ -23,7 +23,6 @@ from speculative_llm.engine.loop.engine import decode
 from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.session import SpeculationSession
-from speculative_llm.engine.request.grammar import Constraint
 from speculative_llm.engine.request.preparation import PreparedRequest
 from speculative_llm.engine.request.text import OutputText
 from speculative_llm.engine.request.tools import tool_answer
@@ -65,7 +64,7 @@ def open_session(
     k = spec.draft_length if spec.speculative else 0
     constraint = None
     if job.grammar is not None and job.grammar_vocabulary is not None:
-        constraint = Constraint(job.grammar, job.grammar_vocabulary, k + 1)
+        constraint = job.grammar_vocabulary.constraint(job.grammar, k + 1)
     acceptance = context.acceptance.setdefault(
         (spec.method, spec.draft_model, job.params.greedy), PositionAcceptance()
     )

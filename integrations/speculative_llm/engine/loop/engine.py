@@ -58,7 +58,7 @@ from speculative_llm.errors import ConfigError, GenerationCancelledError
 from speculative_llm.types import PromptProgress
 
 if TYPE_CHECKING:
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = [
     "DraftLengthPolicy",
@@ -381,7 +381,7 @@ def generate_steps(
     generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
-    constraint: Constraint | None = None,
+    constraint: GrammarConstraint | None = None,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
     report_prompt: Literal[False] = False,
@@ -401,7 +401,7 @@ def generate_steps(
     generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
-    constraint: Constraint | None = None,
+    constraint: GrammarConstraint | None = None,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
     report_prompt: Literal[True],
@@ -420,7 +420,7 @@ def generate_steps(
     generator: RandomStream | None = None,
     max_length: int | None = None,
     rule: AcceptanceRule = verify_sampled,
-    constraint: Constraint | None = None,
+    constraint: GrammarConstraint | None = None,
     reuse_prefix: bool = False,
     cancellation: Cancellation | None = None,
     report_prompt: bool = False,

@@ -21,7 +21,7 @@ from speculative_llm.stats import SpecStats
 
 if TYPE_CHECKING:
     from speculative_llm.engine.loop.draft_length import DraftLengthPolicy
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
 
 __all__ = ["RequestStats"]
 
@@ -113,7 +113,7 @@ class RequestStats:
         num_speculative_tokens: int = 0,
         prompt_tokens: int = 0,
         draft_length: DraftLengthPolicy | None = None,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
         runners: Sequence[Runner] = (),
         started: float | None = None,
         cpu_threads: int | None = None,

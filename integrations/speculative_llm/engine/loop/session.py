@@ -36,7 +36,7 @@ from speculative_llm.engine.loop.steps import StepResult
 if TYPE_CHECKING:
     from speculative_llm.engine.loop.random_stream import RandomStream
     from speculative_llm.engine.loop.sampling import SamplingParams
-    from speculative_llm.engine.request.grammar import Constraint
+    from speculative_llm.engine.request.grammar import GrammarConstraint
     from speculative_llm.engine.runners.base import LogitRows
     from speculative_llm.stats import SpecStats
 
@@ -103,7 +103,7 @@ class SpeculationSession:
         *,
         eos_token_ids: frozenset[int] = frozenset(),
         stats: RequestStats | None = None,
-        constraint: Constraint | None = None,
+        constraint: GrammarConstraint | None = None,
     ) -> None:
         self.drafter = drafter
         self.draft_length = draft_length

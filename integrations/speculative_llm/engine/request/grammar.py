@@ -33,7 +33,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +41,17 @@ import numpy.typing as npt
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.json_gbnf import JSON_WHITESPACE
 
-__all__ = ["JSON_WHITESPACE", "Constraint", "GrammarVocabulary", "response_format_grammar"]
+if TYPE_CHECKING:
+    from speculative_llm.engine.request.llama_grammar import LlamaGrammarVocabulary
+
+__all__ = [
+    "JSON_WHITESPACE",
+    "Constraint",
+    "GrammarConstraint",
+    "GrammarVocabulary",
+    "grammar_vocabulary_for",
+    "response_format_grammar",
+]
 
 
 # xgrammar's messages start with a time and a C++ source location ("[02:24:43]
@@ -67,6 +77,50 @@ def _apply_bitmask(
     width = min(vocab_size, logits.shape[-1])
     bits = np.unpackbits(bitmask.astype("<i4").view(np.uint8), axis=-1, bitorder="little")
     logits[:, :width][bits[:, :width] == 0] = -np.inf
+
+
+class GrammarConstraint(Protocol):
+    """What the loop, the session and the drafters ask of a constraint.
+
+    ``Constraint`` (xgrammar) and ``llama_grammar.LlamaConstraint`` (llama.cpp's grammar
+    sampler) are both one (see the module docstring).
+    """
+
+    cut_tokens: int
+    seconds: float
+
+    @property
+    def finished(self) -> bool:
+        """Whether the grammar has accepted a stop token."""
+        ...
+
+    def cut(self, draft_tokens: Sequence[int]) -> int:
+        """Follow a proposal; how many leading tokens the grammar allows."""
+        ...
+
+    def mask(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Forbidden tokens' logits at -inf, in place, in the rows ``cut`` prepared."""
+        ...
+
+    def commit(self, num_accepted: int, token: int | None) -> None:
+        """Keep the accepted drafts and add the target's token."""
+        ...
+
+    def stops(self, token: int) -> bool:
+        """Whether ``token`` is a stop token of the grammar."""
+        ...
+
+    def mask_next(self, logits: npt.NDArray[np.float32]) -> None:
+        """For a draft model: mask one row for the next position, in place."""
+        ...
+
+    def advance(self, token: int) -> None:
+        """For a draft model: move past a drafted token."""
+        ...
+
+    def rewind(self) -> None:
+        """Undo what drafting advanced."""
+        ...
 
 
 def _xgrammar() -> Any:
@@ -129,6 +183,10 @@ class GrammarVocabulary:
         if hf_tokenizer is not None:
             return cls(None, vocab_size, stops, hf_tokenizer=hf_tokenizer)
         return cls(tokenizer.text_pieces(), vocab_size, stops)
+
+    def constraint(self, compiled: Any, max_rows: int) -> Constraint:
+        """One generation's constraint under ``compiled``, masking up to ``max_rows`` rows."""
+        return Constraint(compiled, self, max_rows)
 
     def json_schema(self, schema: Mapping[str, Any] | str) -> Any:
         """The compiled grammar of a JSON schema (keys in the schema's order).
@@ -355,8 +413,33 @@ class Constraint:
         self._advanced = 0
 
 
+def grammar_vocabulary_for(
+    tokenizer: Any, vocab_size: int
+) -> GrammarVocabulary | LlamaGrammarVocabulary:
+    """The grammar vocabulary of a local engine tokenizer: xgrammar's where it imports.
+
+    Without xgrammar (a ``[local]`` install: it needs torch), a llama.cpp model's
+    grammars run on llama.cpp's own grammar sampler (``llama_grammar``).
+
+    Raises:
+        MissingDependencyError: No xgrammar, and a model that is not llama.cpp's.
+    """
+    from speculative_llm.engine.runners.llama_cpp.model import LlamaCppTokenizer
+
+    try:
+        _xgrammar()
+    except MissingDependencyError:
+        if not isinstance(tokenizer, LlamaCppTokenizer):
+            raise
+        from speculative_llm.engine.request.llama_grammar import LlamaGrammarVocabulary
+
+        return LlamaGrammarVocabulary.for_tokenizer(tokenizer, vocab_size)
+    return GrammarVocabulary.for_tokenizer(tokenizer, vocab_size)
+
+
 def response_format_grammar(
-    response_format: Mapping[str, Any] | None, vocabulary: GrammarVocabulary
+    response_format: Mapping[str, Any] | None,
+    vocabulary: GrammarVocabulary | LlamaGrammarVocabulary,
 ) -> Any:
     """The compiled grammar an OpenAI-style ``response_format`` asks for (None: free text).
 

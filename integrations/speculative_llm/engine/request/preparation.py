@@ -21,8 +21,10 @@ from speculative_llm.engine.drafters.host import BackendDrafterHost
 from speculative_llm.engine.loop.sampling import SamplingParams
 from speculative_llm.engine.request.grammar import (
     GrammarVocabulary,
+    grammar_vocabulary_for,
     response_format_grammar,
 )
+from speculative_llm.engine.request.llama_grammar import LlamaGrammarVocabulary
 from speculative_llm.engine.request.prompts import encode_request
 from speculative_llm.engine.request.tools import ToolPlan, plan_tools
 from speculative_llm.engine.runners.base import LoadedModel, check_prompt_fits
@@ -43,7 +45,7 @@ class PreparedRequest:
     params: SamplingParams
     grammar: Any = None
     """The compiled grammar the output must follow, or None."""
-    grammar_vocabulary: GrammarVocabulary | None = None
+    grammar_vocabulary: GrammarVocabulary | LlamaGrammarVocabulary | None = None
     """The target's vocabulary the grammar was compiled for (None without a grammar)."""
     tools: ToolPlan | None = None
     """How the request's tools were offered, when it has any."""
@@ -85,7 +87,7 @@ class RequestPreparer:
         self._prompt_cache = prompt_cache
         self._exact = exact
         self._lock = lock
-        self._grammar_vocabulary: GrammarVocabulary | None = None
+        self._grammar_vocabulary: GrammarVocabulary | LlamaGrammarVocabulary | None = None
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Check and encode ``request`` once (the backend has checked its fields).
@@ -151,11 +153,11 @@ class RequestPreparer:
             )
         return asked
 
-    def grammar_vocabulary(self) -> GrammarVocabulary:
+    def grammar_vocabulary(self) -> GrammarVocabulary | LlamaGrammarVocabulary:
         """The target's vocabulary for grammars, built on the first constrained request."""
         with self._lock:
             if self._grammar_vocabulary is None:
-                self._grammar_vocabulary = GrammarVocabulary.for_tokenizer(
+                self._grammar_vocabulary = grammar_vocabulary_for(
                     self._target.tokenizer, self._vocab_size
                 )
             return self._grammar_vocabulary

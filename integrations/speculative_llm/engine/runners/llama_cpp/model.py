@@ -124,6 +124,16 @@ class LlamaCppTokenizer:
         )
 
     @property
+    def api(self) -> Any:
+        """The llama.cpp binding the vocabulary is read through."""
+        return self._api
+
+    @property
+    def vocab(self) -> Any:
+        """The model's ``llama_vocab *`` (llama.cpp's grammar sampler is built over it)."""
+        return self._vocab
+
+    @property
     def chat_template(self) -> str | None:
         """The GGUF's ``tokenizer.chat_template``, if it has one."""
         return self._chat_template
