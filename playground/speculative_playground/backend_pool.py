@@ -13,6 +13,7 @@ the app's process instead.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -29,8 +30,9 @@ from speculative_llm.backends.worker import WorkerBackend
 from speculative_llm.config import SpecConfig
 from speculative_llm.errors import ConfigError, UnsupportedFeatureError
 from speculative_llm.types import GenerationRequest, Message
+from speculative_playground.auto_draft import auto_draft_note, pick_offered_draft
 from speculative_playground.security import SecurityPolicy
-from speculative_playground.settings import PACKAGED_MODELS, RunSettings
+from speculative_playground.settings import AUTO_DRAFT, PACKAGED_MODELS, RunSettings
 
 __all__ = [
     "BackendPair",
@@ -156,6 +158,8 @@ class BackendPair:
         shared_machine: Whether both sides run on the same machine.
         draft_length: k as the app configured it (None: the server's own, unknown).
         engine: One line on how the model runs (the local engine's runner, or the server).
+        draft_model: The draft model ``auto`` picked for this run (None: none picked).
+        draft_note: Which draft model ``auto`` picked and why, for the run's notes.
     """
 
     baseline: Backend
@@ -165,6 +169,8 @@ class BackendPair:
     shared_machine: bool
     draft_length: int | None = None
     engine: str | None = None
+    draft_model: str | None = None
+    draft_note: str | None = None
 
     @classmethod
     def on_one_machine(
@@ -319,18 +325,32 @@ class BackendPool:
     def lease(self, settings: RunSettings) -> Iterator[BackendPair]:
         """Lend the backends for ``settings`` for the duration of a comparison.
 
+        A draft model ``auto`` is picked first, among the offered models
+        (``auto_draft``); the pair names it and says why.
+
         Raises:
             ConfigError: A URL or model this deployment does not allow, or a server
                 that cannot run the baseline without a second URL.
+            VocabularyMismatchError: ``auto`` found no offered model that can draft.
             SpeculativeError: Loading the model or starting the server failed.
         """
+        choice = None
+        if settings.draft_model_used == AUTO_DRAFT and settings.backend != "url":
+            target = self.policy.check_model(settings.model, self.offered_models)
+            choice = pick_offered_draft(target, self.offered_models)
+            settings = dataclasses.replace(settings, draft_model=choice.name)
         with ExitStack() as stack:
             if settings.backend == "local":
-                yield self._local_pair(settings, stack)
+                pair = self._local_pair(settings, stack)
             elif settings.backend == "managed":
-                yield self._managed_pair(settings, stack)
+                pair = self._managed_pair(settings, stack)
             else:
-                yield self._url_pair(settings, stack)
+                pair = self._url_pair(settings, stack)
+            if choice is not None:
+                pair = dataclasses.replace(
+                    pair, draft_model=choice.name, draft_note=auto_draft_note(choice)
+                )
+            yield pair
 
     # ---- local engine ------------------------------------------------------------------
 

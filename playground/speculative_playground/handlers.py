@@ -312,6 +312,10 @@ class Handlers:
             yield outputs.loading(config.pool.loaded(settings))
             with config.pool.lease(settings) as pair:
                 outputs.engine = pair.engine
+                if pair.draft_model is not None:
+                    # The history and the notes name the model auto picked, and why.
+                    outputs.settings = dataclasses.replace(settings, draft_model=pair.draft_model)
+                    outputs.draft_note = pair.draft_note
                 baseline_request, speculative_request = pair.requests(base_request)
                 for _ in range(settings.runs):
                     states = run_comparison(
@@ -409,6 +413,7 @@ class _ComparisonViews:
         self.history = history
         self.settings = settings
         self.engine: str | None = None
+        self.draft_note: str | None = None
 
     def _shown(self, state: Comparison, runs: list[Comparison], *, extra: str = "") -> Updates:
         """What every phase shows: status, both panes, cards, statistics and charts.
@@ -436,7 +441,11 @@ class _ComparisonViews:
             ),
             views.basis: basis_html(state, assessment.measurement.runs if assessment else 1),
             views.stats_table: stats_table_html(
-                state, engine=self.engine, run_index=max(index, 1), runs=settings.runs
+                state,
+                engine=self.engine,
+                draft_note=self.draft_note,
+                run_index=max(index, 1),
+                runs=settings.runs,
             ),
             views.timeline_chart: timeline_chart(state),
             views.acceptance_chart: acceptance_chart(

@@ -16,6 +16,8 @@ from speculative_llm.errors import ConfigError
 from speculative_llm.types import GenerationRequest, Message
 
 __all__ = [
+    "AUTO_DRAFT",
+    "AUTO_DRAFT_LABEL",
     "BACKEND_KINDS",
     "BITWISE_ADVICE",
     "DEFAULT_MODEL",
@@ -71,6 +73,14 @@ PACKAGED_MODELS: tuple[str, ...] = (
 )
 """Models shipped as PyPI packages, and their F16 variants made from them on first use
 (llama-quantize, no download): they load with no model hub."""
+
+
+AUTO_DRAFT = "auto"
+"""The draft model that asks the core to pick one (``engine.models.draft_choice``'s
+``AUTO_DRAFT``, spelled here: importing the engine loads it, and the page does so only
+when a run picks)."""
+AUTO_DRAFT_LABEL = "auto (smallest model with the target's vocabulary)"
+"""The label of ``AUTO_DRAFT`` (``"auto"``) among the draft models: the first choice."""
 
 
 def model_choices(*first: str) -> tuple[str, ...]:
@@ -201,7 +211,9 @@ class RunSettings:
         model: Target model: packaged alias, Hugging Face id, local directory or
             ``.gguf`` file (``local``/``managed``); the served model name for ``url``
             (empty: the server's default).
-        draft_model: Draft model for ``method="draft_model"``.
+        draft_model: Draft model for ``method="draft_model"``; ``auto`` picks the
+            smallest offered GGUF with the target's vocabulary when the run starts
+            (the local engine and the managed llama-server).
         method: Speculative method of the speculative side; ``server`` keeps what a
             running server was started with.
         k: Draft length: the local engine's longest draft (it drafts only what pays),
@@ -327,8 +339,17 @@ class RunSettings:
         if self.method == "draft_model" and not (self.draft_model or "").strip():
             raise ConfigError(
                 "The Draft model method needs a draft model with the target's vocabulary: "
-                "pick one under Draft model in the settings (it lists the models that pair "
-                f"with the target), or choose {METHOD_LABELS['ngram']}, which needs none.",
+                "pick one under Draft model in the settings (auto finds one, or choose "
+                "among the models that pair with the target), or choose "
+                f"{METHOD_LABELS['ngram']}, which needs none.",
+                field="draft_model",
+            )
+        if self.backend == "url" and self.draft_model_used == AUTO_DRAFT:
+            raise ConfigError(
+                f"Draft model auto picks a model for the {BACKEND_KINDS['local']} and the "
+                f"{BACKEND_KINDS['managed']}; a running server drafts with the model it was "
+                "started with: name that model, or choose "
+                f"{METHOD_LABELS['server']}.",
                 field="draft_model",
             )
 

@@ -15,6 +15,8 @@ import gradio as gr
 from speculative_playground.pairings import draft_candidates, draft_note, model_note
 from speculative_playground.security import SecurityPolicy
 from speculative_playground.settings import (
+    AUTO_DRAFT,
+    AUTO_DRAFT_LABEL,
     BACKEND_KINDS,
     EXACT_LABELS,
     EXACTNESS_LABEL,
@@ -93,14 +95,17 @@ def _draft_picker(
 ) -> dict[str, Any]:
     """Choices, value and hint of the draft-model picker for ``target``.
 
-    The target is never offered as its own draft; with no pairing, the hint says so.
+    ``auto`` comes first (the smallest offered model with the target's vocabulary,
+    picked when the run starts), then none, then the models that may pair. The target
+    is never offered as its own draft; with no pairing, the hint says so.
     """
     candidates = draft_candidates(target, offered)
-    keep = draft if draft and (draft in candidates or policy.custom_models_allowed) else ""
+    known = draft == AUTO_DRAFT or draft in candidates
+    keep = draft if draft and (known or policy.custom_models_allowed) else ""
     if keep == target.strip():
         keep = ""
     return {
-        "choices": [("(none)", ""), *((m, m) for m in candidates)],
+        "choices": [(AUTO_DRAFT_LABEL, AUTO_DRAFT), ("(none)", ""), *((m, m) for m in candidates)],
         "value": keep,
         "info": draft_note(target, candidates, custom_allowed=policy.custom_models_allowed),
     }

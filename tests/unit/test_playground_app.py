@@ -144,11 +144,12 @@ def test_run_follows_the_prompt_before_the_settings() -> None:
 def test_the_target_is_never_offered_as_its_own_draft() -> None:
     app = build_app(pool=BackendPool(warm_up=False))
     (draft,) = components(app, gr.Dropdown, "Draft model")
-    assert [value for _, value in draft.choices] == [""]  # the packaged models never pair
+    # The packaged models never pair; auto looks further (the stores) when a run starts.
+    assert [value for _, value in draft.choices] == ["auto", ""]
     assert "No draft model ships for smollm2-135m" in draft.info
     custom = build_app(pool=BackendPool(warm_up=False), models=("/m/a.gguf", "smollm2-135m"))
     (draft,) = components(custom, gr.Dropdown, "Draft model")
-    assert [value for _, value in draft.choices] == ["", "smollm2-135m"]
+    assert [value for _, value in draft.choices] == ["auto", "", "smollm2-135m"]
 
 
 def test_the_target_picker_says_what_an_f16_variant_stands_for() -> None:

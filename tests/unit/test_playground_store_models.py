@@ -37,7 +37,7 @@ def test_the_page_offers_them_as_targets_and_drafts(stored: tuple[str, ...]) -> 
     target, draft = dropdowns["Target model"], dropdowns["Draft model"]
     assert [value for _, value in target.choices] == [*PACKAGED_MODELS, *stored]
     # Of unknown vocabulary to the page: offered, and checked by the engine when loaded.
-    assert [value for _, value in draft.choices] == ["", *stored]
+    assert [value for _, value in draft.choices] == ["auto", "", *stored]
 
 
 def test_the_playground_command_offers_them_after_the_operators_model(

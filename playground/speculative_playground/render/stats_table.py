@@ -115,6 +115,7 @@ def stats_table_html(
     comparison: Comparison | None,
     *,
     engine: str | None = None,
+    draft_note: str | None = None,
     run_index: int = 1,
     runs: int = 1,
 ) -> str:
@@ -123,6 +124,7 @@ def stats_table_html(
     Args:
         comparison: The comparison (None: nothing run yet).
         engine: One line on how the backend runs the model (runner, weights, threads).
+        draft_note: Which draft model ``auto`` picked and why (None: none picked).
         run_index: Which of the ``runs`` repeats the table shows (the cards pool them).
         runs: How many repeats were asked for.
     """
@@ -160,6 +162,8 @@ def stats_table_html(
             notes.append(f"Draft lengths: {spec_stats.draft_policy_reason}")
     if engine:
         notes.append(f"Engine: {engine}")
+    if draft_note:
+        notes.append(draft_note)
     body = "".join(
         f'<tr><th scope="row" title="{html.escape(hint)}">{html.escape(label)}</th>'
         f"<td>{html.escape(base)}</td><td>{html.escape(spec)}</td></tr>"
