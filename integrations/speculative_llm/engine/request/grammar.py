@@ -31,13 +31,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from speculative_llm.engine.request.timed import timed
 from speculative_llm.errors import ConfigError, MissingDependencyError
 from speculative_llm.json_gbnf import JSON_WHITESPACE
 
@@ -258,26 +258,6 @@ class GrammarVocabulary:
                 ) from error
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _timed(
-    method: Callable[Concatenate[Constraint, _P], _R],
-) -> Callable[Concatenate[Constraint, _P], _R]:
-    """``method``, its seconds added to the constraint's ``seconds``."""
-
-    def timed(self: Constraint, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        started = time.perf_counter()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    timed.__name__, timed.__doc__ = method.__name__, method.__doc__
-    return timed
-
-
 class Constraint:
     """One generation's progress through a grammar (see the module docstring).
 
@@ -329,7 +309,7 @@ class Constraint:
         word = int(self._bitmask[row, token >> 5])
         return bool((word >> (token & 31)) & 1)
 
-    @_timed
+    @timed
     def cut(self, draft_tokens: Sequence[int]) -> int:
         """Advance through a proposal; return how many leading tokens the grammar allows.
 
@@ -356,7 +336,7 @@ class Constraint:
         self.cut_tokens += len(draft_tokens) - kept
         return kept
 
-    @_timed
+    @timed
     def mask(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared.
 
@@ -371,7 +351,7 @@ class Constraint:
         _apply_bitmask(logits, self._bitmask[:rows].numpy(), self._vocab_size)
         return logits
 
-    @_timed
+    @timed
     def commit(self, num_accepted: int, token: int | None) -> None:
         """Keep the accepted drafts and add the target's token (None: the step ended at EOS).
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from speculative_llm.engine.request.timed import timed
 from speculative_llm.errors import ConfigError
 
 __all__ = ["LlamaConstraint", "LlamaGrammarVocabulary"]
@@ -140,26 +140,6 @@ class LlamaGrammarVocabulary:
         return LlamaConstraint(compiled, self)
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _timed(
-    method: Callable[Concatenate[LlamaConstraint, _P], _R],
-) -> Callable[Concatenate[LlamaConstraint, _P], _R]:
-    """``method``, its seconds added to the constraint's ``seconds``."""
-
-    def timed(self: LlamaConstraint, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        started = time.perf_counter()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    timed.__name__, timed.__doc__ = method.__name__, method.__doc__
-    return timed
-
-
 class LlamaConstraint:
     """One generation's progress through a GBNF grammar, on llama.cpp's grammar sampler.
 
@@ -237,7 +217,7 @@ class LlamaConstraint:
         """Whether the text so far is a complete sentence of the grammar."""
         return any(self._allows(self._states[0], token) for token in sorted(self._stop_tokens))
 
-    @_timed
+    @timed
     def cut(self, draft_tokens: Sequence[int]) -> int:
         """Follow a proposal; return how many leading tokens the grammar allows."""
         self._drop_drafts()
@@ -252,7 +232,7 @@ class LlamaConstraint:
         self.cut_tokens += len(draft_tokens) - kept
         return kept
 
-    @_timed
+    @timed
     def mask(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Forbidden tokens' logits set to -inf, in place, in the rows ``cut`` prepared.
 
@@ -274,7 +254,7 @@ class LlamaConstraint:
         self._apply(sampler, candidates)
         row[:width] = candidates["logit"]
 
-    @_timed
+    @timed
     def commit(self, num_accepted: int, token: int | None) -> None:
         """Keep the accepted drafts and add the target's token (None: the step ended at EOS).
 
