@@ -26,8 +26,12 @@ def write_gguf_header(
     bos: int = 1,
     eos: int = 2,
     merges: Sequence[str] = ("a b",),
+    padding: int = 0,
 ) -> Path:
-    """A GGUF whose metadata holds a tokenizer (and a few other keys to skip over)."""
+    """A GGUF whose metadata holds a tokenizer (and a few other keys to skip over).
+
+    ``padding`` zero bytes follow the header, to stand for a bigger model's weights.
+    """
     pairs = [
         _string("general.architecture") + struct.pack("<I", STRING) + _string("llama"),
         _string("llama.rope.freq_base") + struct.pack("<I", FLOAT32) + struct.pack("<f", 1e4),
@@ -41,5 +45,7 @@ def write_gguf_header(
         _string("tokenizer.ggml.bos_token_id") + struct.pack("<II", UINT32, bos),
         _string("tokenizer.ggml.eos_token_id") + struct.pack("<II", UINT32, eos),
     ]
-    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(pairs)) + b"".join(pairs))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = b"GGUF" + struct.pack("<IQQ", 3, 0, len(pairs)) + b"".join(pairs)
+    path.write_bytes(header + b"\0" * padding)
     return path

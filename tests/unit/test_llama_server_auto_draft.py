@@ -24,15 +24,6 @@ HELP_2026 = Path(__file__).parent.parent / "fixtures" / "llama_server" / "help_b
 TOKENS = [f"t{i}" for i in range(64)]
 
 
-def _gguf(path: Path, tokens: list[str], *, padding: int = 0) -> Path:
-    """A header-only GGUF, padded to stand for a bigger model."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_gguf_header(path, tokens)
-    with path.open("ab") as handle:
-        handle.write(b"\0" * padding)
-    return path
-
-
 @pytest.fixture
 def binary(tmp_path: Path) -> Path:
     script = tmp_path / "bin" / "llama-server"
@@ -50,25 +41,27 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     roots: dict[str, Path] = isolate_stores(monkeypatch, tmp_path / "stores")
     files = tmp_path / "files"
     add_ollama_model(
-        roots["OLLAMA_MODELS"], "small", _gguf(files / "small.gguf", TOKENS, padding=500)
+        roots["OLLAMA_MODELS"],
+        "small",
+        write_gguf_header(files / "small.gguf", TOKENS, padding=500),
     )
     add_hf_model(
         roots["HF_HUB_CACHE"],
         "org/Smaller-GGUF",
-        {"smaller.gguf": _gguf(files / "smaller.gguf", TOKENS, padding=100)},
+        {"smaller.gguf": write_gguf_header(files / "smaller.gguf", TOKENS, padding=100)},
     )
     other = [*TOKENS[:7], "x", *TOKENS[8:]]
     add_lmstudio_model(
         roots["SPECULATIVE_LLM_LMSTUDIO_MODELS"],
         "org/other",
-        {"other.gguf": _gguf(files / "other.gguf", other)},
+        {"other.gguf": write_gguf_header(files / "other.gguf", other)},
     )
     return roots
 
 
 @pytest.fixture
 def target(tmp_path: Path) -> Path:
-    return _gguf(tmp_path / "target" / "target.gguf", TOKENS, padding=10_000)
+    return write_gguf_header(tmp_path / "target" / "target.gguf", TOKENS, padding=10_000)
 
 
 def _option(command: list[str], option: str) -> str:
@@ -95,7 +88,9 @@ def test_auto_puts_the_smallest_model_with_the_vocabulary_on_the_command_line(
 def test_auto_with_no_model_of_the_vocabulary_is_refused_before_any_start(
     binary: Path, stores: dict[str, Path], tmp_path: Path
 ) -> None:
-    lonely = _gguf(tmp_path / "lonely.gguf", [f"u{i}" for i in range(64)], padding=10_000)
+    lonely = write_gguf_header(
+        tmp_path / "lonely.gguf", [f"u{i}" for i in range(64)], padding=10_000
+    )
     with pytest.raises(VocabularyMismatchError, match="found no model") as caught:
         LlamaServer(lonely, draft_model="auto", binary=binary)
     message = str(caught.value)
@@ -123,7 +118,9 @@ def test_serve_draft_auto_prints_the_pick_and_the_command(
 def test_serve_draft_auto_refusal_is_a_clear_error(
     binary: Path, stores: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lonely = _gguf(tmp_path / "lonely.gguf", [f"u{i}" for i in range(64)], padding=10_000)
+    lonely = write_gguf_header(
+        tmp_path / "lonely.gguf", [f"u{i}" for i in range(64)], padding=10_000
+    )
     assert _serve(binary, lonely, "--draft", "auto", "--print-only") == 2
     assert _serve(binary, lonely, "--draft", "auto") == 2
     err = capsys.readouterr().err

@@ -41,15 +41,6 @@ TARGET = "ollama:big:latest"
 DRAFT = "hf:org/Small-GGUF"
 
 
-def _gguf(path: Path, tokens: list[str], *, padding: int = 0) -> Path:
-    """A header-only GGUF, padded to stand for a bigger model."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_gguf_header(path, tokens)
-    with path.open("ab") as handle:
-        handle.write(b"\0" * padding)
-    return path
-
-
 @pytest.fixture
 def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
     """A big target, a smaller model of its vocabulary, and a tiny one of another."""
@@ -57,12 +48,14 @@ def stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
     roots = isolate_stores(monkeypatch, tmp_path / "stores")
     files = tmp_path / "files"
     add_ollama_model(
-        roots["OLLAMA_MODELS"], "big", _gguf(files / "big.gguf", TOKENS, padding=10_000)
+        roots["OLLAMA_MODELS"], "big", write_gguf_header(files / "big.gguf", TOKENS, padding=10_000)
     )
     add_ollama_model(
-        roots["OLLAMA_MODELS"], "lonely", _gguf(files / "lonely.gguf", ["u", *TOKENS[1:]])
+        roots["OLLAMA_MODELS"],
+        "lonely",
+        write_gguf_header(files / "lonely.gguf", ["u", *TOKENS[1:]]),
     )
-    small = {"small.gguf": _gguf(files / "small.gguf", TOKENS, padding=100)}
+    small = {"small.gguf": write_gguf_header(files / "small.gguf", TOKENS, padding=100)}
     add_hf_model(roots["HF_HUB_CACHE"], "org/Small-GGUF", small)
     return model_choices()
 
