@@ -164,11 +164,9 @@ def test_every_page_installs_with_the_readme_command_and_only_its_extras_differ(
                 # Extras that bring torch pin its CPU build, as the README says.
                 if named & _BRING_TORCH:
                     assert _TORCH_PIN in line, f"{name}: {line!r} brings torch without the pin"
-                assert _EXTRAS.sub('-e ".[local,playground]"', line).replace(
-                    _TORCH_PIN, ""
-                ) == install, (
-                    f"{name}: {line!r} is not the README's install command with other extras"
-                )
+                assert (
+                    _EXTRAS.sub('-e ".[local,playground]"', line).replace(_TORCH_PIN, "") == install
+                ), f"{name}: {line!r} is not the README's install command with other extras"
     assert found >= 6  # README (2), quick start, LangChain, LlamaIndex, playground...
 
 
