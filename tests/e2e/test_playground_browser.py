@@ -502,6 +502,11 @@ def test_a_queued_run_is_visible_and_stop_cancels_it(app_url: str, browser: Any)
     first = open_page(browser, app_url, DESKTOP, color_scheme="light")
     second = open_page(browser, app_url, DESKTOP, color_scheme="light")
     first.fill("#prompt-box textarea", "Count from 1 to 400, one number per line.")
+    # The page drops the preset once it sees the edit; run only then, or the run may take
+    # the preset's prompt, whose short answer can end before Stop is pressed.
+    first.wait_for_function(
+        f"() => document.querySelector('#preset-name input').value === {CUSTOM!r}"
+    )
     first.fill("input[aria-label='number input for Max tokens']", "600")
     first.keyboard.press("Tab")
     first.click("#run-button")
@@ -515,6 +520,10 @@ def test_a_queued_run_is_visible_and_stop_cancels_it(app_url: str, browser: Any)
     second.wait_for_function(
         "() => document.querySelector('#run-status').innerText.includes('Stopped before')",
         timeout=5_000,
+    )
+    # Still running: a run that ended first would never say "Stopped" (a wait, not a failure).
+    assert first.locator("#run-status .sp-status-running").count() == 1, first.inner_text(
+        "#run-status"
     )
     first.click("#stop-button")
     first.wait_for_function(
