@@ -17,6 +17,7 @@ __all__ = [
     "Completion",
     "FinishReason",
     "GenerationRequest",
+    "JoinedToolCall",
     "Message",
     "PromptProgress",
     "Provenance",
@@ -24,6 +25,7 @@ __all__ = [
     "Token",
     "ToolCall",
     "ToolCallDelta",
+    "ToolCallJoiner",
     "Usage",
     "check_sampling",
     "encode_utf8",
@@ -178,6 +180,50 @@ class ToolCallDelta:
         return cls(
             index=index, id=call.id or None, name=call.name, arguments=json.dumps(call.arguments)
         )
+
+
+@dataclass(slots=True)
+class JoinedToolCall:
+    """A streamed tool call as its pieces have built it so far (``ToolCallJoiner``).
+
+    Attributes:
+        index: Which call of the answer it is.
+        id: The first id its pieces gave ("" while none has).
+        name: Its name fragments, joined.
+        arguments: Its arguments' JSON text fragments, joined (possibly cut mid-JSON).
+    """
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class ToolCallJoiner:
+    """Joins ``ToolCallDelta`` pieces by ``index`` into the calls gathered so far.
+
+    A call keeps the first id it is given (some servers repeat it on every piece, or
+    send another later); name and argument fragments are appended in order.
+    """
+
+    _calls: dict[int, JoinedToolCall] = field(default_factory=dict)
+
+    def get(self, index: int) -> JoinedToolCall | None:
+        """The call at ``index`` so far, or None before its first piece."""
+        return self._calls.get(index)
+
+    def add(self, delta: ToolCallDelta) -> JoinedToolCall:
+        """Add one piece to the call it belongs to; return that call."""
+        call = self._calls.setdefault(delta.index, JoinedToolCall(delta.index))
+        call.id = call.id or (delta.id or "")
+        call.name += delta.name or ""
+        call.arguments += delta.arguments or ""
+        return call
+
+    def calls(self) -> list[JoinedToolCall]:
+        """The calls so far, in index order."""
+        return [self._calls[index] for index in sorted(self._calls)]
 
 
 @dataclass(frozen=True, slots=True)

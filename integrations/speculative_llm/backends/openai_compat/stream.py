@@ -27,7 +27,14 @@ from speculative_llm.backends.openai_compat.responses import (
 )
 from speculative_llm.errors import MalformedResponseError, StreamInterruptedError
 from speculative_llm.stats import SpecStats
-from speculative_llm.types import Chunk, FinishReason, ToolCall, ToolCallDelta, Usage
+from speculative_llm.types import (
+    Chunk,
+    FinishReason,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallJoiner,
+    Usage,
+)
 
 __all__ = ["DecoderOptions", "OpenAIStreamDecoder", "StreamDecoderBase"]
 
@@ -164,7 +171,7 @@ class _ToolCallAccumulator:
     """
 
     def __init__(self) -> None:
-        self._calls: dict[int, dict[str, str]] = {}
+        self._joiner = ToolCallJoiner()
 
     def feed(self, deltas: object, url: str) -> tuple[ToolCallDelta, ...]:
         """The pieces of one event's ``delta.tool_calls``, recorded for ``result``.
@@ -202,16 +209,14 @@ class _ToolCallAccumulator:
         if isinstance(arguments, dict):  # a whole object, not JSON text
             arguments = json.dumps(arguments)
         arguments = _optional_string(arguments, f"{where} has arguments", url)
-        entry = self._calls.get(index)
-        if entry is None:
-            entry = {"id": call_id or f"call_{uuid.uuid4().hex[:24]}", "name": "", "arguments": ""}
-            self._calls[index] = entry
-            call_id = entry["id"]
-        elif call_id is not None and call_id != entry["id"]:
+        known = self._joiner.get(index)
+        if known is None:
+            call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
+        elif call_id is not None and call_id != known.id:
             call_id = None  # the call already has its id: keep the one given first
-        entry["name"] += name or ""
-        entry["arguments"] += arguments or ""
-        return ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
+        piece = ToolCallDelta(index=index, id=call_id, name=name, arguments=arguments)
+        self._joiner.add(piece)
+        return piece
 
     def result(self, url: str) -> tuple[ToolCall, ...]:
         """The complete calls, in index order.
@@ -221,17 +226,17 @@ class _ToolCallAccumulator:
                 not a JSON object.
         """
         calls = []
-        for key in sorted(self._calls):
-            entry = self._calls[key]
-            if not entry["name"]:
+        for joined in self._joiner.calls():
+            if not joined.name:
                 raise MalformedResponseError(
-                    f"The streamed tool call {key} from {url} never named its function.", url=url
+                    f"The streamed tool call {joined.index} from {url} never named its function.",
+                    url=url,
                 )
             calls.append(
                 ToolCall(
-                    name=entry["name"],
-                    arguments=parse_tool_arguments(entry["arguments"], entry["name"], url),
-                    id=entry["id"],
+                    name=joined.name,
+                    arguments=parse_tool_arguments(joined.arguments, joined.name, url),
+                    id=joined.id,
                 )
             )
         return tuple(calls)

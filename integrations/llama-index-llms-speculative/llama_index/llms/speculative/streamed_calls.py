@@ -17,6 +17,7 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.llms.utils import parse_partial_json
 
 from speculative_llm.types import ToolCallDelta
+from speculative_llm.types import ToolCallJoiner as CoreToolCallJoiner
 
 __all__ = [
     "IN_PROGRESS_KEY",
@@ -31,26 +32,15 @@ their tool calls are incomplete, so their arguments are read leniently."""
 
 
 @dataclass
-class _JoinedCall:
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
-@dataclass
 class ToolCallJoiner:
-    """Joins a stream's ``ToolCallDelta`` pieces into the calls gathered so far, by index."""
+    """The calls a stream's ``ToolCallDelta`` pieces have built so far, as LlamaIndex shows them."""
 
-    _calls: dict[int, _JoinedCall] = field(default_factory=dict)
+    _joiner: CoreToolCallJoiner = field(default_factory=CoreToolCallJoiner)
 
     def add(self, deltas: Sequence[ToolCallDelta]) -> None:
         """Add one chunk's pieces to the calls they belong to."""
         for delta in deltas:
-            call = self._calls.setdefault(delta.index, _JoinedCall())
-            # The id comes whole, on one piece; some servers repeat it on every piece.
-            call.id = call.id or (delta.id or "")
-            call.name += delta.name or ""
-            call.arguments += delta.arguments or ""
+            self._joiner.add(delta)
 
     def blocks(self) -> list[ToolCallBlock]:
         """The calls so far as ``ToolCallBlock``s, arguments as the JSON text received."""
@@ -58,7 +48,7 @@ class ToolCallJoiner:
             ToolCallBlock(
                 tool_call_id=call.id or None, tool_name=call.name, tool_kwargs=call.arguments
             )
-            for call in self._ordered()
+            for call in self._joiner.calls()
         ]
 
     def openai_calls(self) -> list[dict[str, Any]]:
@@ -69,11 +59,8 @@ class ToolCallJoiner:
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
-            for call in self._ordered()
+            for call in self._joiner.calls()
         ]
-
-    def _ordered(self) -> list[_JoinedCall]:
-        return [self._calls[index] for index in sorted(self._calls)]
 
 
 def is_in_progress(response: ChatResponse) -> bool:
