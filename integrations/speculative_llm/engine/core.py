@@ -146,7 +146,7 @@ class EngineCore:
     @property
     def eos_token_ids(self) -> frozenset[int]:
         """Token ids that end a generation."""
-        return frozenset(self.loaded().tokenizer.eos_token_ids)
+        return self.loaded().tokenizer.eos_token_ids
 
     @property
     def tokenizer(self) -> Tokenizer:
