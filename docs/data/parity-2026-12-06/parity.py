@@ -131,8 +131,8 @@ def main() -> None:
             **options.pop("backend", {}),
         )
         for key, value in options.items():
-            setattr(backend._runner, key, value)
-        print(f"# {name}: prompt chunks of {backend._runner.prompt_chunk_tokens} tokens")
+            setattr(backend.engine.runner, key, value)
+        print(f"# {name}: prompt chunks of {backend.engine.runner.prompt_chunk_tokens} tokens")
         sides[name] = backend
     sides["server"] = theirs
     me, them = os.getpid(), server.pid
