@@ -38,6 +38,7 @@ from speculative_llm.config import EXACT_POLICIES
 from speculative_llm.cpu_features import has_amx
 from speculative_llm.engine.models.tokenizers import render_chat_template
 from speculative_llm.engine.runners.llama_cpp import lib as llama_cpp_lib
+from speculative_llm.engine.runners.llama_cpp.batch import LlamaCppBatchRunner
 from speculative_llm.engine.runners.llama_cpp.layout_probe import (
     PROBE_ROWS,
     LayoutProbe,
@@ -316,6 +317,7 @@ class LlamaCppModel:
         self.exact: ExactPolicy = exact
         self._vocab_only = vocab_only
         self._runners: weakref.WeakSet[LlamaCppRunner] = weakref.WeakSet()
+        self._batch_runners: weakref.WeakSet[LlamaCppBatchRunner] = weakref.WeakSet()
         self.probes: dict[str, LayoutProbe] = {}
         """What the probe measured of each layout (empty when not probed)."""
         if vocab_only or not probe:
@@ -554,8 +556,29 @@ class LlamaCppModel:
         self._runners.add(runner)
         return runner
 
+    def new_batch_runner(self, max_sequences: int) -> LlamaCppBatchRunner:
+        """A context of its own holding ``max_sequences`` sequences, scored together.
+
+        Raises:
+            ConfigError: ``exact="bitwise"`` (a row's logits depend on the rows beside
+                it), or ``max_sequences`` below 1.
+        """
+        if self._vocab_only:
+            raise BackendError(f"{self.name} was loaded for its vocabulary only.")
+        if self.exact == "bitwise":
+            raise ConfigError(
+                "Batching several requests is not bitwise exact (a row's logits depend on "
+                "the rows beside it in a pass): use exact='distribution' or max_batch=1.",
+                field="max_batch",
+            )
+        runner = LlamaCppBatchRunner(self, max_sequences)
+        self._batch_runners.add(runner)
+        return runner
+
     def close(self) -> None:
         """Free the weights, after the contexts made from them."""
+        for batch_runner in list(self._batch_runners):
+            batch_runner.close()
         for runner in list(self._runners):
             runner.close()
         self._finalizer()
