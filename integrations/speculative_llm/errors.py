@@ -19,6 +19,7 @@ __all__ = [
     "MissingDependencyError",
     "ModelNotFoundError",
     "ModelNotLoadedError",
+    "QueueFullError",
     "SpeculationNotEnabledError",
     "SpeculativeError",
     "StreamInterruptedError",
@@ -108,6 +109,10 @@ class BackendError(SpeculativeError):
 
 class BackendUnavailableError(BackendError):
     """The server could not be reached (connection refused, DNS failure...)."""
+
+
+class QueueFullError(BackendError):
+    """The engine's queue of waiting requests is full: retry later, or raise its bound."""
 
 
 class BackendTimeoutError(BackendError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,25 +25,32 @@ from speculative_llm.engine.engine_thread import (
 )
 from speculative_llm.engine.loop.chunks import TargetContext, answer_chunks
 from speculative_llm.engine.loop.draft_cost import VerifyCost
-from speculative_llm.engine.loop.engine import logit_margin
+from speculative_llm.engine.loop.engine import logit_margin, stop_if_cancelled
 from speculative_llm.engine.loop.pass_costs import calibrate
 from speculative_llm.engine.models.loading import load_model
 from speculative_llm.engine.request.preparation import PreparedRequest, RequestPreparer
 from speculative_llm.engine.request.prompts import encode_request
-from speculative_llm.engine.request.tools import plan_tools
-from speculative_llm.errors import BackendError
+from speculative_llm.engine.request.tools import plan_tools, tool_answer
+from speculative_llm.engine.scheduler import BatchScheduler, RequestHandle, refuse_batching
+from speculative_llm.errors import BackendError, ConfigError
 from speculative_llm.types import Chunk, GenerationRequest
 
 if TYPE_CHECKING:
     from speculative_llm.engine.models.tokenizers import Tokenizer
     from speculative_llm.engine.runners.base import LoadedModel, Runner
 
-__all__ = ["EngineCore"]
+__all__ = ["DEFAULT_MAX_QUEUE", "EngineCore"]
 
 logger = logging.getLogger(__name__)
 
 _LOCK_POLL_S = 0.005
 """How often an async request waiting for the engine lock looks again."""
+
+_BATCH_POLL_S = 0.005
+"""How often a batched request with no chunk yet (waiting for a sequence) asks again."""
+
+DEFAULT_MAX_QUEUE = 64
+"""Batched requests that may wait for a sequence before ``QueueFullError``."""
 
 
 class EngineCore:
@@ -79,7 +87,13 @@ class EngineCore:
         load_options: dict[str, Any],
         prompt_cache: bool,
         calibrate_costs: bool,
+        max_batch: int = 1,
+        max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(
+                f"max_batch must be an integer >= 1, got {max_batch!r}.", field="max_batch"
+            )
         exact = load_options.get("exact", "distribution")
         drafter_options: dict[str, Any] = {
             key: load_options[key]
@@ -112,9 +126,30 @@ class EngineCore:
             exact=exact,
             lock=self._load_lock,
         )
+        self._scheduler: BatchScheduler | None = None
+        if max_batch > 1:
+            self._scheduler = self._batch_scheduler(max_batch, max_queue)
         if default_spec.method == "draft_model":
             # Fail early (missing model, vocabulary mismatch) rather than on a request.
             self.drafter_host.drafter_for(default_spec)
+
+    def _batch_scheduler(self, max_batch: int, max_queue: int) -> BatchScheduler:
+        """The scheduler of batched requests, over a context of ``max_batch`` sequences.
+
+        Raises:
+            ConfigError: The runner has no batched passes, or refuses them.
+        """
+        target = self.loaded()
+        make = getattr(target.model, "new_batch_runner", None)
+        if make is None:
+            raise refuse_batching(target.runner_name)
+        runner = call_on_engine_thread(lambda: make(max_batch))
+        return BatchScheduler(self._context, runner, max_queue=max_queue)
+
+    @property
+    def max_batch(self) -> int:
+        """Requests decoding at once (1: one at a time, behind the engine lock)."""
+        return 1 if self._scheduler is None else self._scheduler.max_batch
 
     def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
         """The cost model, started from the model's measured pass costs when asked."""
@@ -184,6 +219,8 @@ class EngineCore:
 
     def chunks(self, job: PreparedRequest, *, live_stats: bool) -> Iterator[Chunk]:
         """The chunks of a prepared request, computed on the engine thread one per read."""
+        if self._scheduler is not None:
+            return self._with_tools(job, self._batched_chunks(self._scheduler, job, live_stats))
         return self._holding_lock(
             iterate_on_engine_thread(lambda: answer_chunks(self._context, job, live_stats))
         )
@@ -192,6 +229,8 @@ class EngineCore:
         self, prepare: Callable[[], PreparedRequest], *, live_stats: bool
     ) -> AsyncIterator[Chunk]:
         """Async twin of ``chunks``: the request is prepared once the engine is ours."""
+        if self._scheduler is not None:
+            return self._abatched_chunks(self._scheduler, prepare, live_stats)
         return self._aholding_lock(
             aiterate_on_engine_thread(lambda: answer_chunks(self._context, prepare(), live_stats))
         )
@@ -231,6 +270,77 @@ class EngineCore:
             finally:
                 self._lock.release()
 
+    @staticmethod
+    def _with_tools(job: PreparedRequest, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        return chunks if job.tools is None else tool_answer(chunks)
+
+    def _batched_chunks(
+        self, scheduler: BatchScheduler, job: PreparedRequest, live_stats: bool
+    ) -> Iterator[Chunk]:
+        """A batched request's chunks: each read runs the scheduler's step on the engine thread.
+
+        The reader waits (in its own thread) only while its request has no sequence yet.
+        Closing the stream takes the request out of the batch at once.
+        """
+        self.loaded()
+        handle = scheduler.submit(job, live_stats=live_stats)
+        try:
+            while True:
+                # As the one-request loop checks between its steps: chunks computed
+                # ahead of a cancelled reader are not handed out.
+                stop_if_cancelled(job.cancellation)
+                chunk = call_on_engine_thread(lambda: scheduler.advance(handle))
+                if chunk is None:
+                    time.sleep(_BATCH_POLL_S)
+                    continue
+                yield chunk
+                if chunk.final:
+                    return
+        finally:
+            self._end_batched(scheduler, handle)
+
+    async def _abatched_chunks(
+        self,
+        scheduler: BatchScheduler,
+        prepare: Callable[[], PreparedRequest],
+        live_stats: bool,
+    ) -> AsyncIterator[Chunk]:
+        """Async twin of ``_batched_chunks``: the event loop never blocks."""
+        self.loaded()
+        job = await asyncio.to_thread(prepare)
+        handle = scheduler.submit(job, live_stats=live_stats)
+        chunks = self._abatched_reads(scheduler, handle)
+        if job.tools is not None:
+            parsed = [chunk async for chunk in chunks]
+            for chunk in tool_answer(iter(parsed)):
+                yield chunk
+            return
+        async for chunk in chunks:
+            yield chunk
+
+    async def _abatched_reads(
+        self, scheduler: BatchScheduler, handle: RequestHandle
+    ) -> AsyncIterator[Chunk]:
+        try:
+            while True:
+                stop_if_cancelled(handle.job.cancellation)
+                chunk = await asyncio.to_thread(
+                    call_on_engine_thread, lambda: scheduler.advance(handle)
+                )
+                if chunk is None:
+                    await asyncio.sleep(_BATCH_POLL_S)
+                    continue
+                yield chunk
+                if chunk.final:
+                    return
+        finally:
+            # Shielded: a cancelled reader's request still leaves the batch.
+            await asyncio.shield(asyncio.to_thread(self._end_batched, scheduler, handle))
+
+    @staticmethod
+    def _end_batched(scheduler: BatchScheduler, handle: RequestHandle) -> None:
+        call_on_engine_thread(lambda: scheduler.cancel(handle))
+
     # ---- lifecycle -------------------------------------------------------------------------
 
     def forget_outputs(self) -> None:
@@ -238,8 +348,22 @@ class EngineCore:
         self.drafter_host.forget()
 
     def close(self) -> None:
-        """Drop the models; never blocks (an open stream frees them when it ends)."""
+        """Drop the models; never blocks (an open stream frees them when it ends).
+
+        With ``max_batch > 1`` the requests in flight end with a ``BackendError`` and the
+        models are freed after the step running now.
+        """
         self._closed = True
+        scheduler = self._scheduler
+        if scheduler is not None:
+            closed = BackendError("This LocalBackend was closed while the request ran.")
+
+            def end_and_release() -> None:
+                scheduler.shutdown(closed)
+                self._release_models()
+
+            call_on_engine_thread(end_and_release)
+            return
         if self._lock.acquire(blocking=False):
             try:
                 self._release_models()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from speculative_llm.backends.base import Backend, Capabilities, ModelInfo
 from speculative_llm.config import SpecConfig, local_methods
-from speculative_llm.engine.core import EngineCore
+from speculative_llm.engine.core import DEFAULT_MAX_QUEUE, EngineCore
 from speculative_llm.engine.defaults import DEFAULT_MODEL, DEFAULT_SPEC, default_spec
 from speculative_llm.errors import ConfigError
 from speculative_llm.types import Chunk, Completion, GenerationRequest
@@ -89,6 +89,12 @@ class LocalBackend(Backend):
             second for a small model; cached on disk per model, runner, threads and
             CPU), so that ``SpecStats.verify_row_cost`` and the cost-aware policy start
             from what a verify row costs on this machine rather than a guess.
+        max_batch: llama.cpp runner: requests decoding at once (continuous batching:
+            each pass scores every running request's next token and draft together).
+            1, the default, runs one request at a time. Needs ``exact="distribution"``
+            and drafters without a model of their own (ngram, suffix).
+        max_queue: With ``max_batch > 1``: requests that may wait for a free sequence;
+            one more is refused with ``QueueFullError``.
 
     Raises:
         ModelNotFoundError: A model name does not resolve.
@@ -115,6 +121,8 @@ class LocalBackend(Backend):
         prompt_cache: bool = True,
         progress: bool = True,
         calibrate_costs: bool = True,
+        max_batch: int = 1,
+        max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
             raise ConfigError(f"threads must be an integer, got {threads!r}.", field="threads")
@@ -144,6 +152,8 @@ class LocalBackend(Backend):
             },
             prompt_cache=prompt_cache,
             calibrate_costs=calibrate_costs,
+            max_batch=max_batch,
+            max_queue=max_queue,
         )
 
     # ---- configuration ---------------------------------------------------------------------

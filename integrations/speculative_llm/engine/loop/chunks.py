@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 from speculative_llm.engine.loop.draft_cost import PositionAcceptance, VerifyCost
@@ -23,13 +23,21 @@ from speculative_llm.engine.loop.engine import decode
 from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.session import SpeculationSession
+from speculative_llm.engine.loop.steps import StepResult
 from speculative_llm.engine.request.preparation import PreparedRequest
 from speculative_llm.engine.request.text import OutputText
 from speculative_llm.engine.request.tools import tool_answer
 from speculative_llm.engine.runners.base import LoadedModel, Runner
 from speculative_llm.types import Chunk, FinishReason, PromptProgress, Usage
 
-__all__ = ["TargetContext", "answer_chunks", "open_session", "request_chunks"]
+__all__ = [
+    "TargetContext",
+    "answer_chunks",
+    "open_session",
+    "request_chunks",
+    "request_random_stream",
+    "session_chunks",
+]
 
 AcceptanceKey = tuple[str, str | None, bool]
 """Whose acceptance: the method, its draft model, and whether decoding is greedy."""
@@ -57,9 +65,12 @@ class TargetContext:
 
 
 def open_session(
-    context: TargetContext, job: PreparedRequest, started: float
+    context: TargetContext, job: PreparedRequest, started: float, runner: Runner | None = None
 ) -> SpeculationSession:
-    """The request's speculation, begun: drafter, draft-length policy, grammar, statistics."""
+    """The request's speculation, begun: drafter, draft-length policy, grammar, statistics.
+
+    ``runner``: the runner the request's passes run on (default: the context's).
+    """
     spec, drafter = job.spec, job.drafter
     k = spec.draft_length if spec.speculative else 0
     constraint = None
@@ -85,7 +96,7 @@ def open_session(
         prompt_tokens=len(job.prompt_tokens),
         draft_length=draft_length,
         constraint=constraint,
-        runners=(context.runner, *(() if drafter is None else drafter.runners)),
+        runners=(runner or context.runner, *(() if drafter is None else drafter.runners)),
         started=started,
         cpu_threads=context.target.cpu_threads,
         draft_sources=() if drafter is None else drafter.draft_sources,
@@ -110,10 +121,8 @@ def request_chunks(
     """
     request, target, runner = job.request, context.target, context.runner
     started = time.perf_counter()
-    seed = request.seed if request.seed is not None else secrets.randbits(62)
-    generator = RandomStream(seed)
+    generator = request_random_stream(job)
     session = open_session(context, job, started)
-    output_text = OutputText(target.tokenizer, job.prompt_tokens, request.stop)
     steps = decode(
         runner,
         session,
@@ -125,6 +134,31 @@ def request_chunks(
         reuse_prefix=job.reuse_prefix,
         cancellation=job.cancellation,
     )
+    yield from session_chunks(context, job, session, steps, live_stats=live_stats)
+
+
+def request_random_stream(job: PreparedRequest) -> RandomStream:
+    """The request's random stream: its seed's, or a fresh one."""
+    seed = job.request.seed if job.request.seed is not None else secrets.randbits(62)
+    return RandomStream(seed)
+
+
+def session_chunks(
+    context: TargetContext,
+    job: PreparedRequest,
+    session: SpeculationSession,
+    steps: Generator[StepResult | PromptProgress, None, None],
+    *,
+    live_stats: bool,
+) -> Generator[Chunk, None, None]:
+    """The chunks of a running session's ``steps``: one per step or prompt report.
+
+    Exactly one chunk per item of ``steps``, the last one final (so a scheduler that
+    hands a session its steps one at a time reads one chunk after each). However the
+    stream ends, ``steps`` is closed and the drafter learns from what the caller got.
+    """
+    request = job.request
+    output_text = OutputText(context.target.tokenizer, job.prompt_tokens, request.stop)
     try:
         for step in steps:
             if isinstance(step, PromptProgress):

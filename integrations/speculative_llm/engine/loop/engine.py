@@ -72,6 +72,7 @@ __all__ = [
     "prefill_in_chunks",
     "prompt_passes",
     "reusable_prefix",
+    "settle_proposal",
     "stop_if_cancelled",
     "verify_proposal",
 ]
@@ -257,6 +258,40 @@ def verify_proposal(
     started, cpu_started = time.perf_counter(), time.process_time()
     draft = proposal.draft
     logits = target.forward([sequence[-1], *draft.tokens], len(draft.tokens) + 1)
+    return settle_proposal(
+        target,
+        sequence,
+        proposal,
+        logits,
+        params,
+        generator,
+        mask=mask,
+        rule=rule,
+        started=(started, cpu_started),
+    )
+
+
+def settle_proposal(
+    target: Runner,
+    sequence: Sequence[int],
+    proposal: Proposal,
+    logits: LogitRows,
+    params: SamplingParams,
+    generator: RandomStream | None,
+    *,
+    mask: Callable[[LogitRows], LogitRows] | None = None,
+    rule: AcceptanceRule = verify_sampled,
+    started: tuple[float, float],
+) -> StepResult:
+    """The second half of ``verify_proposal``, once the target scored the proposal.
+
+    ``logits``: the rows of ``[sequence[-1], *proposal.draft.tokens]`` (a pass of this
+    sequence alone, or its part of a batched pass); ``started``: the wall and CPU clocks
+    when the pass began. Masks, accepts, crops the cache and builds the step.
+    """
+    started_s, cpu_started = started
+    length = len(sequence)
+    draft = proposal.draft
     if mask is not None:
         logits = mask(logits)
     verdict = verify_draft(draft.tokens, draft.probs, logits, params, generator, rule)
@@ -267,7 +302,7 @@ def verify_proposal(
         len(draft.tokens),
         verdict.num_accepted,
         proposal.seconds,
-        time.perf_counter() - started + proposal.grammar_s,
+        time.perf_counter() - started_s + proposal.grammar_s,
         match_length=draft.match_length,
         draft_source=draft.source if draft.tokens else None,
         asked=proposal.asked,
