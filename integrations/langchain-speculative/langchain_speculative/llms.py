@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -75,6 +78,26 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
+        if len(prompts) > 1 and not self.streaming:
+            # At once, so that an engine that batches (max_batch > 1) runs them together.
+            requests = [self._prompt_request(prompt, stop, **kwargs) for prompt in prompts]
+            with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+                futures = [
+                    pool.submit(contextvars.copy_context().run, self.client.generate, request)
+                    for request in requests
+                ]
+                completions = [future.result() for future in futures]
+            return self._result(
+                [
+                    to_generation(
+                        completion,
+                        model_name=self._response_model_name(request),
+                        provenance=self.token_provenance,
+                    )
+                    for request, completion in zip(requests, completions, strict=True)
+                ],
+                self.resolved_model_name,
+            )
         generations: list[Generation] = []
         for prompt in prompts:
             if self.streaming:
@@ -102,6 +125,23 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
+        if len(prompts) > 1 and not self.streaming:
+            # At once, so that an engine that batches (max_batch > 1) runs them together.
+            requests = [self._prompt_request(prompt, stop, **kwargs) for prompt in prompts]
+            completions = await asyncio.gather(
+                *(self.client.agenerate(request) for request in requests)
+            )
+            return self._result(
+                [
+                    to_generation(
+                        completion,
+                        model_name=self._response_model_name(request),
+                        provenance=self.token_provenance,
+                    )
+                    for request, completion in zip(requests, completions, strict=True)
+                ],
+                self.resolved_model_name,
+            )
         generations: list[Generation] = []
         for prompt in prompts:
             if self.streaming:

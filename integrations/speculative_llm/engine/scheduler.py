@@ -157,6 +157,8 @@ class BatchScheduler:
         self._waiting: deque[RequestHandle] = deque()
         self._waiting_lock = threading.Lock()  # submit runs in the callers' threads
         self._running: list[_Running] = []
+        self.largest_batch = 0
+        """Most requests one pass has scored together so far."""
 
     @property
     def max_batch(self) -> int:
@@ -354,6 +356,7 @@ class BatchScheduler:
             batch.append(running)
         if not rows:
             return False
+        self.largest_batch = max(self.largest_batch, len(rows))
         started = (time.perf_counter(), time.process_time())
         try:
             logits = self._runner.forward_rows(rows)
