@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch", reason="tiny models need torch (extra 'transformers')")
 pytest.importorskip("gguf", reason="writing tiny GGUF files needs gguf (extra 'transformers')")
 
-from langchain_speculative import SpeculativeLLM
+from langchain_speculative import ChatSpeculative, SpeculativeLLM
 from local_runners import require_llama_cpp
 from speculative_llm import SpecConfig
 from speculative_llm.backends.local import LocalBackend
@@ -56,3 +56,10 @@ def test_abatch_runs_the_prompts_together(backend: LocalBackend) -> None:
     texts = asyncio.run(llm.abatch(PROMPTS))
     assert len(texts) == len(PROMPTS) and all(texts)
     assert _largest_batch(backend) > 1
+
+
+def test_chat_model_batch_and_abatch_run_together(backend: LocalBackend) -> None:
+    chat = ChatSpeculative(backend=backend, max_tokens=8)
+    assert all(message.content for message in chat.batch(PROMPTS))
+    assert _largest_batch(backend) > 1
+    assert all(message.content for message in asyncio.run(chat.abatch(PROMPTS)))
