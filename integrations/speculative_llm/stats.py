@@ -207,7 +207,9 @@ class SpecStats:
             drafted.
         one_token_pass_s: Seconds of a one-token target pass as the engine measured it
             during this request (the unit of ``verify_row_cost`` and
-            ``draft_token_cost``). None on servers.
+            ``draft_token_cost``). Batched with other requests (the local engine's
+            ``max_batch``), the pass its plain step shared with theirs, so that r and c
+            are what its drafts added to that pass. None on servers.
         cpu_s: CPU seconds the decoding process spent while this request's decoding
             steps ran (all its threads; the prompt's pass left out). None where not
             measured (servers, accelerators).

@@ -151,6 +151,16 @@ class EngineCore:
         """Requests decoding at once (1: one at a time, behind the engine lock)."""
         return 1 if self._scheduler is None else self._scheduler.max_batch
 
+    @property
+    def scheduler(self) -> BatchScheduler | None:
+        """The batch scheduler (``max_batch > 1``), else None: its counters are read-only."""
+        return self._scheduler
+
+    @property
+    def verify_cost(self) -> VerifyCost:
+        """The target's pass costs as measured so far, shared by every request."""
+        return self._context.verify_cost
+
     def _calibrated_cost(self, calibrate_costs: bool) -> VerifyCost:
         """The cost model, started from the model's measured pass costs when asked."""
         if not calibrate_costs:

@@ -14,6 +14,11 @@ A ``BatchScheduler`` holds the requests of one ``EngineCore`` built with ``max_b
    accepts or rejects its draft with its own ``RandomStream`` (``engine.settle_proposal``,
    the acceptance rule of one request alone), so exactness per request is unchanged.
 
+Draft lengths see the batch: each request's cost-aware policy is told the rows and
+tokens the others put into the pass (``draft_cost.BatchShare``) and weighs its extra
+rows against the whole pass's time, so drafts shrink as the batch grows; the shared
+cost model records each pass once, its time under its total rows.
+
 Each step's results become the request's chunks at once (``chunks.session_chunks``), in
 an outbox its reader takes them from. A reader that falls behind is left out of the
 passes once ``max_buffered`` chunks wait for it, so a stalled reader holds its sequence
@@ -41,6 +46,7 @@ from speculative_llm.engine.loop.chunks import (
     request_random_stream,
     session_chunks,
 )
+from speculative_llm.engine.loop.draft_cost import BatchShare
 from speculative_llm.engine.loop.engine import (
     prefill_in_chunks,
     reusable_prefix,
@@ -118,6 +124,10 @@ class _Running:
     chunks: Generator[Chunk, None, None] | None = None
     generated: int = 0
     proposal: Proposal | None = None
+    last_rows: int = 1
+    """Rows its last decoding step put into a pass (its token and its draft)."""
+    last_tokens: float = 1.0
+    """Tokens its last decoding step emitted."""
 
 
 def _drain(items: deque[StepResult | PromptProgress]) -> Generator[StepResult | PromptProgress]:
@@ -159,6 +169,8 @@ class BatchScheduler:
         self._running: list[_Running] = []
         self.largest_batch = 0
         """Most requests one pass has scored together so far."""
+        self.passes = 0
+        """Batched decoding passes run so far (prompt passes left out)."""
 
     @property
     def max_batch(self) -> int:
@@ -293,7 +305,9 @@ class BatchScheduler:
             max_new_tokens = min(max_new_tokens, window - len(job.prompt_tokens))
         sequence = self._take_sequence(job)
         try:
-            session = open_session(context, job, time.perf_counter(), runner=sequence)
+            session = open_session(
+                context, job, time.perf_counter(), runner=sequence, shared_passes=True
+            )
         except BaseException:
             self._free.append(sequence)
             raise
@@ -338,14 +352,24 @@ class BatchScheduler:
         return False
 
     def _decode_pass(self) -> bool:
+        ready = [
+            running
+            for running in self._running
+            if running.prefill is None and len(running.handle.outbox) < self._max_buffered
+        ]
+        # Each request prices its draft against the others' share of the pass, taken
+        # from their last step (a request new to decoding counts one row, one token).
+        all_rows = sum(running.last_rows for running in ready)
+        all_tokens = sum(running.last_tokens for running in ready)
         rows: list[tuple[Runner, list[int], int]] = []
         batch: list[_Running] = []
         room = self._runner.capacity
-        for running in list(self._running):
-            if running.prefill is not None or len(running.handle.outbox) >= self._max_buffered:
-                continue
+        for running in ready:
+            beside = BatchShare(
+                all_rows - running.last_rows, max(all_tokens - running.last_tokens, 0.0)
+            )
             try:
-                row = self._propose(running)
+                row = self._propose(running, beside)
             except Exception as error:
                 self._fail(running, error)
                 continue
@@ -357,6 +381,7 @@ class BatchScheduler:
         if not rows:
             return False
         self.largest_batch = max(self.largest_batch, len(rows))
+        self.passes += 1
         started = (time.perf_counter(), time.process_time())
         try:
             logits = self._runner.forward_rows(rows)
@@ -364,6 +389,7 @@ class BatchScheduler:
             for running in batch:
                 self._fail(running, error)
             return True
+        settled: list[tuple[_Running, StepResult, float]] = []
         for running, scored in zip(batch, logits, strict=True):
             proposal, running.proposal = running.proposal, None
             assert proposal is not None
@@ -382,10 +408,18 @@ class BatchScheduler:
             except Exception as error:
                 self._fail(running, error)
                 continue
-            self._accept(running, result)
+            settled.append((running, result, proposal.grammar_s))
+        # One pass, one observation: its time under its total rows. Every request in it
+        # waited for all of it, so each step's verify time is the whole pass's.
+        pass_s = time.perf_counter() - started[0]
+        self._context.verify_cost.observe(sum(len(row) for _, row, _ in rows), pass_s)
+        for running, result, grammar_s in settled:
+            running.last_rows = result.num_drafted + 1
+            running.last_tokens = float(len(result.tokens))
+            self._accept(running, dataclasses.replace(result, verify_s=pass_s + grammar_s))
         return True
 
-    def _propose(self, running: _Running) -> list[int]:
+    def _propose(self, running: _Running, beside: BatchShare) -> list[int]:
         """The row of a decoding request: its last token and its draft (kept as its proposal)."""
         stop_if_cancelled(running.handle.job.cancellation)
         if running.proposal is None:
@@ -401,6 +435,7 @@ class BatchScheduler:
                 running.generator,
                 remaining=remaining,
                 verify_limit=remaining + 1,
+                beside=beside,
             )
         return [running.tokens[-1], *running.proposal.draft.tokens]
 

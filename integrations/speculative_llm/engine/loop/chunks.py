@@ -65,11 +65,18 @@ class TargetContext:
 
 
 def open_session(
-    context: TargetContext, job: PreparedRequest, started: float, runner: Runner | None = None
+    context: TargetContext,
+    job: PreparedRequest,
+    started: float,
+    runner: Runner | None = None,
+    *,
+    shared_passes: bool = False,
 ) -> SpeculationSession:
     """The request's speculation, begun: drafter, draft-length policy, grammar, statistics.
 
     ``runner``: the runner the request's passes run on (default: the context's).
+    ``shared_passes``: its passes are batched with other requests' (the scheduler
+    prices drafts against the whole pass and times each pass once).
     """
     spec, drafter = job.spec, job.drafter
     k = spec.draft_length if spec.speculative else 0
@@ -88,6 +95,7 @@ def open_session(
         cost_aware=spec.is_cost_aware and spec.speculative,
         acceptance=acceptance,
         drafter=spec.method if drafter is None else drafter.cost_key,
+        shared_passes=shared_passes,
     )
     stats = RequestStats(
         backend=context.backend,

@@ -39,8 +39,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "ALONE",
     "DRAFT_LIMITS",
     "MATCH_QUALITY_EDGES",
+    "BatchShare",
     "DraftLimit",
     "LayeredAcceptance",
     "PositionAcceptance",
@@ -428,14 +430,49 @@ def probe_loss(
     return max(spent - expected_tokens(survival, length), 0.0)
 
 
-def best_draft_length(survival: Sequence[float], cost: VerifyCost, drafter: str = "") -> int:
-    """The draft length in ``[0, len(survival)]`` with the most expected tokens per second."""
+@dataclass(frozen=True, slots=True)
+class BatchShare:
+    """What the other requests of a batched pass put into it, as the policy prices it.
+
+    Continuous batching scores every active request's rows in one pass, so a request's
+    extra draft rows lengthen the pass for all of them. ``rows``: the others' rows in the
+    pass; ``tokens``: the tokens they are expected to emit from it (each one's last step).
+    """
+
+    rows: int
+    tokens: float
+
+    def __post_init__(self) -> None:
+        if self.rows < 0 or self.tokens < 0:
+            raise ValueError(f"a batch share is never negative, got {self.rows}, {self.tokens}")
+
+
+ALONE = BatchShare(0, 0.0)
+"""A request that has its passes to itself."""
+
+
+def best_draft_length(
+    survival: Sequence[float],
+    cost: VerifyCost,
+    drafter: str = "",
+    beside: BatchShare = ALONE,
+) -> int:
+    """The draft length in ``[0, len(survival)]`` with the most expected tokens per second.
+
+    Beside other requests (``beside``), the pass's tokens per second count: with ``n``
+    their rows and ``t`` their tokens, ``d* = argmax_d (t + 1 + S(1..d)) / (r(n + 1 + d)
+    + d * c)``. Extra rows then cost the whole batch's time, so drafts shrink as the
+    batch grows (with a linear ``r`` a draft must gain more tokens per row than each
+    request gets per pass). Alone (``n = t = 0``) it is the one-request rule.
+    """
     draft_ratio = cost.draft_ratio(drafter)
-    ratios = cost.ratios(len(survival) + 1)
-    best, best_rate, tokens = 0, 1.0, 1.0  # d = 0: one token for one one-token pass
+    base = beside.rows + 1
+    ratios = cost.ratios(base + len(survival))
+    tokens = 1.0
+    best, best_rate = 0, (beside.tokens + tokens) / ratios[base]  # d = 0: no draft rows
     for length, chance in enumerate(survival, start=1):
         tokens += chance
-        rate = tokens / (ratios[length + 1] + length * draft_ratio)
+        rate = (beside.tokens + tokens) / (ratios[base + length] + length * draft_ratio)
         if rate > best_rate:
             best, best_rate = length, rate
     return best

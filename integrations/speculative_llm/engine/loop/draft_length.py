@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from speculative_llm.engine.drafters.base import Draft
 from speculative_llm.engine.loop.draft_cost import (
+    ALONE,
+    BatchShare,
     DraftLimit,
     LayeredAcceptance,
     PositionAcceptance,
@@ -63,6 +65,12 @@ class DraftLengthPolicy:
 
     Every decoding step is counted by what set its draft's length (``limits``, codes of
     ``draft_cost.DraftLimit``), and ``explain`` says it in one sentence.
+
+    Batched (``shared_passes``): the request's rows share each pass with other requests'
+    (``engine.scheduler``). Each step is told what the others put into the pass
+    (``request_length(beside=...)``, a ``draft_cost.BatchShare``) and prices its draft
+    against the whole pass (``best_draft_length``), and the scheduler, not the policy,
+    feeds ``cost`` each pass's time once, under the pass's total rows.
     """
 
     k: int
@@ -80,6 +88,11 @@ class DraftLengthPolicy:
     limits: dict[str, int] = field(default_factory=dict)
     drafter: str = ""
     """Which drafter's costs to weigh (``VerifyCost.draft_ratio``): each keeps its own."""
+    shared_passes: bool = False
+    """Whether the request's passes are batched with others' (see the class)."""
+    _beside: BatchShare = field(default=ALONE, init=False, repr=False)
+    _base_ratio_sum: float = field(default=0.0, init=False, repr=False)
+    _base_ratio_steps: int = field(default=0, init=False, repr=False)
     _layered: LayeredAcceptance = field(init=False, repr=False)
     _interval: int = field(init=False, repr=False)
     _since_probe: int = field(default=0, init=False, repr=False)
@@ -109,7 +122,8 @@ class DraftLengthPolicy:
 
     def _best(self, bucket: int | None, longest: int) -> int:
         assert self.cost is not None
-        return best_draft_length(self._layered.survival(bucket, longest), self.cost, self.drafter)
+        survival = self._layered.survival(bucket, longest)
+        return best_draft_length(survival, self.cost, self.drafter, self._beside)
 
     def _probe(self, chosen: int, available: int, bucket: int | None, catch_up: float = 0.0) -> int:
         """``chosen``, or a probe's length when one is due, paid for, and longer.
@@ -136,7 +150,12 @@ class DraftLengthPolicy:
         return max(self._best(bucket, self.k) for bucket in (None, *self._layered.buckets()))
 
     def request_length(
-        self, *, cheap: bool = False, unseen: int = 0, remaining: int | None = None
+        self,
+        *,
+        cheap: bool = False,
+        unseen: int = 0,
+        remaining: int | None = None,
+        beside: BatchShare = ALONE,
     ) -> int:
         """The draft length to ask for in the next step (``cheap``: prompt lookup).
 
@@ -145,9 +164,10 @@ class DraftLengthPolicy:
         model that did not draft on the previous step must first feed the ``unseen``
         tokens to its own cache (the whole prompt, at a request's first draft): it
         resumes only when what its drafts are expected to save over the ``remaining``
-        tokens pays for that, and a probe counts it as part of its loss.
+        tokens pays for that, and a probe counts it as part of its loss. ``beside``:
+        what other requests put into the same pass (batched; ``keep`` prices with it too).
         """
-        self._kept, self._probing = None, False
+        self._kept, self._probing, self._beside = None, False, beside
         if cheap or not self._choosing:
             self._wish = self.k
             return self._wish
@@ -204,8 +224,13 @@ class DraftLengthPolicy:
         if not step.prefill:
             self._drafted_last = step.num_drafted > 0
         self.update(step.num_drafted, step.num_accepted, step.match_length)
+        if not step.prefill:
+            self._base_ratio_steps += 1
+            if self.cost is not None:
+                self._base_ratio_sum += self.cost.ratio(self._beside.rows + 1)
         if self.cost is not None:
-            self.cost.observe(step.num_drafted + 1, step.verify_s)
+            if not self.shared_passes:
+                self.cost.observe(step.num_drafted + 1, step.verify_s)
             self.cost.observe_draft(step.num_drafted, step.draft_s - step.catch_up_s, self.drafter)
             self.cost.observe_catch_up(step.caught_up, step.catch_up_s, self.drafter)
 
@@ -214,6 +239,9 @@ class DraftLengthPolicy:
         assert self.cost is not None
         credit = min(self.cost.probe_credit + self.probe_budget, self.probe_max_credit)
         one = self.cost.one_token_seconds()
+        if one:
+            # Batched, the plain step it is weighed against is the others' pass alone.
+            one *= self.cost.ratio(self._beside.rows + 1)
         if self._probing and one:
             passes = (step.verify_s + step.draft_s) / one
             credit -= max(passes - len(step.tokens), 0.0)
@@ -242,6 +270,16 @@ class DraftLengthPolicy:
             return None
         row_cost = self.cost.row_cost() if self.cost is not None and self.cost_aware else None
         return explain_limits(self.limits, k=self.k, row_cost=row_cost)
+
+    def pass_scale(self) -> float:
+        """The mean pass this request's plain steps took, in one-token passes.
+
+        1 alone; batched, ``r(n + 1)`` averaged over its steps (``n`` the others' rows):
+        the unit its draft rows' cost is priced in (``RequestStats``).
+        """
+        if not self._base_ratio_steps or self._base_ratio_sum <= 0:
+            return 1.0
+        return self._base_ratio_sum / self._base_ratio_steps
 
     def limit_counts(self) -> tuple[tuple[str, int], ...] | None:
         """``limits`` as sorted pairs (None without drafting: k = 0)."""

@@ -252,14 +252,22 @@ class RequestStats:
 
         r comes from the backend's cost model, which the request's passes have just
         refined (``VerifyCost``, started from the load-time calibration); c is this
-        request's own drafting time per draft token over a one-token pass.
+        request's own drafting time per draft token over a one-token pass. Both are
+        over the pass the request's plain step shared, when batched
+        (``DraftLengthPolicy.pass_scale``).
         """
-        cost = None if self._draft_length is None else self._draft_length.cost
-        if cost is None:
+        policy = self._draft_length
+        cost = None if policy is None else policy.cost
+        if policy is None or cost is None:
             return None, None, None
+        # Batched, the unit is the pass its plain step shared with other requests: its
+        # draft rows add r(n + 1 + d) - r(n + 1) = r * d to a pass of r(n + 1).
+        scale = policy.pass_scale()
         one = cost.one_token_seconds()
+        if one is not None:
+            one *= scale
         draft_cost = (self.draft_s / self.draft_tokens) / one if one and self.draft_tokens else None
-        return cost.row_cost(), draft_cost, one
+        return cost.row_cost() / scale, draft_cost, one
 
     def _by_source(self, counts: dict[str, int], source: str) -> int | None:
         """The count of drafts from one source; None for drafters without that source."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from speculative_llm.engine.drafters.base import Draft, Drafter
+from speculative_llm.engine.loop.draft_cost import ALONE, BatchShare
 from speculative_llm.engine.loop.draft_length import DraftLengthPolicy
 from speculative_llm.engine.loop.request_stats import RequestStats
 from speculative_llm.engine.loop.steps import StepResult
@@ -151,6 +152,7 @@ class SpeculationSession:
         *,
         remaining: int,
         verify_limit: int,
+        beside: BatchShare = ALONE,
     ) -> Proposal:
         """The draft to verify after ``sequence``.
 
@@ -159,6 +161,7 @@ class SpeculationSession:
         would (``verify_limit``). A cheap drafter proposes the longest draft; the policy
         keeps what pays; the grammar drops the first token it forbids and the rest, which
         could never be accepted, and prepares the masks of the rows to verify.
+        ``beside``: what other requests put into the same pass (batched decoding).
         """
         started, cpu_started = time.perf_counter(), time.process_time()
         drafter, policy, constraint = self.drafter, self.draft_length, self.constraint
@@ -166,6 +169,7 @@ class SpeculationSession:
             cheap=drafter is not None and drafter.cheap,
             unseen=0 if drafter is None else drafter.unseen(sequence),
             remaining=remaining,
+            beside=beside,
         )
         k = min(wanted, remaining - 1, verify_limit - 1)
         if drafter is None or k <= 0:
