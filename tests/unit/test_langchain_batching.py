@@ -39,7 +39,7 @@ def backend(tiny_gguf: Path) -> Iterator[LocalBackend]:
 
 
 def _largest_batch(backend: LocalBackend) -> int:
-    scheduler = backend.engine._scheduler
+    scheduler = backend.engine.scheduler
     assert scheduler is not None
     return scheduler.largest_batch
 

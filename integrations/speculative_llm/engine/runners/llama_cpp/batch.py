@@ -1,18 +1,19 @@
 """Several sequences in one llama.cpp context, scored together in one pass.
 
 ``LlamaCppBatchRunner`` is one context with ``n_seq_max`` sequences (llama.cpp's
-sequence ids) in one unified KV cache: every sequence may grow to the model's context
-window, and all of them share its cells. Each sequence is a ``BatchSequence``, a
-``Runner`` of its own (positions, crops and the prompt cache by its sequence id), so the
-decoding loop's prefill runs on it unchanged; ``forward_rows`` scores the rows of
-several sequences in one ``llama_decode`` and splits the logits back per sequence,
-which is what continuous batching (``engine.scheduler``) builds each step from.
+sequence ids), each with a KV stream of its own as long as the model's context window.
+Each sequence is a ``BatchSequence``, a ``Runner`` of its own (positions, crops and the
+prompt cache by its sequence id), so the decoding loop's prefill runs on it unchanged;
+``forward_rows`` scores the rows of several sequences in one ``llama_decode`` and
+splits the logits back per sequence, which is what continuous batching
+(``engine.scheduler``) builds each step from.
 
-A row's logits depend on the batch it was computed in (llama.cpp's kernels sum in
-another order for other batch sizes), so batching is offered under
+On the CPU a row's logits do not depend on the rows beside it (tested, bitwise, under
+churn), so batched greedy text is the text of the request alone. Other kernels may sum
+in another order for another batch size, so batching is offered under
 ``exact="distribution"`` only: every token is still scored by the target's own
-kernels, and greedy text may differ from one sequence decoded alone only where two
-tokens tie within rounding.
+kernels, and greedy text may then differ from one sequence decoded alone only where
+two tokens tie within rounding.
 """
 
 from __future__ import annotations
@@ -61,13 +62,18 @@ class LlamaCppBatchRunner:
         self.model = model
         self._api = api
         params = api.llama_context_default_params()
-        params.n_ctx = model.context_window
+        # A KV stream per sequence, each of the whole window: a sequence's cells stay
+        # in position order whatever the others do, so its rows are the rows it would
+        # get alone, bitwise. In one unified pool, cells freed by one sequence and
+        # reused by another put a sequence's later cells before its earlier ones, and
+        # flash attention then sums them in another order (logits off by up to a few
+        # hundredths, greedy near-ties broken the other way). The price: KV memory for
+        # max_sequences full windows, and no room shared between sequences.
+        params.n_ctx = model.context_window * max_sequences
         self._capacity = min(_BATCH_CAPACITY, model.context_window)
         params.n_batch = params.n_ubatch = self._capacity
         params.n_seq_max = max_sequences
-        # One pool of cells for every sequence: each may use the whole context window,
-        # instead of a window divided by the number of sequences.
-        params.kv_unified = True
+        params.kv_unified = False
         threads = model.thread_plan.threads
         params.n_threads = params.n_threads_batch = threads
         params.swa_full = True  # a crop may need cells a sliding window would reuse
@@ -199,8 +205,8 @@ class LlamaCppBatchRunner:
             return seconds
         if status == 1:
             message = (
-                "no room left in the KV cache (the sequences share it: pass a larger "
-                "context_window or a smaller max_batch)"
+                "no room left in the KV cache (pass a larger context_window, or "
+                "shorter prompts or max_tokens)"
             )
         elif status == 2:
             message = "the decode was aborted"
