@@ -1,6 +1,7 @@
-"""The concurrency benchmark end to end: the local engine and real llama-servers started
-with --parallel N, on the packaged SmolLM2-135M. Structure and token counts only: the
-timings of a shared machine are never asserted."""
+"""The concurrency benchmark end to end: the local engine batching N requests
+(max_batch=N), one request at a time (the serial contenders), and real llama-servers
+started with --parallel N, on the packaged SmolLM2-135M. Structure and token counts only:
+the timings of a shared machine are never asserted."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from speculative_llm.bench.concurrency import (
     LLAMA_PLAIN,
     OURS_BASELINE,
     OURS_DEFAULT,
+    OURS_SERIAL_BASELINE,
+    OURS_SERIAL_DEFAULT,
     ConcurrencyOptions,
     run_concurrency,
 )
 from speculative_llm.bench.concurrency_report import concurrency_to_dict
+from speculative_llm.bench.concurrency_stats import predicted_batch_gain
 from speculative_llm.bench.options import BenchOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -42,10 +46,13 @@ def test_two_levels_against_llama_server_report_every_request(
         ),
         levels=(1, 2),
         requests_per_client=PER_CLIENT,
+        slot_context=1024,
+        serial=True,
     )
     result = run_concurrency(options)
     assert result.failures == []
-    labels = [OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN]
+    ours = [OURS_BASELINE, OURS_DEFAULT, OURS_SERIAL_BASELINE, OURS_SERIAL_DEFAULT]
+    labels = [*ours, LLAMA_PLAIN]
     assert [(c.contender, c.concurrency) for c in result.cells] == [
         (label, level) for label in labels for level in (1, 2)
     ]
@@ -64,12 +71,17 @@ def test_two_levels_against_llama_server_report_every_request(
             for p in result.phases
             if (p.contender, p.concurrency) == (cell.contender, cell.concurrency)
         )
-        assert cell.batches == (cell.contender == LLAMA_PLAIN)
-        if not cell.batches:
-            assert cell.predicted_gain == 1.0  # the engine serves one request at a time
+        assert cell.batches == ("serial" not in cell.contender)
     assert result.row_cost is not None and result.row_cost >= 0
+    for cell in result.cells:
+        if cell.batches:  # ours with max_batch=N, and llama-server
+            assert cell.predicted_gain == pytest.approx(
+                predicted_batch_gain(cell.concurrency, result.row_cost)
+            )
+        else:
+            assert cell.predicted_gain == 1.0  # max_batch=1: one request at a time
     assert [row["concurrency"] for row in result.ratios] == [1, 2]
-    assert all(set(row) == {"concurrency", "reference", *labels[:2]} for row in result.ratios)
+    assert all(set(row) == {"concurrency", "reference", *ours} for row in result.ratios)
     record = json.loads(json.dumps(concurrency_to_dict(result)))
     assert record["environment"]["cpu"] and "load_average_at_start" in record["environment"]
-    assert record["failures"] == 0 and len(record["phases"]) == 6
+    assert record["failures"] == 0 and len(record["phases"]) == 10

@@ -283,6 +283,9 @@ def test_the_bench_command_builds_concurrency_options() -> None:
     assert options.levels == (1, 2) and options.requests_per_client == 3
     assert options.drivers == ("threads", "asyncio") and options.llama_server_ngram
     assert options.bench.threads == 1 and options.bench.max_tokens == 8
+    assert not options.serial
+    serial = _bench_parser().parse_args(["--concurrency", "1,2", "--concurrency-serial"])
+    assert concurrency_options_from_args(serial).serial
     bad = _bench_parser().parse_args(["--concurrency", "1,x"])
     with pytest.raises(ConfigError, match="got 'x'"):
         concurrency_options_from_args(bad)
@@ -322,7 +325,8 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
         "1-minute load average at the end of each phase: 1.50 to 2.50 (other processes slow "
         "the figures)"
     )
-    assert "does not batch yet" in notes[2] and "r = 0.500" in notes[3]
+    assert "for those that batch: ours (max_batch=N" in notes[2] and "r = 0.500" in notes[3]
+    assert "served alone" in notes[3]
     assert notes[4].startswith("The measured gains imply (the r at which the prediction")
     # Only the contender that batches, at N > 1 (the value rests on this run's clock).
     assert re.search(r"\): llama-server plain N=2: r = -?\d+\.\d\d\.$", notes[4])

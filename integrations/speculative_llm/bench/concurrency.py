@@ -8,16 +8,25 @@ back to back (``concurrency_driver``), against:
 * ``ours default``: the local engine with the default ``SpecConfig``;
 * ``llama-server plain``: a managed llama-server on the same GGUF and threads, started
   with ``--parallel N`` (N slots, continuous batching) for each N;
-* optionally llama-server with its n-gram drafting (``llama_server_ngram``).
+* optionally llama-server with its n-gram drafting (``llama_server_ngram``);
+* optionally ``ours serial baseline`` and ``ours serial default`` (``serial``): the
+  engine one request at a time (``max_batch=1``) at every N, as it was before it batched.
+
+Ours batches as llama-server does: at each N, ``ours baseline`` and ``ours default``
+run on a ``LocalBackend`` loaded with ``max_batch=N`` (N sequences scored in one
+llama.cpp pass each step; ``max_batch=1`` at N=1) and ``context_window=slot_context``,
+the window of one llama-server slot (``--ctx-size slot_context·N``, ``--parallel N``).
+Each level's backend and server is loaded once for the whole run.
 
 Neither side reuses a cached prompt (``cache_prompt: false``). Every round runs every
 level, and within a level every contender once, in an order rotated per (round, level)
 so that machine noise spreads over them all. Client c's j-th request asks prompt
 ``(c + j) mod P`` of the P prompts, so all clients start on different prompts.
 
-The engine serves one request at a time today (``EngineCore``'s lock), so its predicted
-gain from N clients is 1.0; llama-server batches, and its prediction comes from the
-row cost r the engine measures (``SpecStats.verify_row_cost``): ``N / (1 + (N-1)·r)``.
+The predicted gain of a contender that batches (ours and llama-server) comes from the row
+cost r the engine measures (``SpecStats.verify_row_cost`` of a request served alone, on
+a ``max_batch=1`` backend): ``N / (1 + (N-1)·r)``. The serial contenders serve one
+request at a time, so theirs is 1.0.
 """
 
 from __future__ import annotations
@@ -71,10 +80,13 @@ __all__ = [
     "LLAMA_PLAIN",
     "OURS_BASELINE",
     "OURS_DEFAULT",
+    "OURS_SERIAL_BASELINE",
+    "OURS_SERIAL_DEFAULT",
     "ConcurrencyContender",
     "ConcurrencyOptions",
     "ConcurrencyResult",
     "client_plan",
+    "measured_row_cost",
     "one_minute_load",
     "parse_levels",
     "run_concurrency",
@@ -86,6 +98,8 @@ DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
 
 OURS_BASELINE = "ours baseline"
 OURS_DEFAULT = "ours default"
+OURS_SERIAL_BASELINE = "ours serial baseline"
+OURS_SERIAL_DEFAULT = "ours serial default"
 LLAMA_PLAIN = "llama-server plain"
 
 NO_PROMPT_CACHE: Mapping[str, Any] = {"cache_prompt": False}
@@ -137,7 +151,10 @@ class ConcurrencyOptions:
         llama_server_ngram: Add llama-servers with each n-gram type of
             ``bench.llama_server_types`` at each of ``bench.ks``.
         slot_context: Context of each llama-server slot (its ``--ctx-size`` is
-            ``slot_context × N``, shared by N slots).
+            ``slot_context × N``, shared by N slots), and of each sequence of ours
+            (``context_window``).
+        serial: Add ``ours serial baseline`` and ``ours serial default``: the engine one
+            request at a time (``max_batch=1``) at every level.
 
     Raises:
         ConfigError: Inconsistent options; the message says which and how to fix them.
@@ -149,6 +166,7 @@ class ConcurrencyOptions:
     drivers: tuple[str, ...] = ("threads",)
     llama_server_ngram: bool = False
     slot_context: int = 4096
+    serial: bool = False
 
     def __post_init__(self) -> None:
         if self.bench.backend != "local":
@@ -192,6 +210,7 @@ class ConcurrencyOptions:
             "drivers": list(self.drivers),
             "llama_server_ngram": self.llama_server_ngram,
             "slot_context": self.slot_context,
+            "serial": self.serial,
         }
 
 
@@ -203,8 +222,9 @@ class ConcurrencyContender:
         label: Display name (``ours default``, ``llama-server plain``...).
         batches: Whether it batches concurrent requests (its predicted gain rests on r).
         driver: ``threads`` or ``asyncio``.
-        backends: Level -> the backend that serves it (one for all levels in process;
-            one llama-server per level, started with ``--parallel`` level).
+        backends: Level -> the backend that serves it (ours: a ``LocalBackend`` with
+            ``max_batch`` level, or one ``max_batch=1`` backend for every level; a
+            llama-server per level, started with ``--parallel`` level).
         spec: Per-request ``SpecConfig`` (None: the server's own).
         prepare: What the backend gets for a prompt's request (None: as it is).
     """
@@ -352,17 +372,58 @@ def run_phases(
     return phases
 
 
-def _ours(options: ConcurrencyOptions, local: LocalBackend) -> list[ConcurrencyContender]:
+def _local_backends(
+    options: ConcurrencyOptions, stack: contextlib.ExitStack
+) -> tuple[dict[int, LocalBackend], LocalBackend]:
+    """Ours at each level (``max_batch`` level), and the one that serves a request alone.
+
+    Every backend has ``slot_context`` tokens per sequence, as a llama-server slot, and
+    room in its queue for every request of the level. The backend alone
+    (``max_batch=1``) is level 1's; without level 1 it is loaded for the serial
+    contenders and the row cost r. ``stack`` closes them all.
+    """
+
+    def load(max_batch: int, max_queue: int | None = None) -> LocalBackend:
+        backend = local_backend(
+            options.bench,
+            None,
+            max_batch=max_batch,
+            max_queue=max_queue,
+            context_window=options.slot_context,
+        )
+        stack.callback(backend.close)
+        return backend
+
+    alone = load(1)
+    backends = {
+        level: alone if level == 1 else load(level, level * options.requests_per_client)
+        for level in options.levels
+    }
+    return backends, alone
+
+
+def _ours(
+    options: ConcurrencyOptions, backends: Mapping[int, Backend], alone: Backend
+) -> list[ConcurrencyContender]:
     contenders: list[ConcurrencyContender] = []
+    serial = dict.fromkeys(options.levels, alone)
     for driver in options.drivers:
         suffix = "" if driver == "threads" else f" ({driver})"
-        backends = dict.fromkeys(options.levels, local)
         contenders += [
             ConcurrencyContender(
-                OURS_BASELINE + suffix, False, driver, backends, SpecConfig.baseline()
+                OURS_BASELINE + suffix, True, driver, backends, SpecConfig.baseline()
             ),
-            ConcurrencyContender(OURS_DEFAULT + suffix, False, driver, backends, SpecConfig()),
+            ConcurrencyContender(OURS_DEFAULT + suffix, True, driver, backends, SpecConfig()),
         ]
+        if options.serial:
+            contenders += [
+                ConcurrencyContender(
+                    OURS_SERIAL_BASELINE + suffix, False, driver, serial, SpecConfig.baseline()
+                ),
+                ConcurrencyContender(
+                    OURS_SERIAL_DEFAULT + suffix, False, driver, serial, SpecConfig()
+                ),
+            ]
     return contenders
 
 
@@ -407,8 +468,9 @@ class ConcurrencyResult:
         phases: Every phase, in the order run.
         cells: Pooled per (contender, level), with gains and predictions.
         ratios: Ours / llama-server plain at each level (``ratio_rows``).
-        row_cost: r, the engine's measured cost of one more row of a pass (None:
-            not measured), on which llama-server's predicted gains rest.
+        row_cost: r, the engine's measured cost of one more row of a pass, serving a
+            request alone (None: not measured), on which the predicted gains of the
+            contenders that batch rest.
         environment: Machine and software facts (CPU, load average at start and end).
         started_at: UTC start time, ISO 8601.
         duration_s: Seconds the run took (loading and warm-up included).
@@ -436,7 +498,11 @@ class ConcurrencyResult:
 
 
 def measured_row_cost(local: Backend, prompt: BenchPrompt) -> float | None:
-    """The engine's row cost r now, from one short default request's ``SpecStats``."""
+    """The engine's row cost r now, from one short default request's ``SpecStats``.
+
+    ``local`` must serve the request alone (``max_batch=1``): a batched request reports
+    its share of each pass, r scaled by the batch.
+    """
     request = prompt.request(WARMUP_TOKENS, SpecConfig()).replace(extra=dict(NO_PROMPT_CACHE))
     return local.generate(request).stats.verify_row_cost
 
@@ -459,7 +525,8 @@ def run_concurrency(
         stop: Set it to stop early (the report then counts cancelled requests).
 
     Raises:
-        ConfigError: No prompts.
+        ConfigError: No prompts, or an engine that cannot batch (``max_batch > 1`` needs
+            the llama.cpp runner and ``exact="distribution"``).
         MissingDependencyError: llama-server or the local engine is not installed.
         BackendUnavailableError: A llama-server did not start.
     """
@@ -475,9 +542,9 @@ def run_concurrency(
         raise ConfigError("No prompts to run: choose other --categories.", field="categories")
     load_at_start = environment().get("load_average")
     with contextlib.ExitStack() as stack:
-        local = local_backend(options.bench, None)
-        stack.callback(local.close)
-        contenders = _ours(options, local) + _llama_servers(options, stack)
+        backends, alone = _local_backends(options, stack)
+        ours = _ours(options, backends, alone)
+        contenders = ours + _llama_servers(options, stack)
         loop: asyncio.AbstractEventLoop | None = None
         if "asyncio" in options.drivers:
             loop = asyncio.new_event_loop()
@@ -497,17 +564,16 @@ def run_concurrency(
                 loop=loop,
                 stop=stop,
             )
-        row_cost = measured_row_cost(local, chosen[0])
+        row_cost = measured_row_cost(alone, chosen[0])
         facts = environment()
     facts["load_average_at_start"] = load_at_start
     cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, row_cost)
-    ours = [c.label for c in contenders if not c.batches]
     return ConcurrencyResult(
         options=options,
         prompts=tuple(p.id for p in chosen),
         phases=tuple(phases),
         cells=tuple(cells),
-        ratios=tuple(ratio_rows(cells, ours, LLAMA_PLAIN)),
+        ratios=tuple(ratio_rows(cells, [c.label for c in ours], LLAMA_PLAIN)),
         row_cost=row_cost,
         environment=facts,
         started_at=started_at,

@@ -128,16 +128,26 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
         f"{options.bench.max_tokens} max tokens, {options.bench.repeats} rounds, "
         "prompt cache off on both sides.",
         "Gain: aggregate tok/s at N over the same contender's at N=1. Predicted: "
-        "N / (1 + (N-1)·r) for llama-server (continuous batching over --parallel N slots); "
-        "1.0 for ours: the engine serves one request at a time (it does not batch yet).",
+        "N / (1 + (N-1)·r) for those that batch: ours (max_batch=N, N sequences scored in "
+        "one llama.cpp pass each step) and llama-server (continuous batching over "
+        f"--parallel N slots), {options.slot_context} tokens of context per sequence on "
+        "both sides"
+        + (
+            "; 1.0 for ours serial (max_batch=1: one request at a time at every N)."
+            if options.serial
+            else "."
+        ),
     ]
     if result.row_cost is None:
-        notes.append("r unknown (the engine reported none): no predicted gain for llama-server.")
+        notes.append(
+            "r unknown (the engine reported none): no predicted gain for the contenders that batch."
+        )
     else:
         notes.append(
             f"r = {result.row_cost:.3f}: the engine's measured cost of one more row of a pass, "
-            "in one-token passes (SpecStats.verify_row_cost; rows of one sequence, same GGUF "
-            "and threads); llama-server's own kernels may differ."
+            "in one-token passes (SpecStats.verify_row_cost of a request served alone, "
+            "max_batch=1; same GGUF and threads); batched passes over several sequences and "
+            "llama-server's own kernels may differ."
         )
     implied = [
         f"{cell.contender} N={cell.concurrency}: r = {r:.2f}"

@@ -116,7 +116,13 @@ class BackendContender:
 
 
 def local_backend(
-    options: BenchOptions, draft_model: str | None, runner: str | None = None
+    options: BenchOptions,
+    draft_model: str | None,
+    runner: str | None = None,
+    *,
+    max_batch: int = 1,
+    max_queue: int | None = None,
+    context_window: int | None = None,
 ) -> LocalBackend:
     """The local engine of a run: ``options``' model, runner, threads, no prompt cache.
 
@@ -124,9 +130,16 @@ def local_backend(
         options: The run's options.
         draft_model: Draft model to load with it (None: none).
         runner: Runner instead of ``options.runner``.
+        max_batch: Requests decoding at once (1: one at a time, behind the engine's lock).
+        max_queue: With ``max_batch > 1``, requests that may wait for a free sequence
+            (None: the engine's default).
+        context_window: Tokens of each sequence's KV cache (None: the model's default).
     """
     from speculative_llm.backends.local import LocalBackend
 
+    batching: dict[str, Any] = {"max_batch": max_batch, "context_window": context_window}
+    if max_queue is not None:
+        batching["max_queue"] = max_queue
     return LocalBackend(
         model=options.model or DEFAULT_BENCH_MODEL,
         draft_model=draft_model,
@@ -140,6 +153,7 @@ def local_backend(
         # cache_prompt off; agent sessions turn it on for their calls (bench.agents).
         prompt_cache=False,
         progress=options.progress,
+        **batching,
     )
 
 

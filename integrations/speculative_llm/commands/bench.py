@@ -129,8 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency",
         metavar="N,N,...",
         help="measure concurrent requests instead: N clients at once (e.g. 1,2,4,8), ours "
-        "baseline and default against llama-server --parallel N; --repeats is the rounds, "
-        "--compare-llama-server adds llama-server's n-gram types",
+        "baseline and default batching them (max_batch=N) against llama-server --parallel "
+        "N; --repeats is the rounds, --compare-llama-server adds llama-server's n-gram "
+        "types, --concurrency-serial the engine one request at a time",
     )
     parser.add_argument(
         "--requests-per-client",
@@ -143,6 +144,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="threads",
         help="--concurrency: how our engine is driven, threads (generate, as LangChain's "
         "batch) and/or asyncio (agenerate, as abatch); default threads",
+    )
+    parser.add_argument(
+        "--concurrency-serial",
+        action="store_true",
+        help="--concurrency: also measure ours serial baseline and default, the engine one "
+        "request at a time (max_batch=1) at every N, as it was before it batched",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     add_local_engine_arguments(
@@ -229,6 +236,7 @@ def concurrency_options_from_args(args: argparse.Namespace) -> Any:
         requests_per_client=args.requests_per_client,
         drivers=tuple(d.strip() for d in args.concurrency_drivers.split(",") if d.strip()),
         llama_server_ngram=args.compare_llama_server,
+        serial=args.concurrency_serial,
     )
 
 
