@@ -87,6 +87,30 @@ def test_multi_row_verify_passes_split_back_per_sequence(model: Any) -> None:
             assert np.array_equal(scored[row], reference[row + 1])
 
 
+def test_rows_out_of_sequence_order_go_to_llama_cpp_in_order_and_come_back_in_theirs(
+    model: Any,
+) -> None:
+    # With a KV stream per sequence llama.cpp splits a batch whose sequences are out of
+    # id order into several passes (a scheduler's requests come and go in any order):
+    # the runner hands them over in id order and returns each row where it was asked.
+    prompts = [model.tokenizer.encode(text) for text in PROMPTS]
+    references = [_alone(model, prompt) for prompt in prompts]
+    batch = model.new_batch_runner(3)
+    for seq, prompt in zip(batch.sequences, prompts, strict=True):
+        seq.forward(prompt, 1)
+    asked = [2, 0, 1]
+    counts = {0: 2, 1: 1, 2: 3}
+    logits = batch.forward_rows(
+        [(batch.sequences[i], references[i][0][: counts[i]], counts[i]) for i in asked]
+    )
+    for index, scored in zip(asked, logits, strict=True):
+        assert scored.shape == (counts[index], model.vocab_size)
+        for row in range(counts[index]):
+            assert np.array_equal(scored[row], references[index][1][row + 1])
+    sent = [int(batch._seq_ids[row][0]) for row in range(sum(counts.values()))]
+    assert sent == sorted(sent)
+
+
 def test_a_crop_of_one_sequence_leaves_the_others(model: Any) -> None:
     prompts = [model.tokenizer.encode(text) for text in PROMPTS[:2]]
     (tokens, reference), _ = _alone(model, prompts[0]), None
