@@ -73,3 +73,33 @@ def plain_greedy(
             break
         logits = runner.forward([token], 1)[0]
     return tokens
+
+
+def batching_backend(gguf: Any, **options: Any) -> Any:
+    """A llama.cpp engine on ``gguf`` that batches four requests (ngram k=3, fixed).
+
+    One thread, plain weights, no calibration or prompt cache, a window of 256: a small,
+    deterministic engine for the framework adapters' batching tests.
+    """
+    from speculative_llm import SpecConfig
+    from speculative_llm.backends.local import LocalBackend
+
+    require_llama_cpp()
+    settings: dict[str, Any] = {
+        "runner": "llamacpp",
+        "threads": 1,
+        "weight_layout": "plain",
+        "calibrate_costs": False,
+        "prompt_cache": False,
+        "context_window": 256,
+        "speculative": SpecConfig(method="ngram", num_speculative_tokens=3, cost_aware=False),
+        "max_batch": 4,
+    }
+    return LocalBackend(str(gguf), **{**settings, **options})
+
+
+def largest_batch(backend: Any) -> int:
+    """Most requests one pass of ``backend``'s engine has scored together."""
+    scheduler = backend.engine.scheduler
+    assert scheduler is not None, "the engine does not batch (max_batch=1)"
+    return int(scheduler.largest_batch)

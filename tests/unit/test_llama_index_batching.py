@@ -15,8 +15,7 @@ pytest.importorskip("llama_index.core", reason="needs llama-index-core (extra 'l
 from llama_index.core.llms import ChatMessage
 
 from llama_index.llms.speculative import Speculative
-from local_runners import require_llama_cpp
-from speculative_llm import SpecConfig
+from local_runners import batching_backend, largest_batch
 from speculative_llm.backends.local import LocalBackend
 
 PROMPTS = ["def add(a, b):\n", "hello world", "x = 1\n", "abc abc"]
@@ -24,26 +23,9 @@ PROMPTS = ["def add(a, b):\n", "hello world", "x = 1\n", "abc abc"]
 
 @pytest.fixture
 def backend(tiny_gguf: Path) -> Iterator[LocalBackend]:
-    require_llama_cpp()
-    local = LocalBackend(
-        str(tiny_gguf),
-        runner="llamacpp",
-        threads=1,
-        weight_layout="plain",
-        calibrate_costs=False,
-        prompt_cache=False,
-        context_window=256,
-        speculative=SpecConfig(method="ngram", num_speculative_tokens=3, cost_aware=False),
-        max_batch=4,
-    )
+    local = batching_backend(tiny_gguf)
     yield local
     local.close()
-
-
-def _largest_batch(backend: LocalBackend) -> int:
-    scheduler = backend.engine.scheduler
-    assert scheduler is not None
-    return scheduler.largest_batch
 
 
 def test_gathered_acomplete_calls_share_passes(backend: LocalBackend) -> None:
@@ -55,7 +37,7 @@ def test_gathered_acomplete_calls_share_passes(backend: LocalBackend) -> None:
 
     texts = asyncio.run(gather())
     assert len(texts) == len(PROMPTS) and all(texts)
-    assert _largest_batch(backend) > 1
+    assert largest_batch(backend) > 1
 
 
 def test_gathered_astream_chat_calls_share_passes(backend: LocalBackend) -> None:
@@ -73,4 +55,4 @@ def test_gathered_astream_chat_calls_share_passes(backend: LocalBackend) -> None
 
     texts = asyncio.run(gather())
     assert len(texts) == len(PROMPTS) and all(texts)
-    assert _largest_batch(backend) > 1
+    assert largest_batch(backend) > 1

@@ -15,7 +15,7 @@ from langchain_core.outputs import Generation, GenerationChunk, LLMResult
 
 from langchain_speculative._convert import to_generation, to_generation_chunk
 from langchain_speculative._params import SpeculativeParams
-from speculative_llm.types import GenerationRequest
+from speculative_llm.types import Completion, GenerationRequest
 
 __all__ = ["SpeculativeLLM"]
 
@@ -65,6 +65,22 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
             llm_output={"model_name": model_name},
         )
 
+    def _completed(
+        self, requests: list[GenerationRequest], completions: list[Completion]
+    ) -> LLMResult:
+        """The result of prompts sent at once, each with its completion."""
+        return self._result(
+            [
+                to_generation(
+                    completion,
+                    model_name=self._response_model_name(request),
+                    provenance=self.token_provenance,
+                )
+                for request, completion in zip(requests, completions, strict=True)
+            ],
+            self.resolved_model_name,
+        )
+
     @staticmethod
     def _as_generation(chunk: GenerationChunk) -> Generation:
         return Generation(text=chunk.text, generation_info=chunk.generation_info)
@@ -87,17 +103,7 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
                     for request in requests
                 ]
                 completions = [future.result() for future in futures]
-            return self._result(
-                [
-                    to_generation(
-                        completion,
-                        model_name=self._response_model_name(request),
-                        provenance=self.token_provenance,
-                    )
-                    for request, completion in zip(requests, completions, strict=True)
-                ],
-                self.resolved_model_name,
-            )
+            return self._completed(requests, completions)
         generations: list[Generation] = []
         for prompt in prompts:
             if self.streaming:
@@ -131,17 +137,7 @@ class SpeculativeLLM(SpeculativeParams, BaseLLM):
             completions = await asyncio.gather(
                 *(self.client.agenerate(request) for request in requests)
             )
-            return self._result(
-                [
-                    to_generation(
-                        completion,
-                        model_name=self._response_model_name(request),
-                        provenance=self.token_provenance,
-                    )
-                    for request, completion in zip(requests, completions, strict=True)
-                ],
-                self.resolved_model_name,
-            )
+            return self._completed(requests, completions)
         generations: list[Generation] = []
         for prompt in prompts:
             if self.streaming:

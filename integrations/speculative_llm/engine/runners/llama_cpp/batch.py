@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from speculative_llm.engine.runners.base import LogitRows
-from speculative_llm.engine.runners.llama_cpp.lib import abortable_pass
+from speculative_llm.engine.runners.llama_cpp.lib import decode_abortably
 from speculative_llm.engine.runners.llama_cpp.runner import LlamaCppWeights
-from speculative_llm.errors import BackendError, ConfigError, GenerationCancelledError
+from speculative_llm.errors import BackendError, ConfigError
 
 __all__ = ["BatchRow", "BatchSequence", "LlamaCppBatchRunner"]
 
@@ -183,24 +183,10 @@ class LlamaCppBatchRunner:
             if cancelled is None:
                 seconds = self._decode([sequence])
             else:
-                seconds = self._abortable_decode(sequence, cancelled)
+                seconds = decode_abortably(
+                    self._api, self._context, lambda: self._decode([sequence]), cancelled
+                )
             sequence.grew(chunk, seconds)
-
-    def _abortable_decode(self, sequence: BatchSequence, cancelled: Callable[[], bool]) -> float:
-        if cancelled():
-            raise GenerationCancelledError("The generation was cancelled.")
-        abort = self._api.ggml_abort_callback(lambda _data: bool(cancelled()))
-        self._api.llama_set_abort_callback(self._context, abort, None)
-        try:
-            with abortable_pass(cancelled):
-                return self._decode([sequence])
-        except BackendError:
-            if cancelled():
-                raise GenerationCancelledError("The generation was cancelled.") from None
-            raise
-        finally:
-            no_callback = self._api.ggml_abort_callback()  # a NULL function pointer
-            self._api.llama_set_abort_callback(self._context, no_callback, None)
 
     def _decode(self, sequences: Sequence[BatchSequence]) -> float:
         """One ``llama_decode`` of the batch as filled; its seconds."""

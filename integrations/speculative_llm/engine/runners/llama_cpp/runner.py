@@ -37,8 +37,8 @@ from speculative_llm.engine.runners.llama_cpp.layout_probe import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
 )
-from speculative_llm.engine.runners.llama_cpp.lib import abortable_pass
-from speculative_llm.errors import BackendError, ConfigError, GenerationCancelledError
+from speculative_llm.engine.runners.llama_cpp.lib import decode_abortably
+from speculative_llm.errors import BackendError, ConfigError
 
 __all__ = [
     "ONE_TOKEN_FALLBACKS",
@@ -292,21 +292,9 @@ class LlamaCppRunner:
         if cancelled is None:
             self._decode_batches(tokens, 0)
             return
-        if cancelled():
-            raise GenerationCancelledError("The generation was cancelled.")
-        # Kept referenced while llama.cpp may call it; errors in it count as "go on".
-        abort = self._api.ggml_abort_callback(lambda _data: bool(cancelled()))
-        self._api.llama_set_abort_callback(self._context, abort, None)
-        try:
-            with abortable_pass(cancelled):
-                self._decode_batches(tokens, 0)
-        except BackendError:
-            if cancelled():
-                raise GenerationCancelledError("The generation was cancelled.") from None
-            raise
-        finally:
-            no_callback = self._api.ggml_abort_callback()  # a NULL function pointer
-            self._api.llama_set_abort_callback(self._context, no_callback, None)
+        decode_abortably(
+            self._api, self._context, lambda: self._decode_batches(tokens, 0), cancelled
+        )
 
     def _check_room(self, count: int) -> None:
         if self._length + count > self.model.context_window:
