@@ -44,10 +44,18 @@ def geometric(alpha: float, length: int) -> list[float]:
     return [alpha**position for position in range(1, length + 1)]
 
 
-def brute_force(survival: list[float], cost: VerifyCost, rows: int, tokens: float) -> int:
-    """``argmax_d (t + 1 + S(1..d)) / r(n + 1 + d)``, written out (no drafting cost)."""
+def brute_force(survival: list[float], cost: VerifyCost, beside: BatchShare) -> int:
+    """The rule written out: rows a sub-batch of others holds cost r, deeper ones a pass."""
+    base = beside.rows + 1
+
+    def spent(length: int) -> float:
+        if beside.rows == 0:
+            return cost.ratio(1 + length)
+        shared = min(length, max(beside.longest - 1, 0))
+        return cost.ratio(base + shared) + (length - shared)
+
     rates = [
-        (tokens + 1 + sum(survival[:length])) / cost.ratio(rows + 1 + length)
+        (beside.tokens + 1 + sum(survival[:length])) / spent(length)
         for length in range(len(survival) + 1)
     ]
     return max(range(len(rates)), key=lambda length: (rates[length], -length))
@@ -59,31 +67,44 @@ def test_alone_is_the_one_request_rule(alpha: float, row_cost: float) -> None:
     survival, cost = geometric(alpha, 8), linear_cost(row_cost)
     chosen = best_draft_length(survival, cost)
     assert chosen == best_draft_length(survival, cost, beside=ALONE)
-    assert chosen == brute_force(survival, cost, 0, 0.0)
+    assert chosen == brute_force(survival, cost, ALONE)
 
 
-@pytest.mark.parametrize(("rows", "tokens"), [(1, 1.0), (3, 3.6), (7, 9.5), (20, 20.0)])
-def test_beside_others_the_choice_maximises_the_whole_pass(rows: int, tokens: float) -> None:
+@pytest.mark.parametrize(
+    "beside",
+    [BatchShare(1, 1.0), BatchShare(3, 3.6), BatchShare(12, 7.5, 4), BatchShare(20, 9.0, 9)],
+)
+def test_beside_others_the_choice_maximises_the_whole_pass(beside: BatchShare) -> None:
     survival, cost = geometric(0.8, 8), linear_cost(0.3)
-    chosen = best_draft_length(survival, cost, beside=BatchShare(rows, tokens))
-    assert chosen == brute_force(survival, cost, rows, tokens)
+    assert best_draft_length(survival, cost, beside=beside) == brute_force(survival, cost, beside)
 
 
-def test_drafts_shrink_as_the_batch_grows_where_rows_cost() -> None:
-    # Alone: (1 + S(1..d)) / (1 + 0.3 d) is best at d = 3. Beside 7 others, 3 extra rows
-    # would slow 8 requests' pass by 29 % for 1.4 more tokens of 8: at most one pays.
+def test_beside_requests_that_do_not_draft_a_draft_does_not_pay() -> None:
+    # Alone: (1 + S(1..d)) / (1 + 0.3 d) is best at d = 3. Beside others with one row
+    # each, every draft row is a sub-batch of its own in llama.cpp: a pass per row.
     survival, cost = geometric(0.8, 8), linear_cost(0.3)
     lengths = [
         best_draft_length(survival, cost, beside=BatchShare(size - 1, float(size - 1)))
         for size in (1, 2, 4, 8)
     ]
-    assert lengths == [3, 2, 1, 1]
+    assert lengths == [3, 0, 0, 0]
 
 
-def test_where_rows_are_nearly_free_the_batch_keeps_long_drafts() -> None:
+def test_a_draft_joins_the_sub_batches_of_others_drafts_and_stops_at_their_depth() -> None:
+    # Three others with drafts of 3 (4 rows each): my rows 2 to 4 join their sub-batches
+    # at r each, a fifth would be a pass of its own: even a draft nearly always accepted
+    # stops at 3.
+    cost, beside = linear_cost(0.3), BatchShare(12, 7.5, 4)
+    assert best_draft_length(geometric(0.8, 8), cost, beside=beside) == 2
+    assert best_draft_length(geometric(0.99, 8), cost, beside=beside) == 3
+    assert best_draft_length(geometric(0.99, 8), cost) == 8  # alone: all of it
+
+
+def test_where_rows_are_nearly_free_drafts_stay_long_beside_long_drafts() -> None:
     survival, cost = geometric(0.8, 8), flat_cost()
-    for size in (1, 2, 4, 8):
-        assert best_draft_length(survival, cost, beside=BatchShare(size - 1, size - 1.0)) == 8
+    for size in (2, 4, 8):
+        beside = BatchShare(9 * (size - 1), 4.0 * (size - 1), 9)
+        assert best_draft_length(survival, cost, beside=beside) == 8
 
 
 def test_a_batch_share_is_never_negative() -> None:

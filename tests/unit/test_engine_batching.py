@@ -121,9 +121,12 @@ def test_batched_seeded_sampling_equals_each_request_alone(
     assert len(set(expected)) > 1
 
 
-def test_each_batched_pass_is_timed_once_under_its_rows(batched: LocalBackend) -> None:
-    # The shared cost model must see a batched pass as one pass of all its rows, not
-    # as each request's own pass of its rows taking the whole pass's time.
+@pytest.mark.parametrize("spec", ["none", "ngram"])
+def test_each_batched_pass_is_timed_once_under_its_rows(batched: LocalBackend, spec: str) -> None:
+    # The shared cost model must see a batched pass as one pass of all its rows, not as
+    # each request's own pass of its rows taking the whole pass's time; a pass whose
+    # sequences brought different row counts (drafts) ran as several sub-batches in
+    # llama.cpp and is not recorded at all.
     scheduler, cost = batched.engine.scheduler, batched.engine.verify_cost
     assert scheduler is not None
     passes, observed = scheduler.passes, cost.passes
@@ -134,7 +137,7 @@ def test_each_batched_pass_is_timed_once_under_its_rows(batched: LocalBackend) -
         assert final.stats is not None and final.stats.verify_steps is not None
         steps.append(final.stats.verify_steps)
 
-    requests = [_request(prompt, "ngram", max_tokens=12) for prompt in PROMPTS[:4]]
+    requests = [_request(prompt, spec, max_tokens=12) for prompt in PROMPTS[:4]]
     threads = [threading.Thread(target=client, args=(request,)) for request in requests]
     for thread in threads:
         thread.start()
@@ -143,7 +146,10 @@ def test_each_batched_pass_is_timed_once_under_its_rows(batched: LocalBackend) -
     assert len(steps) == len(requests), "a client failed or stalled"
     batched_passes = scheduler.passes - passes
     assert batched_passes < sum(steps) - len(requests)  # steps shared passes
-    assert cost.passes - observed == batched_passes
+    if spec == "none":  # one row each: every pass recorded, once
+        assert cost.passes - observed == batched_passes
+    else:
+        assert cost.passes - observed < batched_passes
 
 
 def test_sixteen_clients_with_cancellations_all_end(

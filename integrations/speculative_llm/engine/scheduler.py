@@ -14,10 +14,12 @@ A ``BatchScheduler`` holds the requests of one ``EngineCore`` built with ``max_b
    accepts or rejects its draft with its own ``RandomStream`` (``engine.settle_proposal``,
    the acceptance rule of one request alone), so exactness per request is unchanged.
 
-Draft lengths see the batch: each request's cost-aware policy is told the rows and
-tokens the others put into the pass (``draft_cost.BatchShare``) and weighs its extra
-rows against the whole pass's time, so drafts shrink as the batch grows; the shared
-cost model records each pass once, its time under its total rows.
+Draft lengths see the batch: each request's cost-aware policy is told the rows, tokens
+and longest row count the others put into the pass (``draft_cost.BatchShare``) and
+weighs its extra rows against the whole pass's time; llama.cpp runs rows deeper than
+every other sequence's as sub-batches of their own, so a draft beside requests that do
+not draft costs a pass per row. The shared cost model records each pass whose sequences
+brought as many rows each once, its time under its total rows.
 
 Each step's results become the request's chunks at once (``chunks.session_chunks``), in
 an outbox its reader takes them from. A reader that falls behind is left out of the
@@ -366,7 +368,9 @@ class BatchScheduler:
         room = self._runner.capacity
         for running in ready:
             beside = BatchShare(
-                all_rows - running.last_rows, max(all_tokens - running.last_tokens, 0.0)
+                all_rows - running.last_rows,
+                max(all_tokens - running.last_tokens, 0.0),
+                max((other.last_rows for other in ready if other is not running), default=0),
             )
             try:
                 row = self._propose(running, beside)
@@ -410,9 +414,12 @@ class BatchScheduler:
                 continue
             settled.append((running, result, proposal.grammar_s))
         # One pass, one observation: its time under its total rows. Every request in it
-        # waited for all of it, so each step's verify time is the whole pass's.
+        # waited for all of it, so each step's verify time is the whole pass's. A pass
+        # whose sequences brought different row counts ran as several sub-batches in
+        # llama.cpp: not a pass of its row count, so it is not recorded as one.
         pass_s = time.perf_counter() - started[0]
-        self._context.verify_cost.observe(sum(len(row) for _, row, _ in rows), pass_s)
+        if len(rows) == 1 or len({len(row) for _, row, _ in rows}) == 1:
+            self._context.verify_cost.observe(sum(len(row) for _, row, _ in rows), pass_s)
         for running, result, grammar_s in settled:
             running.last_rows = result.num_drafted + 1
             running.last_tokens = float(len(result.tokens))

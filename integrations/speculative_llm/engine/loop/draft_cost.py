@@ -436,18 +436,22 @@ class BatchShare:
 
     Continuous batching scores every active request's rows in one pass, so a request's
     extra draft rows lengthen the pass for all of them. ``rows``: the others' rows in the
-    pass; ``tokens``: the tokens they are expected to emit from it (each one's last step).
+    pass; ``tokens``: the tokens they are expected to emit from it (each one's last step);
+    ``longest``: the most rows one of them puts in (its token and its draft).
     """
 
     rows: int
     tokens: float
+    longest: int = 1
 
     def __post_init__(self) -> None:
-        if self.rows < 0 or self.tokens < 0:
-            raise ValueError(f"a batch share is never negative, got {self.rows}, {self.tokens}")
+        if self.rows < 0 or self.tokens < 0 or self.longest < 0:
+            raise ValueError(
+                f"a batch share is never negative, got {self.rows}, {self.tokens}, {self.longest}"
+            )
 
 
-ALONE = BatchShare(0, 0.0)
+ALONE = BatchShare(0, 0.0, 0)
 """A request that has its passes to itself."""
 
 
@@ -460,19 +464,27 @@ def best_draft_length(
     """The draft length in ``[0, len(survival)]`` with the most expected tokens per second.
 
     Beside other requests (``beside``), the pass's tokens per second count: with ``n``
-    their rows and ``t`` their tokens, ``d* = argmax_d (t + 1 + S(1..d)) / (r(n + 1 + d)
-    + d * c)``. Extra rows then cost the whole batch's time, so drafts shrink as the
-    batch grows (with a linear ``r`` a draft must gain more tokens per row than each
-    request gets per pass). Alone (``n = t = 0``) it is the one-request rule.
+    their rows and ``t`` their tokens, ``d* = argmax_d (t + 1 + S(1..d)) / (r(n + 1) +
+    sum_{j<=d} e(j) + d * c)``, where ``e(j)`` is what the draft's j-th row adds. llama.cpp
+    scores a batch of sequences with a KV stream each in sub-batches of one row per
+    sequence: a row at a depth another request's draft reaches joins that sub-batch
+    (``r(n + 1 + j) - r(n + j)``), a row deeper than every other request's is a pass of
+    its own (one one-token pass). So where the others do not draft, a draft row costs a
+    whole pass and drafting does not pay; alone (``n = t = 0``) it is the one-request
+    rule.
     """
     draft_ratio = cost.draft_ratio(drafter)
     base = beside.rows + 1
     ratios = cost.ratios(base + len(survival))
-    tokens = 1.0
-    best, best_rate = 0, (beside.tokens + tokens) / ratios[base]  # d = 0: no draft rows
+    tokens, spent = 1.0, ratios[base]
+    best, best_rate = 0, (beside.tokens + tokens) / spent  # d = 0: no draft rows
     for length, chance in enumerate(survival, start=1):
         tokens += chance
-        rate = (beside.tokens + tokens) / (ratios[base + length] + length * draft_ratio)
+        if beside.rows == 0 or length < beside.longest:
+            spent += ratios[base + length] - ratios[base + length - 1]
+        else:
+            spent += 1.0  # a sub-batch of its own: one more pass
+        rate = (beside.tokens + tokens) / (spent + length * draft_ratio)
         if rate > best_rate:
             best, best_rate = length, rate
     return best
