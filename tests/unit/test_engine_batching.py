@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,35 @@ def test_batched_seeded_sampling_equals_each_request_alone(
     expected = [alone.generate(request).text for request in requests]
     assert _concurrently(batched, requests) == expected
     assert len(set(expected)) > 1
+
+
+DIGITS = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "n",
+        "schema": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "required": ["a"],
+        },
+    },
+}
+
+
+def test_each_batched_request_follows_its_own_grammar(
+    alone: LocalBackend, batched: LocalBackend
+) -> None:
+    # Constrained and free requests decode in the same passes: each sequence masks its
+    # rows with its own grammar (or none), and every text is the text of its request alone.
+    requests = [
+        _request(prompt, spec, max_tokens=40, response_format=DIGITS if index % 2 else None)
+        for index, (prompt, spec) in enumerate(zip(PROMPTS[:4], ["none", "ngram"] * 2, strict=True))
+    ]
+    expected = [alone.generate(request).text for request in requests]
+    texts = _concurrently(batched, requests)
+    assert texts == expected
+    for index in (1, 3):
+        assert isinstance(json.loads(texts[index])["a"], int), texts[index]
 
 
 @pytest.mark.parametrize("spec", ["none", "ngram"])
