@@ -21,7 +21,6 @@ from speculative_llm.bench.concurrency import (
     run_concurrency,
 )
 from speculative_llm.bench.concurrency_report import concurrency_to_dict
-from speculative_llm.bench.concurrency_stats import predicted_batch_gain
 from speculative_llm.bench.options import BenchOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -60,12 +59,13 @@ def test_two_levels_against_llama_server_report_every_request(
         (label, level) for label in labels for level in (1, 2)
     }
     for phase in result.phases:
-        assert len(phase.requests) == phase.concurrency * PER_CLIENT
+        # every level serves the requests of the largest: 2 clients × PER_CLIENT
+        assert len(phase.requests) == 2 * PER_CLIENT
         assert {r.client for r in phase.requests} == set(range(phase.concurrency))
         assert all(r.ok and 1 <= r.generated_tokens <= MAX_TOKENS for r in phase.requests)
         assert phase.generated_tokens == sum(r.generated_tokens for r in phase.requests)
     for cell in result.cells:
-        assert cell.requests == cell.concurrency * PER_CLIENT and cell.failures == 0
+        assert cell.requests == 2 * PER_CLIENT and cell.failures == 0
         assert cell.generated_tokens == sum(
             p.generated_tokens
             for p in result.phases
@@ -73,11 +73,16 @@ def test_two_levels_against_llama_server_report_every_request(
         )
         assert cell.batches == ("serial" not in cell.contender)
     assert result.row_cost is not None and result.row_cost >= 0
+    assert result.one_token_s is not None and result.one_token_s > 0
+    for phase in result.phases:  # both sides say what each request's passes were
+        for request in phase.requests:
+            assert request.ttft_s is not None and request.ttft_s > 0
+            assert request.verify_steps is not None and request.verify_steps >= 1
     for cell in result.cells:
-        if cell.batches:  # ours with max_batch=N, and llama-server
-            assert cell.predicted_gain == pytest.approx(
-                predicted_batch_gain(cell.concurrency, result.row_cost)
-            )
+        if cell.batches:  # ours with max_batch=N, and llama-server: the phase replayed
+            assert cell.predicted_gain is not None and cell.predicted_gain > 0
+            if cell.concurrency == 1:
+                assert cell.predicted_gain == pytest.approx(1.0)
         else:
             assert cell.predicted_gain == 1.0  # max_batch=1: one request at a time
     assert [row["concurrency"] for row in result.ratios] == [1, 2]

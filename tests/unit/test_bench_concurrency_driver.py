@@ -19,6 +19,7 @@ from speculative_llm.bench.concurrency import (
     ConcurrencyResult,
     client_plan,
     parse_levels,
+    phase_prompts,
     run_phases,
 )
 from speculative_llm.bench.concurrency_driver import (
@@ -75,7 +76,14 @@ class FakeBackend:
             self.stop_after.set()
         if text in self.fail_on:
             raise BackendError(f"server said no to {text}")
-        stats = SpecStats(backend="fake", method="none", source="exact", generated_tokens=len(text))
+        stats = SpecStats(
+            backend="fake",
+            method="none",
+            source="exact",
+            generated_tokens=len(text),
+            ttft_s=0.001 * len(text),
+            verify_steps=len(text),
+        )
         return Completion(text, stats)
 
     async def agenerate(self, request: GenerationRequest) -> Completion:
@@ -182,7 +190,8 @@ def test_cancelling_the_tasks_cancels_every_client_and_is_raised() -> None:
 
 def test_client_plan_starts_each_client_on_another_prompt() -> None:
     prompts = [_prompt(name) for name in "xyz"]
-    plan = client_plan(prompts, 4, 2)
+    work = phase_prompts(prompts, 4, 2)
+    plan = client_plan(work, 4)
     assert [[p.id for p in asked] for asked in plan] == [
         ["x", "y"],
         ["y", "z"],
@@ -190,7 +199,21 @@ def test_client_plan_starts_each_client_on_another_prompt() -> None:
         ["x", "y"],
     ]
     with pytest.raises(ValueError, match="no prompts"):
-        client_plan([], 1, 1)
+        phase_prompts([], 1, 1)
+    with pytest.raises(ValueError, match="no prompts"):
+        client_plan([], 1)
+    with pytest.raises(ValueError, match=r"within 1\.\.8, got 9"):
+        client_plan(work, 9)
+
+
+def test_every_level_serves_the_same_requests() -> None:
+    work = phase_prompts([_prompt(name) for name in "abcde"], 4, 2)
+    for level in (1, 2, 3, 4):
+        plan = client_plan(work, level)
+        assert len(plan) == level
+        asked = sorted(p.id for requests in plan for p in requests)
+        assert asked == sorted(p.id for p in work)
+    assert [p.id for p in client_plan(work, 1)[0]] == [p.id for p in work]
 
 
 def _contender(label: str, backend: FakeBackend, batches: bool = False) -> ConcurrencyContender:
@@ -224,10 +247,11 @@ def test_run_phases_warm_up_each_backend_once_then_interleave_per_level() -> Non
         ("one", 1, 0),
         ("two", 1, 0),
     ]
-    # warm-up: one untimed request per distinct backend, then 1 + 2 requests per round
-    assert len(first.calls) == 1 + 2 * 3
-    cells = summarize_phases(phases, {"one": False, "two": True}, row_cost=0.5)
-    assert [c.generated_tokens for c in cells] == [2, 6, 2, 6]
+    # warm-up: one untimed request per distinct backend, then the same 2 requests at
+    # each level, each round
+    assert len(first.calls) == 1 + 2 * 4
+    cells = summarize_phases(phases, {"one": False, "two": True}, {})
+    assert [c.generated_tokens for c in cells] == [6, 6, 6, 6]
 
 
 def test_a_failed_warm_up_stops_the_run_before_anything_is_timed() -> None:
@@ -309,7 +333,8 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
         requests_per_client=1,
         max_tokens=8,
     )
-    cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, row_cost=0.5)
+    predicted = {("llama-server plain", 2): 1.25}
+    cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, predicted)
     result = ConcurrencyResult(
         options=ConcurrencyOptions(levels=(1, 2), bench=BenchOptions(threads=1)),
         prompts=("ok", "bad"),
@@ -317,6 +342,7 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
         cells=tuple(cells),
         ratios=(),
         row_cost=0.5,
+        one_token_s=0.004,
         environment={"cpu": "Test CPU", "cpu_count": 2, "load_average": [1.0, 2.0, 3.0]},
     )
     notes = concurrency_notes(result)
@@ -325,22 +351,36 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
         "1-minute load average at the end of each phase: 1.50 to 2.50 (other processes slow "
         "the figures)"
     )
-    assert "for those that batch: ours (max_batch=N" in notes[2] and "r = 0.500" in notes[3]
+    assert "the same requests" in notes[2] and "each phase replayed" in notes[2]
+    assert "r = 0.500" in notes[3] and "t1 = 4.0 ms" in notes[3]
     assert "served alone" in notes[3]
-    assert notes[4].startswith("The measured gains imply (the r at which the prediction")
+    assert notes[4].startswith("The measured gains imply, by the bare N / (1 + (N-1)·r)")
     # Only the contender that batches, at N > 1 (the value rests on this run's clock).
-    assert re.search(r"\): llama-server plain N=2: r = -?\d+\.\d\d\.$", notes[4])
-    assert "2 request(s) FAILED" in notes[5]
-    assert notes[6] == "  llama-server plain N=2 round 0: BackendError: server said no to bad"
+    assert re.search(r": llama-server plain N=2: r = -?\d+\.\d\d\.$", notes[4])
+    # Every level asks the same prompts: "bad" fails once per contender and level.
+    assert "4 request(s) FAILED" in notes[5]
+    assert notes[6:10] == [
+        f"  {label} N={level} round 0: BackendError: server said no to bad"
+        for label, level in (
+            ("ours baseline", 1),
+            ("llama-server plain", 1),
+            ("llama-server plain", 2),
+            ("ours baseline", 2),
+        )
+    ]
     record = concurrency_to_dict(result)
-    assert record["failures"] == 2 and record["row_cost"] == 0.5
+    assert record["failures"] == 4 and record["row_cost"] == 0.5
     assert [(c["contender"], c["concurrency"]) for c in record["cells"]] == [
         ("ours baseline", 1),
         ("ours baseline", 2),
         ("llama-server plain", 1),
         ("llama-server plain", 2),
     ]
-    assert record["cells"][3]["predicted_gain"] == pytest.approx(2 / 1.5)
+    assert record["cells"][3]["predicted_gain"] == 1.25
+    assert record["cells"][1]["predicted_gain"] == 1.0  # serial: one at a time
+    assert record["one_token_s"] == 0.004
+    answered = record["phases"][0]["requests"][0]
+    assert answered["ttft_s"] == pytest.approx(0.002) and answered["verify_steps"] == 2
     assert len(record["phases"]) == 4 and record["options"]["levels"] == [1, 2]
     assert [phase["load_average"] for phase in record["phases"]] == [1.5, 2.5, 2.0, 1.75]
     markdown = concurrency_markdown(result)

@@ -23,8 +23,8 @@ from speculative_llm.bench.concurrency import (
     ConcurrencyResult,
     run_concurrency,
 )
+from speculative_llm.bench.concurrency_model import predicted_gains
 from speculative_llm.bench.concurrency_report import concurrency_notes
-from speculative_llm.bench.concurrency_stats import predicted_batch_gain
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.stats import SpecStats
@@ -32,6 +32,8 @@ from speculative_llm.types import Completion, GenerationRequest, Message
 
 ROW_COST = 0.25
 """r that the fake engine reports for a request served alone."""
+ONE_TOKEN_S = 0.01
+"""The one-token pass it reports r against."""
 
 
 @dataclass
@@ -57,7 +59,10 @@ class FakeEngine:
             method="none",
             source="exact",
             generated_tokens=len(text),
+            verify_steps=len(text),
+            ttft_s=0.0,
             verify_row_cost=ROW_COST / batch,
+            one_token_pass_s=ONE_TOKEN_S,
         )
         return Completion(text, stats)
 
@@ -124,15 +129,16 @@ def test_ours_is_loaded_once_per_level_batching_n_in_a_slot_context(loads: Loads
     result = _run(levels=(1, 2, 4))
     assert [engine.loaded_with for engine in loads.engines] == [
         {"threads": 1, "max_batch": 1, "max_queue": None, "context_window": 512},
-        {"threads": 1, "max_batch": 2, "max_queue": 6, "context_window": 512},
+        {"threads": 1, "max_batch": 2, "max_queue": 12, "context_window": 512},
         {"threads": 1, "max_batch": 4, "max_queue": 12, "context_window": 512},
     ]
     assert [options for options, _ in loads.servers] == [
         {"parallel": level, "ctx_size": 512 * level} for level in (1, 2, 4)
     ]
-    # Each level's phases ran on that level's engine: N clients of 3 requests, twice
-    # (baseline and default), after one warm-up; r came from the engine alone at N=1.
-    assert [len(engine.served) for engine in loads.engines] == [1 + 2 * 3 + 1, 13, 25]
+    # Each level's phases ran on that level's engine: the same 12 requests (4 clients
+    # of 3 at the largest level), twice (baseline and default), after one warm-up; r
+    # came from the engine alone at N=1.
+    assert [len(engine.served) for engine in loads.engines] == [1 + 2 * 12 + 1, 25, 25]
     assert all(engine.closed for engine in loads.engines)
     assert all(server.closed for _, server in loads.servers)
     labels = [OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN]
@@ -144,19 +150,21 @@ def test_ours_is_loaded_once_per_level_batching_n_in_a_slot_context(loads: Loads
 
 def test_ours_batches_and_is_predicted_from_r_measured_alone(loads: Loads) -> None:
     result = _run(levels=(1, 2, 4))
-    assert result.row_cost == ROW_COST  # from the max_batch=1 engine, not a batched one
+    # from the max_batch=1 engine, not a batched one
+    assert (result.row_cost, result.one_token_s) == (ROW_COST, ONE_TOKEN_S)
+    # Each phase replayed: ours takes one prompt per step, llama-server every one waiting.
+    schedules = {OURS_BASELINE: 1, OURS_DEFAULT: 1, LLAMA_PLAIN: None}
+    expected = predicted_gains(result.phases, schedules, row_cost=ROW_COST, one_token_s=ONE_TOKEN_S)
     for cell in result.cells:
-        assert cell.batches
-        assert cell.predicted_gain == pytest.approx(
-            predicted_batch_gain(cell.concurrency, ROW_COST)
-        )
+        assert cell.batches and cell.predicted_gain is not None
+        assert cell.predicted_gain == expected[(cell.contender, cell.concurrency)]
     assert [row["concurrency"] for row in result.ratios] == [1, 2, 4]
     assert all(
         set(row) == {"concurrency", "reference", OURS_BASELINE, OURS_DEFAULT}
         for row in result.ratios
     )
     notes = concurrency_notes(result)
-    assert "for those that batch: ours (max_batch=N" in notes[2]
+    assert "Ours: max_batch=N" in notes[2] and "the same requests" in notes[2]
     assert "512 tokens of context per sequence" in notes[2] and "serial" not in notes[2]
     implied = notes[4]
     for label in (OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN):
@@ -187,8 +195,8 @@ def test_the_serial_option_adds_ours_one_request_at_a_time(loads: Loads) -> None
     serial_phases = [p for p in result.phases if "serial" in p.contender]
     assert {p.concurrency for p in serial_phases} == {1, 2}
     # Level 1 engine: warm-up, N=1 phases of ours and ours serial under both drivers
-    # (8 contenders × 3 requests), serial N=2 (4 contenders × 6), r.
-    assert len(loads.engines[0].served) == 1 + 8 * 3 + 4 * 6 + 1
+    # (8 contenders × the 6 requests of every level), serial N=2 (4 contenders × 6), r.
+    assert len(loads.engines[0].served) == 1 + 8 * 6 + 4 * 6 + 1
     assert OURS_SERIAL_DEFAULT in result.ratios[1]
     assert "; 1.0 for ours serial (max_batch=1" in concurrency_notes(result)[2]
     assert result.options.to_dict()["serial"] is True

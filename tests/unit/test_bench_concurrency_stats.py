@@ -73,7 +73,8 @@ def test_summarize_pools_rounds_and_computes_gains_and_predictions() -> None:
         _phase("server", 1, 0, 1.0, [1.0], 20),
         _phase("server", 2, 0, 1.25, [1.0, 1.25], 20),
     ]
-    cells = summarize_phases(phases, {"ours": False, "server": True}, row_cost=0.25)
+    predicted = {("server", 1): 1.0, ("server", 2): 1.6, ("ours", 2): 3.0}
+    cells = summarize_phases(phases, {"ours": False, "server": True}, predicted)
     by_key = {(c.contender, c.concurrency): c for c in cells}
     assert [(c.contender, c.concurrency) for c in cells] == [
         ("ours", 1),
@@ -86,21 +87,22 @@ def test_summarize_pools_rounds_and_computes_gains_and_predictions() -> None:
     assert ours_two.generated_tokens == 80 and ours_two.wall_s == 8.0
     assert ours_two.tokens_per_second == 10.0
     assert by_key["ours", 1].tokens_per_second == 10.0
-    assert ours_two.gain == 1.0 and ours_two.predicted_gain == 1.0  # serialised: no gain
+    # serialised: no gain, whatever a prediction for it says
+    assert ours_two.gain == 1.0 and ours_two.predicted_gain == 1.0
     assert ours_two.median_latency_s == 3.0
     assert ours_two.p90_latency_s == pytest.approx(4.0)
     server_two = by_key["server", 2]
     assert server_two.tokens_per_second == 32.0 and server_two.gain == 1.6
-    assert server_two.predicted_gain == 1.6  # 2 / (1 + 0.25)
+    assert server_two.predicted_gain == 1.6
     assert by_key["server", 1].predicted_gain == 1.0 and by_key["server", 1].gain == 1.0
 
 
-def test_summarize_leaves_predictions_unknown_without_r_and_gain_without_n1() -> None:
+def test_summarize_leaves_predictions_unknown_without_one_and_gain_without_n1() -> None:
     phases = [_phase("server", 2, 0, 1.0, [1.0, 1.0], 10)]
-    (cell,) = summarize_phases(phases, {"server": True}, row_cost=None)
+    (cell,) = summarize_phases(phases, {"server": True}, {})
     assert cell.predicted_gain is None and cell.gain is None
     with pytest.raises(ValueError, match="missing from batches"):
-        summarize_phases(phases, {}, row_cost=0.5)
+        summarize_phases(phases, {}, {})
 
 
 def test_failed_and_cancelled_requests_are_counted_not_their_tokens() -> None:
@@ -112,7 +114,7 @@ def test_failed_and_cancelled_requests_are_counted_not_their_tokens() -> None:
     phase = PhaseResult("ours", 2, 0, 1.0, requests)
     assert phase.generated_tokens == 10 and phase.tokens_per_second == 10.0
     assert [r.prompt_id for r in phase.failures] == ["b"] and phase.cancelled == 1
-    (cell,) = summarize_phases([phase], {"ours": False}, row_cost=None)
+    (cell,) = summarize_phases([phase], {"ours": False}, {})
     assert (cell.requests, cell.failures, cell.cancelled) == (3, 1, 1)
     assert cell.median_latency_s == 1.0  # the failed request's latency is not pooled
     assert phase.to_dict()["requests"][2] == {
@@ -125,6 +127,8 @@ def test_failed_and_cancelled_requests_are_counted_not_their_tokens() -> None:
         "generated_tokens": 0,
         "error": None,
         "cancelled": True,
+        "ttft_s": None,
+        "verify_steps": None,
     }
 
 
@@ -136,7 +140,7 @@ def test_ratio_rows_divide_ours_by_the_reference_at_each_level() -> None:
         _phase("server", 2, 0, 1.0, [1.0, 1.0], 20),
         _phase("server", 4, 0, 1.0, [1.0] * 4, 20),
     ]
-    cells = summarize_phases(phases, {"ours": False, "server": True}, row_cost=0.0)
+    cells = summarize_phases(phases, {"ours": False, "server": True}, {})
     rows = ratio_rows(cells, ["ours"], "server")
     assert [row["concurrency"] for row in rows] == [1, 2, 4]
     assert rows[0]["ours"] == {"throughput_ratio": 0.5, "latency_ratio": 2.0}

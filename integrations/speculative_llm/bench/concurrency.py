@@ -20,13 +20,19 @@ Each level's backend and server is loaded once for the whole run.
 
 Neither side reuses a cached prompt (``cache_prompt: false``). Every round runs every
 level, and within a level every contender once, in an order rotated per (round, level)
-so that machine noise spreads over them all. Client c's j-th request asks prompt
-``(c + j) mod P`` of the P prompts, so all clients start on different prompts.
+so that machine noise spreads over them all.
 
-The predicted gain of a contender that batches (ours and llama-server) comes from the row
-cost r the engine measures (``SpecStats.verify_row_cost`` of a request served alone, on
-a ``max_batch=1`` backend): ``N / (1 + (N-1)·r)``. The serial contenders serve one
-request at a time, so theirs is 1.0.
+Every level serves the same requests (``phase_prompts``), so that the gain of N clients
+over one compares the same work: at the largest level L, client c's j-th request asks
+prompt ``(c + j) mod P`` of the P prompts (all clients start on different prompts); at
+level N, client c asks every N-th of those L·R requests from the c-th on
+(``client_plan``): one client asks them all in turn.
+
+The predicted gain of a contender that batches (ours and llama-server) replays each
+phase with each request's costs served alone (its level-1 phases) and the row cost r
+the engine measures (``SpecStats.verify_row_cost`` of a request served alone, on a
+``max_batch=1`` backend): ``concurrency_model``. The serial contenders serve one request
+at a time, so theirs is 1.0.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from speculative_llm.bench.concurrency_driver import (
     drive_tasks,
     drive_threads,
 )
+from speculative_llm.bench.concurrency_model import predicted_gains
 from speculative_llm.bench.concurrency_stats import (
     ConcurrencyCell,
     PhaseResult,
@@ -86,9 +93,10 @@ __all__ = [
     "ConcurrencyOptions",
     "ConcurrencyResult",
     "client_plan",
-    "measured_row_cost",
+    "measured_pass_costs",
     "one_minute_load",
     "parse_levels",
+    "phase_prompts",
     "run_concurrency",
     "run_phases",
 ]
@@ -144,7 +152,9 @@ class ConcurrencyOptions:
             ``progress``, and for ``llama_server_ngram`` the ``llama_server_types`` and
             ``ks``. Its backend must be ``local``.
         levels: Clients at once (N).
-        requests_per_client: Requests each client sends, back to back.
+        requests_per_client: Requests each client sends, back to back, at the largest
+            level; every level serves the same requests (``phase_prompts``), so at a
+            level of N clients each sends ``largest / N`` times as many.
         drivers: How our engine is driven: ``threads`` (``generate`` from a thread per
             client, as LangChain's ``batch``) and/or ``asyncio`` (``agenerate`` from a
             task per client, as ``abatch``). llama-server is always driven by threads.
@@ -227,6 +237,9 @@ class ConcurrencyContender:
             llama-server per level, started with ``--parallel`` level).
         spec: Per-request ``SpecConfig`` (None: the server's own).
         prepare: What the backend gets for a prompt's request (None: as it is).
+        prompts_per_step: How it schedules prompts, for its predicted gain
+            (``concurrency_model.replay_phase``): 1 for ours (one prompt pass, then one
+            decoding pass), None for llama-server (every waiting prompt in the step).
     """
 
     label: str
@@ -235,6 +248,7 @@ class ConcurrencyContender:
     backends: Mapping[int, Backend]
     spec: SpecConfig | None = None
     prepare: Callable[[GenerationRequest], GenerationRequest] | None = None
+    prompts_per_step: int | None = 1
 
     def request(self, prompt: BenchPrompt, max_tokens: int) -> GenerationRequest:
         """The request this contender sends for ``prompt``."""
@@ -243,25 +257,41 @@ class ConcurrencyContender:
         return request if self.prepare is None else self.prepare(request)
 
 
-def client_plan(
-    prompts: Sequence[BenchPrompt], concurrency: int, per_client: int
-) -> list[list[BenchPrompt]]:
-    """Per client, the prompts it asks: client c's j-th is prompt ``(c + j) mod P``.
+def phase_prompts(
+    prompts: Sequence[BenchPrompt], largest: int, per_client: int
+) -> list[BenchPrompt]:
+    """The requests every level serves: those of ``largest`` clients, ``per_client`` each.
+
+    Client c's j-th request at the largest level asks prompt ``(c + j) mod P``, so all
+    clients start on different prompts; the list holds them round by round (every
+    client's first, then every client's second...).
 
     Raises:
         ValueError: No prompts, or a count below 1.
     """
     if not prompts:
         raise ValueError("no prompts to send")
-    if concurrency < 1 or per_client < 1:
-        raise ValueError(
-            f"concurrency and per_client must be >= 1, got {concurrency} and {per_client}"
-        )
+    if largest < 1 or per_client < 1:
+        raise ValueError(f"largest and per_client must be >= 1, got {largest} and {per_client}")
     count = len(prompts)
     return [
-        [prompts[(client + index) % count] for index in range(per_client)]
-        for client in range(concurrency)
+        prompts[(client + index) % count]
+        for index in range(per_client)
+        for client in range(largest)
     ]
+
+
+def client_plan(work: Sequence[BenchPrompt], concurrency: int) -> list[list[BenchPrompt]]:
+    """Per client, the prompts it asks: client c asks ``work[c]``, ``work[c + N]``...
+
+    Raises:
+        ValueError: No work, or fewer than one client or more clients than requests.
+    """
+    if not work:
+        raise ValueError("no prompts to send")
+    if not 1 <= concurrency <= len(work):
+        raise ValueError(f"concurrency must be within 1..{len(work)}, got {concurrency}")
+    return [list(work[client::concurrency]) for client in range(concurrency)]
 
 
 def _drive(
@@ -326,10 +356,11 @@ def run_phases(
 
     Args:
         contenders: What to measure.
-        prompts: The prompts the clients ask (``client_plan``).
+        prompts: The prompts the clients ask (``phase_prompts``, ``client_plan``).
         levels: Clients at once.
         rounds: Times each (contender, level) phase runs.
-        requests_per_client: Requests each client sends, back to back.
+        requests_per_client: Requests each client sends, back to back, at the largest
+            level (every level serves the same requests).
         max_tokens: Generation budget per request.
         warmup: First send each backend one short request, untimed.
         on_step: Progress callback, once per phase.
@@ -346,10 +377,11 @@ def run_phases(
     if warmup:
         _warm_up(contenders, prompts[0], loop, stop)
     phases: list[PhaseResult] = []
+    work = phase_prompts(prompts, max(levels), requests_per_client)
     round_index = 0
     for repeat in range(rounds):
         for level in levels:
-            chosen = client_plan(prompts, level, requests_per_client)
+            chosen = client_plan(work, level)
             for index in interleaved_order(len(contenders), round_index):
                 contender = contenders[index]
                 plan = [
@@ -378,7 +410,7 @@ def _local_backends(
     """Ours at each level (``max_batch`` level), and the one that serves a request alone.
 
     Every backend has ``slot_context`` tokens per sequence, as a llama-server slot, and
-    room in its queue for every request of the level. The backend alone
+    room in its queue for every request of a phase. The backend alone
     (``max_batch=1``) is level 1's; without level 1 it is loaded for the serial
     contenders and the row cost r. ``stack`` closes them all.
     """
@@ -395,10 +427,8 @@ def _local_backends(
         return backend
 
     alone = load(1)
-    backends = {
-        level: alone if level == 1 else load(level, level * options.requests_per_client)
-        for level in options.levels
-    }
+    requests = max(options.levels) * options.requests_per_client
+    backends = {level: alone if level == 1 else load(level, requests) for level in options.levels}
     return backends, alone
 
 
@@ -453,7 +483,15 @@ def _llama_servers(
         }
         contenders.append(
             # The local engine's prompts and grammars, so that both sides do the same work.
-            ConcurrencyContender(label, True, "threads", backends, None, as_the_local_engine_asks)
+            ConcurrencyContender(
+                label,
+                True,
+                "threads",
+                backends,
+                None,
+                as_the_local_engine_asks,
+                prompts_per_step=None,
+            )
         )
     return contenders
 
@@ -471,6 +509,7 @@ class ConcurrencyResult:
         row_cost: r, the engine's measured cost of one more row of a pass, serving a
             request alone (None: not measured), on which the predicted gains of the
             contenders that batch rest.
+        one_token_s: The one-token pass r was measured against (None: not measured).
         environment: Machine and software facts (CPU, load average at start and end).
         started_at: UTC start time, ISO 8601.
         duration_s: Seconds the run took (loading and warm-up included).
@@ -482,6 +521,7 @@ class ConcurrencyResult:
     cells: tuple[ConcurrencyCell, ...]
     ratios: tuple[dict[str, Any], ...]
     row_cost: float | None
+    one_token_s: float | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     started_at: str = ""
     duration_s: float = 0.0
@@ -497,14 +537,16 @@ class ConcurrencyResult:
         ]
 
 
-def measured_row_cost(local: Backend, prompt: BenchPrompt) -> float | None:
-    """The engine's row cost r now, from one short default request's ``SpecStats``.
+def measured_pass_costs(local: Backend, prompt: BenchPrompt) -> tuple[float | None, float | None]:
+    """The engine's row cost r and one-token pass now, from one short default request.
 
-    ``local`` must serve the request alone (``max_batch=1``): a batched request reports
-    its share of each pass, r scaled by the batch.
+    Both from its ``SpecStats`` (``verify_row_cost``, ``one_token_pass_s``). ``local``
+    must serve the request alone (``max_batch=1``): a batched request reports its share
+    of each pass, r scaled by the batch.
     """
     request = prompt.request(WARMUP_TOKENS, SpecConfig()).replace(extra=dict(NO_PROMPT_CACHE))
-    return local.generate(request).stats.verify_row_cost
+    stats = local.generate(request).stats
+    return stats.verify_row_cost, stats.one_token_pass_s
 
 
 def run_concurrency(
@@ -564,10 +606,16 @@ def run_concurrency(
                 loop=loop,
                 stop=stop,
             )
-        row_cost = measured_row_cost(alone, chosen[0])
+        row_cost, one_token_s = measured_pass_costs(alone, chosen[0])
         facts = environment()
     facts["load_average_at_start"] = load_at_start
-    cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, row_cost)
+    predicted = predicted_gains(
+        phases,
+        {c.label: c.prompts_per_step for c in contenders if c.batches},
+        row_cost=row_cost,
+        one_token_s=one_token_s,
+    )
+    cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, predicted)
     return ConcurrencyResult(
         options=options,
         prompts=tuple(p.id for p in chosen),
@@ -575,6 +623,7 @@ def run_concurrency(
         cells=tuple(cells),
         ratios=tuple(ratio_rows(cells, [c.label for c in ours], LLAMA_PLAIN)),
         row_cost=row_cost,
+        one_token_s=one_token_s,
         environment=facts,
         started_at=started_at,
         duration_s=time.perf_counter() - started,

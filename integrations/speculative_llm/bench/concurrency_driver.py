@@ -66,6 +66,28 @@ def _failed(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _answered(
+    client: int,
+    index: int,
+    prompt_id: str,
+    started: float,
+    finished: float,
+    completion: Completion,
+) -> RequestTiming:
+    """The timing of an answered request, with what its backend said of its passes."""
+    stats = completion.stats
+    return RequestTiming(
+        client,
+        index,
+        prompt_id,
+        started,
+        finished,
+        outcome_of(completion).generated_tokens,
+        ttft_s=stats.ttft_s,
+        verify_steps=stats.verify_steps,
+    )
+
+
 def _client_loop(
     client: int,
     planned: Sequence[PlannedRequest],
@@ -84,13 +106,13 @@ def _client_loop(
             continue
         started = clock()
         try:
-            tokens = outcome_of(generate(request)).generated_tokens
+            completion = generate(request)
         except Exception as error:  # recorded and reported, never hidden
             out.append(
                 RequestTiming(client, index, prompt_id, started, clock(), error=_failed(error))
             )
             continue
-        out.append(RequestTiming(client, index, prompt_id, started, clock(), tokens))
+        out.append(_answered(client, index, prompt_id, started, clock(), completion))
 
 
 def drive_threads(
@@ -164,8 +186,7 @@ async def _client_task(
                 RequestTiming(client, index, prompt_id, started, clock(), error=_failed(error))
             )
             continue
-        tokens = outcome_of(completion).generated_tokens
-        out.append(RequestTiming(client, index, prompt_id, started, clock(), tokens))
+        out.append(_answered(client, index, prompt_id, started, clock(), completion))
 
 
 async def drive_tasks(

@@ -124,13 +124,19 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
         f"{machine_line(result.environment)}; {during} (other processes slow the figures)",
         f"{options.bench.model or 'smollm2-135m'}, threads "
         f"{threads if threads is not None else 'default'} on both sides, "
-        f"{options.requests_per_client} requests per client back to back, "
+        f"{max(options.levels) * options.requests_per_client} requests per phase at every N "
+        f"({options.requests_per_client} per client at N={max(options.levels)}), each "
+        "client's back to back, "
         f"{options.bench.max_tokens} max tokens, {options.bench.repeats} rounds, "
         "prompt cache off on both sides.",
-        "Gain: aggregate tok/s at N over the same contender's at N=1. Predicted: "
-        "N / (1 + (N-1)·r) for those that batch: ours (max_batch=N, N sequences scored in "
-        "one llama.cpp pass each step) and llama-server (continuous batching over "
-        f"--parallel N slots), {options.slot_context} tokens of context per sequence on "
+        "Gain: aggregate tok/s at N over the same contender's at N=1, the same requests. "
+        "Predicted, for those that batch: each phase replayed with each request's prompt "
+        "pass and decoding steps as measured at N=1, a pass of the rows of the requests "
+        "decoding costing (1-r)·t1 shared plus each one's own step time less that, prompt "
+        "passes alone (ours: one per step; llama-server: every waiting prompt), each "
+        "client's next request sent when its last ends. Ours: max_batch=N, N sequences "
+        "scored in one llama.cpp pass each step; llama-server: continuous batching over "
+        f"--parallel N slots; {options.slot_context} tokens of context per sequence on "
         "both sides"
         + (
             "; 1.0 for ours serial (max_batch=1: one request at a time at every N)."
@@ -146,8 +152,14 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
         notes.append(
             f"r = {result.row_cost:.3f}: the engine's measured cost of one more row of a pass, "
             "in one-token passes (SpecStats.verify_row_cost of a request served alone, "
-            "max_batch=1; same GGUF and threads); batched passes over several sequences and "
-            "llama-server's own kernels may differ."
+            "max_batch=1; same GGUF and threads)"
+            + (
+                f", against t1 = {1000 * result.one_token_s:.1f} ms"
+                if result.one_token_s is not None
+                else ""
+            )
+            + "; batched passes over several sequences and llama-server's own kernels may "
+            "differ."
         )
     implied = [
         f"{cell.contender} N={cell.concurrency}: r = {r:.2f}"
@@ -158,7 +170,8 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
     ]
     if implied:
         notes.append(
-            "The measured gains imply (the r at which the prediction would match): "
+            "The measured gains imply, by the bare N / (1 + (N-1)·r) (N rows decoding side "
+            "by side throughout, no prompt passes), the r at which it would match: "
             + "; ".join(implied)
             + "."
         )
@@ -217,6 +230,7 @@ def concurrency_to_dict(result: ConcurrencyResult) -> dict[str, Any]:
         "environment": result.environment,
         "prompts": list(result.prompts),
         "row_cost": result.row_cost,
+        "one_token_s": result.one_token_s,
         "cells": [cell.to_dict() for cell in result.cells],
         "ratios": list(result.ratios),
         "failures": len(result.failures),

@@ -7,10 +7,11 @@ back to back. From a phase's request timings come:
   phase's wall time (first request sent to last answer received);
 * request latency: each request's own wall time, its median and 90th percentile;
 * the gain of N clients over one: aggregate throughput at N over that at 1;
-* the predicted gain of a backend that batches: a pass of N one-token rows costs
-  ``1 + (N-1)·r`` one-token passes (r: the measured cost of one more row), so N rows
-  per pass give ``N / (1 + (N-1)·r)`` times the tokens of one. A backend that serves one
-  request at a time is predicted 1.0.
+* the predicted gain of a backend that batches, from ``concurrency_model`` (the phase
+  replayed with each request's costs alone); a backend that serves one request at a
+  time is predicted 1.0. ``predicted_batch_gain`` is the bare formula for N rows that
+  decode side by side throughout, ``N / (1 + (N-1)·r)`` (a pass of N one-token rows
+  costs ``1 + (N-1)·r`` one-token passes), and ``implied_row_cost`` its inverse.
 
 ``concurrency`` runs the phases; ``concurrency_report`` prints and writes these figures.
 """
@@ -48,6 +49,10 @@ class RequestTiming:
         generated_tokens: Tokens the backend generated (0 for a failed request).
         error: ``Type: message`` of the exception it raised (None: it succeeded).
         cancelled: The phase was stopped before this request was sent or finished.
+        ttft_s: Its time to first token as the backend reported it (its prompt pass),
+            None when unknown.
+        verify_steps: The passes that produced its tokens as the backend reported them
+            (the prompt's pass included), None when unknown.
     """
 
     client: int
@@ -58,6 +63,8 @@ class RequestTiming:
     generated_tokens: int = 0
     error: str | None = None
     cancelled: bool = False
+    ttft_s: float | None = None
+    verify_steps: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -83,6 +90,8 @@ class RequestTiming:
             "generated_tokens": self.generated_tokens,
             "error": self.error,
             "cancelled": self.cancelled,
+            "ttft_s": self.ttft_s,
+            "verify_steps": self.verify_steps,
         }
 
 
@@ -220,7 +229,7 @@ class ConcurrencyCell:
         p90_latency_s: Their 90th percentile.
         gain: ``tokens_per_second`` over the same contender's at concurrency 1.
         predicted_gain: What batching predicts (1.0 for a contender that does not
-            batch; None when r is unknown).
+            batch; None when unknown).
         batches: Whether the contender batches concurrent requests.
     """
 
@@ -249,18 +258,12 @@ def _pooled(
     concurrency: int,
     phases: Sequence[PhaseResult],
     batches: bool,
-    row_cost: float | None,
+    predicted: float | None,
 ) -> ConcurrencyCell:
     requests = [r for phase in phases for r in phase.requests]
     latencies = [r.latency_s for r in requests if r.ok and r.latency_s is not None]
     tokens = sum(phase.generated_tokens for phase in phases)
     wall_s = sum(phase.wall_s for phase in phases)
-    if not batches:
-        predicted: float | None = 1.0
-    elif row_cost is None:
-        predicted = None
-    else:
-        predicted = predicted_batch_gain(concurrency, row_cost)
     return ConcurrencyCell(
         contender=contender,
         concurrency=concurrency,
@@ -274,7 +277,7 @@ def _pooled(
         median_latency_s=percentile(latencies, 50),
         p90_latency_s=percentile(latencies, 90),
         gain=None,
-        predicted_gain=predicted,
+        predicted_gain=predicted if batches else 1.0,
         batches=batches,
     )
 
@@ -282,14 +285,16 @@ def _pooled(
 def summarize_phases(
     phases: Iterable[PhaseResult],
     batches: Mapping[str, bool],
-    row_cost: float | None,
+    predicted: Mapping[tuple[str, int], float | None],
 ) -> list[ConcurrencyCell]:
     """Pool the phases per (contender, concurrency), with gains over concurrency 1.
 
     Args:
         phases: Every phase of the run.
         batches: Contender label -> whether it batches concurrent requests.
-        row_cost: r for the predicted gains of those that batch (None: unknown).
+        predicted: (contender, concurrency) -> predicted gain of those that batch
+            (``concurrency_model.predicted_gains``; missing: unknown). Those that do
+            not batch are predicted 1.0.
 
     Returns:
         Cells in the order contenders first appear, by concurrency within each.
@@ -305,7 +310,9 @@ def summarize_phases(
     cells: list[ConcurrencyCell] = []
     for contender, by_level in grouped.items():
         pooled = {
-            level: _pooled(contender, level, found, batches[contender], row_cost)
+            level: _pooled(
+                contender, level, found, batches[contender], predicted.get((contender, level))
+            )
             for level, found in sorted(by_level.items())
         }
         single = pooled.get(1)
