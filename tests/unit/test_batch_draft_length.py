@@ -5,8 +5,11 @@ Timings are given to the cost model, never measured, so every choice is determin
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from speculative_llm.engine.drafters.base import Draft
 from speculative_llm.engine.loop.draft_cost import (
     ALONE,
     BatchShare,
@@ -147,3 +150,22 @@ def test_a_request_alone_times_its_own_passes_at_one_token_pass_scale() -> None:
     assert cost.passes == observed + 1
     assert policy.pass_scale() == 1.0
     assert stats.snapshot().verify_row_cost == pytest.approx(cost.row_cost())
+
+
+def _probes(beside: BatchShare, steps: int = 300) -> int:
+    """Probe steps of a policy whose drafts are all rejected, ``steps`` steps ``beside``."""
+    cost = linear_cost(0.3)
+    policy = DraftLengthPolicy(4, cost=cost, cost_aware=True, shared_passes=beside.rows > 0)
+    for _ in range(steps):
+        policy.request_length(cheap=True, beside=beside)
+        kept = policy.keep(Draft([7] * 4, match_length=8))
+        verify_s = ONE_TOKEN_S * cost.ratio(beside.rows + 1 + kept)
+        policy.record(dataclasses.replace(_step(kept, 0, verify_s), match_length=8))
+    return policy.limits.get("probe", 0)
+
+
+def test_beside_other_requests_a_policy_never_probes() -> None:
+    # Alone, a policy whose drafts never pay still re-checks now and then; beside other
+    # requests a probe's rows would be a sub-batch that all of them wait for.
+    assert _probes(ALONE) >= 2
+    assert _probes(BatchShare(3, 3.0, 1)) == 0

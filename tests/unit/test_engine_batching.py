@@ -23,6 +23,8 @@ from speculative_llm import (
 )
 from speculative_llm.backends.local import LocalBackend
 from speculative_llm.cancellation import Cancellation, cancellable
+from speculative_llm.engine.loop.draft_cost import ALONE, BatchShare
+from speculative_llm.engine.loop.session import SpeculationSession
 from speculative_llm.errors import QueueFullError
 
 PROMPTS = [
@@ -303,3 +305,30 @@ def test_a_closed_engine_ends_its_batched_requests(tiny_gguf: Path) -> None:
     backend.close()
     with pytest.raises(BackendError, match="closed"):
         list(stream)
+
+
+def test_each_request_prices_its_draft_as_if_the_others_bring_one_row(
+    batched: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the others draft this step is chosen beside it: priced from their previous
+    # step, one request's draft made the others' drafts look cheap and drafts chained.
+    seen: list[tuple[int, float, int, int]] = []
+    original = SpeculationSession.draft
+
+    scheduler = batched.engine.scheduler
+    assert scheduler is not None
+
+    def spy(self: SpeculationSession, *args: Any, beside: BatchShare = ALONE, **kw: Any) -> Any:
+        seen.append((beside.rows, beside.tokens, beside.longest, scheduler.active))
+        return original(self, *args, beside=beside, **kw)
+
+    monkeypatch.setattr(SpeculationSession, "draft", spy)
+    requests = [_request(prompt, "ngram") for prompt in PROMPTS[:2]]  # they always draft
+    requests += [_request(prompt, "none") for prompt in PROMPTS[2:4]]
+    cost_aware = SpecConfig(method="ngram")
+    requests += [GenerationRequest(prompt=p, max_tokens=24, spec=cost_aware) for p in PROMPTS[4:]]
+    assert all(text != "<failed>" for text in _concurrently(batched, requests))
+    beside_others = [entry for entry in seen if entry[0]]
+    assert beside_others, "no request was ever decoded beside another"
+    for rows, tokens, longest, active in beside_others:
+        assert tokens == rows and longest == 1 and rows < active

@@ -134,6 +134,11 @@ class DraftLengthPolicy:
         probe = min(self.probe_length, available)
         if chosen >= probe or self._since_probe < self._interval:
             return chosen
+        if self._beside.rows:
+            # Beside other requests a probe's rows are a sub-batch of their own, a pass
+            # that every request in the batch waits for: acceptance is learnt from the
+            # drafts that pay, and by probes when the request decodes alone.
+            return chosen
         assert self.cost is not None
         loss = probe_loss(self._layered.survival(bucket, probe), self.cost, probe, self.drafter)
         if loss + catch_up > self.cost.probe_credit:
