@@ -137,7 +137,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--requests-per-client",
         type=int,
         default=2,
-        help="--concurrency: requests each client sends back to back (default 2)",
+        help="--concurrency: requests each client sends back to back at the largest N "
+        "(default 2); every N serves those same requests",
     )
     parser.add_argument(
         "--concurrency-drivers",
