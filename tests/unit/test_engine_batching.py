@@ -25,6 +25,7 @@ from speculative_llm.backends.local import LocalBackend
 from speculative_llm.cancellation import Cancellation, cancellable
 from speculative_llm.engine.loop.draft_cost import ALONE, BatchShare
 from speculative_llm.engine.loop.session import SpeculationSession
+from speculative_llm.engine.scheduler import MAX_BUFFERED_CHUNKS
 from speculative_llm.errors import QueueFullError
 
 PROMPTS = [
@@ -259,6 +260,49 @@ def test_a_full_queue_refuses_a_request_and_the_waiting_one_runs(tiny_gguf: Path
         waiting.join(JOIN_S)
         assert not waiting.is_alive()
         assert waiting_text and waiting_text[0]
+    finally:
+        backend.close()
+
+
+def test_a_waiting_request_runs_steps_while_every_running_reader_stalls(
+    tiny_gguf: Path,
+) -> None:
+    # The waiting request's reader runs the steps; once both running requests have
+    # their outboxes full, a step has no sequence to decode: it runs no pass (and does
+    # not fail the reader that asked), and the waiting request runs once they are read.
+    require_llama_cpp()
+    backend = _open(tiny_gguf, max_batch=2, max_queue=1)
+    try:
+        running = [backend.stream(_request(p, "none", max_tokens=40)) for p in PROMPTS[:2]]
+        for stream in running:
+            next(stream)  # both take a sequence; their readers stop here
+        scheduler = backend.engine.scheduler
+        assert scheduler is not None
+        passes = scheduler.passes
+        waiting_outcome: list[str] = []
+
+        def wait_and_read() -> None:
+            try:
+                output = backend.generate(_request(PROMPTS[2], "none"))
+            except Exception as error:  # the assertion below names it
+                waiting_outcome.append(repr(error))
+            else:
+                waiting_outcome.append("complete" if output.text else "empty")
+
+        waiting = threading.Thread(target=wait_and_read)
+        waiting.start()
+        # The waiting reader runs passes until both outboxes are full, then steps on an
+        # empty batch, polling every few milliseconds.
+        while waiting.is_alive():
+            before = scheduler.passes
+            waiting.join(0.25)
+            if scheduler.passes == before:
+                break
+        assert scheduler.passes <= passes + MAX_BUFFERED_CHUNKS  # no pass for stalled readers
+        for stream in running:
+            assert list(stream)[-1].final
+        waiting.join(JOIN_S)
+        assert waiting_outcome == ["complete"]
     finally:
         backend.close()
 

@@ -360,6 +360,8 @@ class BatchScheduler:
             for running in self._running
             if running.prefill is None and len(running.handle.outbox) < self._max_buffered
         ]
+        if not ready:  # every request prefills or waits for its reader
+            return False
         # Each request prices its draft against the others' share of the pass: one row
         # and one token each (what they draft is chosen beside it, not known yet).
         others = len(ready) - 1
