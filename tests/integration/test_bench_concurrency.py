@@ -17,9 +17,9 @@ from speculative_llm.bench.concurrency import (
     OURS_DEFAULT,
     OURS_SERIAL_BASELINE,
     OURS_SERIAL_DEFAULT,
-    ConcurrencyOptions,
     run_concurrency,
 )
+from speculative_llm.bench.concurrency_options import ConcurrencyOptions
 from speculative_llm.bench.concurrency_report import concurrency_to_dict
 from speculative_llm.bench.options import BenchOptions
 

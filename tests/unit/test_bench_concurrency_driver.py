@@ -15,10 +15,8 @@ import pytest
 
 from speculative_llm.bench.concurrency import (
     ConcurrencyContender,
-    ConcurrencyOptions,
     ConcurrencyResult,
     client_plan,
-    parse_levels,
     phase_prompts,
     run_phases,
 )
@@ -27,6 +25,7 @@ from speculative_llm.bench.concurrency_driver import (
     drive_tasks,
     drive_threads,
 )
+from speculative_llm.bench.concurrency_options import ConcurrencyOptions, parse_levels
 from speculative_llm.bench.concurrency_report import (
     concurrency_markdown,
     concurrency_notes,

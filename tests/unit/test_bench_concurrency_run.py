@@ -19,11 +19,11 @@ from speculative_llm.bench.concurrency import (
     OURS_DEFAULT,
     OURS_SERIAL_BASELINE,
     OURS_SERIAL_DEFAULT,
-    ConcurrencyOptions,
     ConcurrencyResult,
     run_concurrency,
 )
 from speculative_llm.bench.concurrency_model import predicted_gains
+from speculative_llm.bench.concurrency_options import ConcurrencyOptions
 from speculative_llm.bench.concurrency_report import concurrency_notes
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt

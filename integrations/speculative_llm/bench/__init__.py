@@ -24,11 +24,8 @@ statistics predict (``prediction_accuracy`` judges them per contender), and
 """
 
 from speculative_llm.bench.aggregate import summarize
-from speculative_llm.bench.concurrency import (
-    ConcurrencyOptions,
-    ConcurrencyResult,
-    run_concurrency,
-)
+from speculative_llm.bench.concurrency import ConcurrencyResult, run_concurrency
+from speculative_llm.bench.concurrency_options import ConcurrencyOptions
 from speculative_llm.bench.concurrency_report import write_concurrency_report
 from speculative_llm.bench.options import QUICK, BenchOptions, parse_ks, parse_methods
 from speculative_llm.bench.predictions import (

@@ -44,19 +44,21 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from speculative_llm.backends.base import Backend
 from speculative_llm.bench.concurrency_driver import (
-    DRIVERS,
     Driven,
     PlannedRequest,
     drive_tasks,
     drive_threads,
 )
 from speculative_llm.bench.concurrency_model import predicted_gains
+from speculative_llm.bench.concurrency_options import (
+    ConcurrencyOptions,
+)
 from speculative_llm.bench.concurrency_stats import (
     ConcurrencyCell,
     PhaseResult,
@@ -64,7 +66,7 @@ from speculative_llm.bench.concurrency_stats import (
     summarize_phases,
 )
 from speculative_llm.bench.contenders import local_backend, managed_llama_backend
-from speculative_llm.bench.options import LLAMA_SERVER_ENGINE, BenchOptions
+from speculative_llm.bench.options import LLAMA_SERVER_ENGINE
 from speculative_llm.bench.progress import StepCallback, progress
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.bench.records import Variant
@@ -83,26 +85,21 @@ if TYPE_CHECKING:
     from speculative_llm.backends.local import LocalBackend
 
 __all__ = [
-    "DEFAULT_LEVELS",
     "LLAMA_PLAIN",
     "OURS_BASELINE",
     "OURS_DEFAULT",
     "OURS_SERIAL_BASELINE",
     "OURS_SERIAL_DEFAULT",
     "ConcurrencyContender",
-    "ConcurrencyOptions",
     "ConcurrencyResult",
     "client_plan",
     "measured_pass_costs",
     "one_minute_load",
-    "parse_levels",
     "phase_prompts",
     "run_concurrency",
     "run_phases",
 ]
 
-DEFAULT_LEVELS: tuple[int, ...] = (1, 2, 4, 8)
-"""Clients at once, by default."""
 
 OURS_BASELINE = "ours baseline"
 OURS_DEFAULT = "ours default"
@@ -112,116 +109,6 @@ LLAMA_PLAIN = "llama-server plain"
 
 NO_PROMPT_CACHE: Mapping[str, Any] = {"cache_prompt": False}
 """Every request processes its whole prompt, on both sides."""
-
-
-def parse_levels(value: str) -> tuple[int, ...]:
-    """Parse ``1,2,4,8`` into concurrency levels (sorted, duplicates dropped).
-
-    Raises:
-        ConfigError: A value that is not an integer >= 1, or none at all.
-    """
-    levels: set[int] = set()
-    for item in value.split(","):
-        if not item.strip():
-            continue
-        try:
-            level = int(item)
-        except ValueError:
-            level = 0
-        if level < 1:
-            raise ConfigError(
-                f"Concurrency levels are integers >= 1, like 1,2,4,8; got {item.strip()!r}.",
-                field="concurrency",
-            )
-        levels.add(level)
-    if not levels:
-        raise ConfigError(
-            f"No concurrency level in {value!r}; pass a list like 1,2,4,8.", field="concurrency"
-        )
-    return tuple(sorted(levels))
-
-
-@dataclass(frozen=True, slots=True)
-class ConcurrencyOptions:
-    """Options of a concurrency run.
-
-    Args:
-        bench: What the run shares with ``speculative-llm bench``: ``model``,
-            ``threads`` (both sides), prompts (``categories``, ``per_category``,
-            ``prompts_file``), ``max_tokens``, ``repeats`` (the rounds), ``warmup``,
-            ``progress``, and for ``llama_server_ngram`` the ``llama_server_types`` and
-            ``ks``. Its backend must be ``local``.
-        levels: Clients at once (N).
-        requests_per_client: Requests each client sends, back to back, at the largest
-            level; every level serves the same requests (``phase_prompts``), so at a
-            level of N clients each sends ``largest / N`` times as many.
-        drivers: How our engine is driven: ``threads`` (``generate`` from a thread per
-            client, as LangChain's ``batch``) and/or ``asyncio`` (``agenerate`` from a
-            task per client, as ``abatch``). llama-server is always driven by threads.
-        llama_server_ngram: Add llama-servers with each n-gram type of
-            ``bench.llama_server_types`` at each of ``bench.ks``.
-        slot_context: Context of each llama-server slot (its ``--ctx-size`` is
-            ``slot_context × N``, shared by N slots), and of each sequence of ours
-            (``context_window``).
-        serial: Add ``ours serial baseline`` and ``ours serial default``: the engine one
-            request at a time (``max_batch=1``) at every level.
-
-    Raises:
-        ConfigError: Inconsistent options; the message says which and how to fix them.
-    """
-
-    bench: BenchOptions = field(default_factory=BenchOptions)
-    levels: tuple[int, ...] = DEFAULT_LEVELS
-    requests_per_client: int = 2
-    drivers: tuple[str, ...] = ("threads",)
-    llama_server_ngram: bool = False
-    slot_context: int = 4096
-    serial: bool = False
-
-    def __post_init__(self) -> None:
-        if self.bench.backend != "local":
-            raise ConfigError(
-                "The concurrency benchmark compares the local engine with llama-servers it "
-                f"starts itself; leave out --backend (got {self.bench.backend!r}).",
-                field="backend",
-            )
-        if self.bench.compare_transformers:
-            raise ConfigError(
-                "--compare-transformers has no part in the concurrency benchmark (transformers' "
-                "generate serves one request at a time in this process); leave it out.",
-                field="compare_transformers",
-            )
-        if not self.levels or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.levels
-        ):
-            raise ConfigError(
-                f"Concurrency levels are integers >= 1, like 1,2,4,8; got {self.levels}.",
-                field="concurrency",
-            )
-        object.__setattr__(self, "levels", tuple(sorted(set(self.levels))))
-        for name in ("requests_per_client", "slot_context"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}.", field=name)
-        unknown = [d for d in self.drivers if d not in DRIVERS]
-        if unknown or not self.drivers:
-            raise ConfigError(
-                f"Unknown driver(s) {', '.join(unknown) or repr(self.drivers)}; use "
-                f"{' and/or '.join(DRIVERS)}.",
-                field="drivers",
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The options as a JSON-compatible dict."""
-        return {
-            "bench": self.bench.to_dict(),
-            "levels": list(self.levels),
-            "requests_per_client": self.requests_per_client,
-            "drivers": list(self.drivers),
-            "llama_server_ngram": self.llama_server_ngram,
-            "slot_context": self.slot_context,
-            "serial": self.serial,
-        }
 
 
 @dataclass(frozen=True, slots=True)

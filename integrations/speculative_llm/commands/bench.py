@@ -229,7 +229,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def concurrency_options_from_args(args: argparse.Namespace) -> Any:
     """Build ``ConcurrencyOptions`` from parsed arguments (``--concurrency`` given)."""
-    from speculative_llm.bench.concurrency import ConcurrencyOptions, parse_levels
+    from speculative_llm.bench.concurrency_options import ConcurrencyOptions, parse_levels
 
     return ConcurrencyOptions(
         bench=options_from_args(args),
