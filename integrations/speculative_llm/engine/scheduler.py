@@ -21,8 +21,7 @@ their own, so a draft beside requests that do not draft costs a pass per row. Wh
 others draft this step is not known when a request chooses, so each is taken to bring
 its one row: a draft is priced as rows of its own, the most it can cost. (Priced from
 the others' previous step instead, one request's draft made the next step's drafts of
-the others look cheap, and drafts chained along the batch: measured, 28 % of the passes
-at 8 requests in F16 uneven, the default 5 % below the baseline.) The shared cost model
+the others look cheap, and drafts chained along the batch.) The shared cost model
 records each pass whose sequences brought as many rows each once, its time under its
 total rows.
 
