@@ -267,7 +267,7 @@ def test_levels_and_options_are_checked_with_clear_errors() -> None:
         parse_levels("1,0")
     with pytest.raises(ConfigError, match=r"integers >= 1.*got 'two'"):
         parse_levels("two")
-    with pytest.raises(ConfigError, match="No concurrency level"):
+    with pytest.raises(ConfigError, match="No concurrency levels in"):
         parse_levels(" , ")
     with pytest.raises(ConfigError, match="leave out --backend"):
         ConcurrencyOptions(bench=BenchOptions(backend="llamacpp"))

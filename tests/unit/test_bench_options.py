@@ -24,7 +24,7 @@ def test_parse_methods_and_ks() -> None:
         parse_ks("3,0")
     with pytest.raises(ConfigError, match=r"integers >= 1.*'x'"):
         parse_ks("x")
-    with pytest.raises(ConfigError, match="at least one draft length"):
+    with pytest.raises(ConfigError, match="No draft lengths in"):
         parse_ks(" , ")
 
 

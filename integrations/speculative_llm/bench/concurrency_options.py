@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speculative_llm.bench.concurrency_driver import DRIVERS
-from speculative_llm.bench.options import BenchOptions
+from speculative_llm.bench.options import BenchOptions, parse_positive_ints
 from speculative_llm.errors import ConfigError
 
 __all__ = ["DEFAULT_LEVELS", "ConcurrencyOptions", "parse_levels"]
@@ -21,25 +21,10 @@ def parse_levels(value: str) -> tuple[int, ...]:
     Raises:
         ConfigError: A value that is not an integer >= 1, or none at all.
     """
-    levels: set[int] = set()
-    for item in value.split(","):
-        if not item.strip():
-            continue
-        try:
-            level = int(item)
-        except ValueError:
-            level = 0
-        if level < 1:
-            raise ConfigError(
-                f"Concurrency levels are integers >= 1, like 1,2,4,8; got {item.strip()!r}.",
-                field="concurrency",
-            )
-        levels.add(level)
-    if not levels:
-        raise ConfigError(
-            f"No concurrency level in {value!r}; pass a list like 1,2,4,8.", field="concurrency"
-        )
-    return tuple(sorted(levels))
+    levels = parse_positive_ints(
+        value, what="Concurrency levels", example="1,2,4,8", field="concurrency"
+    )
+    return tuple(sorted(set(levels)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ __all__ = [
     "BenchOptions",
     "parse_ks",
     "parse_methods",
+    "parse_positive_ints",
 ]
 
 BENCH_METHODS: tuple[str, ...] = ("none", "ngram", "suffix", "draft_model", "server")
@@ -66,29 +67,48 @@ def parse_methods(value: str) -> tuple[str, ...]:
     return methods
 
 
-def parse_ks(value: str) -> tuple[int, ...]:
-    """Parse ``3,5,8`` into draft lengths.
+def parse_positive_ints(value: str, *, what: str, example: str, field: str) -> list[int]:
+    """Parse a comma-separated list of integers >= 1 (``3,5,8``), in order, empty items skipped.
+
+    Args:
+        value: The list as given.
+        what: What the integers are, for the error (``Draft lengths``).
+        example: A valid list, for the error (``3,5,8``).
+        field: The option named in the ``ConfigError``.
 
     Raises:
-        ConfigError: A value is not an integer >= 1.
+        ConfigError: A value that is not an integer >= 1, or none at all.
     """
-    ks: list[int] = []
+    numbers: list[int] = []
     for item in value.split(","):
         if not item.strip():
             continue
         try:
-            k = int(item)
+            number = int(item)
         except ValueError:
-            k = 0
-        if k < 1:
+            number = 0
+        if number < 1:
             raise ConfigError(
-                f"Draft lengths must be integers >= 1, got {item.strip()!r} in {value!r}.",
-                field="k",
+                f"{what} are integers >= 1, like {example}; got {item.strip()!r} in {value!r}.",
+                field=field,
             )
-        ks.append(k)
-    if not ks:
-        raise ConfigError("Give at least one draft length, for example --k 5.", field="k")
-    return tuple(dict.fromkeys(ks))
+        numbers.append(number)
+    if not numbers:
+        raise ConfigError(
+            f"No {what.lower()} in {value!r}; pass a list like {example}.", field=field
+        )
+    return numbers
+
+
+def parse_ks(value: str) -> tuple[int, ...]:
+    """Parse ``3,5,8`` into draft lengths (duplicates dropped, in order).
+
+    Raises:
+        ConfigError: A value is not an integer >= 1, or there is none.
+    """
+    return tuple(
+        dict.fromkeys(parse_positive_ints(value, what="Draft lengths", example="3,5,8", field="k"))
+    )
 
 
 @dataclass(frozen=True, slots=True)
