@@ -107,7 +107,7 @@ def test_rows_out_of_sequence_order_go_to_llama_cpp_in_order_and_come_back_in_th
         assert scored.shape == (counts[index], model.vocab_size)
         for row in range(counts[index]):
             assert np.array_equal(scored[row], references[index][1][row + 1])
-    sent = [int(batch._seq_ids[row][0]) for row in range(sum(counts.values()))]
+    sent = [int(batch._arrays.seq_ids[row][0]) for row in range(sum(counts.values()))]
     assert sent == sorted(sent)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from speculative_llm.engine.runners.base import LogitRows
+from speculative_llm.engine.runners.llama_cpp.batch_arrays import BatchArrays, free_context
 from speculative_llm.engine.runners.llama_cpp.lib import decode_abortably
 from speculative_llm.engine.runners.llama_cpp.runner import LlamaCppWeights
 from speculative_llm.errors import BackendError, ConfigError
@@ -36,11 +37,6 @@ _BATCH_CAPACITY = 512
 
 BatchRow = tuple["BatchSequence", list[int], int]
 """One sequence's part of a batched pass: the sequence, its new tokens, its logit rows."""
-
-
-def _free(api: object, context: object, batch: object) -> None:
-    api.llama_batch_free(batch)  # type: ignore[attr-defined]
-    api.llama_free(context)  # type: ignore[attr-defined]
 
 
 class LlamaCppBatchRunner:
@@ -87,14 +83,10 @@ class LlamaCppBatchRunner:
                 "or max_batch."
             )
         self._memory = api.llama_get_memory(self._context)
-        self._batch = api.llama_batch_init(self._capacity, 0, 1)
-        capacity = self._capacity
-        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
-        self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
-        self._outputs = np.ctypeslib.as_array(self._batch.logits, shape=(capacity,))
-        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))[:] = 1
-        self._seq_ids = [self._batch.seq_id[index] for index in range(capacity)]
-        self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
+        self._arrays = BatchArrays.allocate(api, self._capacity)
+        self._finalizer = weakref.finalize(
+            self, free_context, api, self._context, self._arrays.batch
+        )
         self.vocab_size: int = model.vocab_size
         self.sequences: tuple[BatchSequence, ...] = tuple(
             BatchSequence(self, seq_id) for seq_id in range(max_sequences)
@@ -142,14 +134,14 @@ class LlamaCppBatchRunner:
                 raise ValueError(f"cannot return {num_logits} logit rows for {count} new tokens")
             sequence.check_room(count)
             end = start + count
-            self._tokens[start:end] = tokens
-            self._positions[start:end] = np.arange(sequence.length, sequence.length + count)
+            self._arrays.tokens[start:end] = tokens
+            self._arrays.positions[start:end] = np.arange(sequence.length, sequence.length + count)
             for position in range(start, end):
-                self._seq_ids[position][0] = sequence.seq_id
-            self._outputs[start:end] = 0
-            self._outputs[end - num_logits : end] = 1
+                self._arrays.seq_ids[position][0] = sequence.seq_id
+            self._arrays.outputs[start:end] = 0
+            self._arrays.outputs[end - num_logits : end] = 1
             start = end
-        self._batch.n_tokens = total
+        self._arrays.batch.n_tokens = total
         seconds = self._decode([sequence for sequence, _, _ in rows])
         logits = np.ctypeslib.as_array(
             self._api.llama_get_logits(self._context),
@@ -174,12 +166,12 @@ class LlamaCppBatchRunner:
         for start in range(0, len(tokens), self._capacity):
             chunk = tokens[start : start + self._capacity]
             size = len(chunk)
-            self._tokens[:size] = chunk
-            self._positions[:size] = np.arange(sequence.length, sequence.length + size)
+            self._arrays.tokens[:size] = chunk
+            self._arrays.positions[:size] = np.arange(sequence.length, sequence.length + size)
             for index in range(size):
-                self._seq_ids[index][0] = sequence.seq_id
-            self._outputs[:size] = 0
-            self._batch.n_tokens = size
+                self._arrays.seq_ids[index][0] = sequence.seq_id
+            self._arrays.outputs[:size] = 0
+            self._arrays.batch.n_tokens = size
             if cancelled is None:
                 seconds = self._decode([sequence])
             else:
@@ -191,7 +183,7 @@ class LlamaCppBatchRunner:
     def _decode(self, sequences: Sequence[BatchSequence]) -> float:
         """One ``llama_decode`` of the batch as filled; its seconds."""
         started = time.perf_counter()
-        status = self._api.llama_decode(self._context, self._batch)
+        status = self._api.llama_decode(self._context, self._arrays.batch)
         seconds = time.perf_counter() - started
         if status == 0:
             return seconds

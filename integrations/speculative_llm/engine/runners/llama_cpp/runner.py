@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from speculative_llm.engine.runners.base import LogitRows
+from speculative_llm.engine.runners.llama_cpp.batch_arrays import BatchArrays, free_context
 from speculative_llm.engine.runners.llama_cpp.layout_probe import (
     ONE_TOKEN_FALLBACKS,
     OneTokenFallback,
@@ -145,11 +146,6 @@ class LlamaCppWeights(Protocol):
         ...
 
 
-def _free(api: Any, context: Any, batch: Any) -> None:
-    api.llama_batch_free(batch)
-    api.llama_free(context)
-
-
 class LlamaCppRunner:
     """A llama.cpp context of one sequence over a loaded GGUF model.
 
@@ -187,14 +183,7 @@ class LlamaCppRunner:
                 "context_window."
             )
         self._memory = api.llama_get_memory(self._context)
-        self._batch = api.llama_batch_init(self._capacity, 0, 1)
-        capacity = self._capacity
-        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(capacity,))
-        self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(capacity,))
-        self._outputs = np.ctypeslib.as_array(self._batch.logits, shape=(capacity,))
-        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(capacity,))[:] = 1
-        for index in range(capacity):
-            self._batch.seq_id[index][0] = 0
+        self._arrays = BatchArrays.allocate(api, self._capacity, seq_id=0)
         self._vocab_size = model.vocab_size
         self._length = 0
         self._history: list[int] = []
@@ -214,7 +203,9 @@ class LlamaCppRunner:
         (docs/data/parity-2026-12-06). Progress is reported per chunk, so a prompt of
         fewer than two batches gets none (a pass of 512 tokens takes 2-4 s on 2 cores);
         a cancelled request still stops within a pass (``feed``)."""
-        self._finalizer = weakref.finalize(self, _free, api, self._context, self._batch)
+        self._finalizer = weakref.finalize(
+            self, free_context, api, self._context, self._arrays.batch
+        )
 
     @property
     def length(self) -> int:
@@ -312,12 +303,12 @@ class LlamaCppRunner:
             chunk = tokens[start : start + self._capacity]
             size = len(chunk)
             last = start + size == count
-            self._tokens[:size] = chunk
-            self._positions[:size] = np.arange(self._length, self._length + size)
-            self._outputs[:size] = 0
+            self._arrays.tokens[:size] = chunk
+            self._arrays.positions[:size] = np.arange(self._length, self._length + size)
+            self._arrays.outputs[:size] = 0
             if last and num_logits:
-                self._outputs[size - num_logits : size] = 1
-            self._batch.n_tokens = size
+                self._arrays.outputs[size - num_logits : size] = 1
+            self._arrays.batch.n_tokens = size
             self._decode()
             self._length += size
             # Per chunk: a later chunk that fails leaves this one cached and known.
@@ -339,10 +330,10 @@ class LlamaCppRunner:
         previous = self._length - 1
         self._set_one_token_threads(self.thread_plan.threads)
         self._api.llama_memory_seq_rm(self._memory, 0, previous, -1)
-        self._tokens[:2] = (self._history[-1], token)
-        self._positions[:2] = (previous, previous + 1)
-        self._outputs[:2] = (0, 1)
-        self._batch.n_tokens = 2
+        self._arrays.tokens[:2] = (self._history[-1], token)
+        self._arrays.positions[:2] = (previous, previous + 1)
+        self._arrays.outputs[:2] = (0, 1)
+        self._arrays.batch.n_tokens = 2
         self._length = previous
         try:
             self._decode()
@@ -366,7 +357,7 @@ class LlamaCppRunner:
 
     def _decode(self) -> None:
         started = time.perf_counter()
-        status = self._api.llama_decode(self._context, self._batch)
+        status = self._api.llama_decode(self._context, self._arrays.batch)
         if not self._prompt_pass:
             self.kernel_seconds += time.perf_counter() - started
         if status == 0:
