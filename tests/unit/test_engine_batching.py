@@ -307,6 +307,28 @@ def test_a_waiting_request_runs_steps_while_every_running_reader_stalls(
         backend.close()
 
 
+def test_batched_pass_costs_are_timed_between_requests(
+    tiny_gguf: Path, alone: LocalBackend
+) -> None:
+    require_llama_cpp()
+    backend = _open(tiny_gguf, max_batch=3)
+    try:
+        costs = backend.batched_pass_costs()
+        assert costs is not None and sorted(costs.ratios) == [2, 3]
+        assert costs.one_token_s > 0 and costs.row_cost >= 0
+        # Every sequence was reset: the engine serves as before, the text of one alone.
+        request = _request(PROMPTS[0], "ngram")
+        assert backend.generate(request).text == alone.generate(request).text
+        stream = backend.stream(_request(PROMPTS[1], "none"))
+        next(stream)
+        with pytest.raises(BackendError, match=r"busy.*between requests"):
+            backend.batched_pass_costs()
+        stream.close()  # type: ignore[attr-defined]
+    finally:
+        backend.close()
+    assert alone.batched_pass_costs() is None  # max_batch=1: nothing batches
+
+
 def test_each_sequence_may_fill_the_whole_context_window(tiny_gguf: Path) -> None:
     # A window of 512 and four requests of ~15 prompt tokens and 200 more at once: each
     # sequence has a window of its own, not a quarter of one (or a pool that runs out).

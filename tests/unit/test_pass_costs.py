@@ -11,7 +11,13 @@ import pytest
 
 from speculative_llm.engine.loop import pass_costs
 from speculative_llm.engine.loop.draft_cost import VerifyCost
-from speculative_llm.engine.loop.pass_costs import PassCosts, calibrate, measure_pass_costs
+from speculative_llm.engine.loop.pass_costs import (
+    PassCosts,
+    batch_sizes,
+    calibrate,
+    measure_batched_pass_costs,
+    measure_pass_costs,
+)
 from speculative_llm.engine.models.sources import ModelSource
 from speculative_llm.engine.runners.base import LoadedModel
 
@@ -90,6 +96,33 @@ def test_measures_each_size_after_a_warm_up(clock: FakeClock) -> None:
     assert costs.ratios == pytest.approx({2: 1.4, 5: 2.6, 9: 4.2})
     assert costs.row_cost == pytest.approx(0.4)
     assert runner.resets == 2 and runner.length == 0  # the cache is left empty
+
+
+def test_batched_passes_take_one_row_from_each_of_n_sequences(clock: FakeClock) -> None:
+    # A batched pass of n sequences' rows costs 1 + 0.3·(n - 1), its first of each
+    # shape ten times more: r is what one more sequence's row adds.
+    sequences = [TimedRunner(clock) for _ in range(5)]
+    passes: list[list[tuple[int, int, int]]] = []
+
+    def forward_rows(rows: list[tuple[TimedRunner, list[int], int]]) -> None:
+        assert all(sequence.length == 16 for sequence, _, _ in rows)  # each cropped back
+        passes.append([(sequences.index(s), len(tokens), n) for s, tokens, n in rows])
+        cost = 1.0 + 0.3 * (len(rows) - 1)
+        clock.now += cost * (10 if len(passes) <= len(batch_sizes(5)) else 1)
+        for sequence, tokens, _ in rows:
+            sequence._length += len(tokens)  # each cache grows by its row
+
+    costs = measure_batched_pass_costs(sequences, forward_rows, context=16)  # type: ignore[arg-type]
+    assert batch_sizes(5) == (1, 2, 3, 4, 5) and batch_sizes(20) == (1, 2, 3, 4, 8, 16, 20)
+    assert costs is not None and costs.context == 16
+    assert costs.one_token_s == pytest.approx(1.0)  # the warm-up round is left out
+    assert costs.ratios == pytest.approx({2: 1.3, 3: 1.6, 4: 1.9, 5: 2.2})
+    assert costs.row_cost == pytest.approx(0.3)
+    # Every timed pass: one row from each of the first n sequences, each given its logits.
+    assert passes[:5] == [[(index, 1, 1) for index in range(n)] for n in (1, 2, 3, 4, 5)]
+    assert len(passes) == 4 * 5  # a warm-up round and three timed, of every size
+    assert all(s.length == 0 and s.resets == 2 for s in sequences)  # left empty
+    assert measure_batched_pass_costs(sequences[:1], forward_rows) is None  # type: ignore[arg-type]
 
 
 def test_the_measured_passes_run_without_autograd() -> None:

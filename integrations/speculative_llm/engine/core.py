@@ -26,7 +26,7 @@ from speculative_llm.engine.engine_thread import (
 from speculative_llm.engine.loop.chunks import TargetContext, answer_chunks
 from speculative_llm.engine.loop.draft_cost import VerifyCost
 from speculative_llm.engine.loop.engine import logit_margin, stop_if_cancelled
-from speculative_llm.engine.loop.pass_costs import calibrate
+from speculative_llm.engine.loop.pass_costs import PassCosts, calibrate
 from speculative_llm.engine.models.loading import load_model
 from speculative_llm.engine.request.preparation import PreparedRequest, RequestPreparer
 from speculative_llm.engine.request.prompts import encode_request
@@ -221,6 +221,19 @@ class EngineCore:
         # The lock is waited for here, never on the engine thread (see ``_holding_lock``).
         with self._lock:
             return call_on_engine_thread(lambda: logit_margin(runner, tokens))
+
+    def batched_pass_costs(self) -> PassCosts | None:
+        """Batched passes of one row from each of 1 to ``max_batch`` sequences, timed now.
+
+        See ``BatchScheduler.measure_pass_costs``; None with ``max_batch=1``.
+
+        Raises:
+            BackendError: Requests are running or waiting: measure between them.
+        """
+        scheduler = self._scheduler
+        if scheduler is None:
+            return None
+        return call_on_engine_thread(scheduler.measure_pass_costs)
 
     def prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Encode ``request`` once and build what its run needs (drafter, grammar...)."""

@@ -59,12 +59,13 @@ from speculative_llm.engine.loop.engine import (
     settle_proposal,
     stop_if_cancelled,
 )
+from speculative_llm.engine.loop.pass_costs import PassCosts, measure_batched_pass_costs
 from speculative_llm.engine.loop.random_stream import RandomStream
 from speculative_llm.engine.loop.session import Proposal, SpeculationSession
 from speculative_llm.engine.loop.steps import StepResult
 from speculative_llm.engine.request.preparation import PreparedRequest
 from speculative_llm.engine.runners.base import LogitRows, Runner, check_prompt_fits
-from speculative_llm.errors import ConfigError, QueueFullError
+from speculative_llm.errors import BackendError, ConfigError, QueueFullError
 from speculative_llm.types import Chunk, PromptProgress
 
 __all__ = ["BatchScheduler", "BatchedRunner", "RequestHandle", "refuse_batching"]
@@ -251,6 +252,23 @@ class BatchScheduler:
             if running.handle is handle:
                 self._leave(running)
                 return
+
+    def measure_pass_costs(self) -> PassCosts | None:
+        """Time batched passes of one row from each of 1 to ``max_batch`` sequences.
+
+        ``pass_costs.measure_batched_pass_costs`` on this scheduler's sequences: its
+        ``row_cost`` is what one more request's row adds to a decoding pass. Runs on the
+        engine thread, between requests (every sequence's cache is reset).
+
+        Raises:
+            BackendError: Requests are running or waiting: measure between them.
+        """
+        if self._running or self._waiting:
+            raise BackendError(
+                f"The batch is busy ({len(self._running)} running, {len(self._waiting)} "
+                "waiting): measure its pass costs between requests."
+            )
+        return measure_batched_pass_costs(self._runner.sequences, self._runner.forward_rows)
 
     def shutdown(self, error: BaseException) -> None:
         """End every request with ``error`` (the engine is closing)."""

@@ -15,6 +15,7 @@ from speculative_llm.types import Chunk, Completion, GenerationRequest
 if TYPE_CHECKING:
     import torch
 
+    from speculative_llm.engine.loop.pass_costs import PassCosts
     from speculative_llm.engine.models.tokenizers import Tokenizer
     from speculative_llm.engine.request.preparation import PreparedRequest
 
@@ -249,6 +250,18 @@ class LocalBackend(Backend):
             ConfigError: The prompt and ``generated`` do not fit the context window.
         """
         return self.engine.logit_margin([*self.encode_prompt(request), *generated])
+
+    def batched_pass_costs(self) -> PassCosts | None:
+        """Time decoding passes of 1 to ``max_batch`` requests' rows, one row each, now.
+
+        Its ``row_cost`` is r for continuous batching: what one more request adds to a
+        pass, in passes of one (``ratios`` by requests, ``one_token_s`` the pass of one).
+        None with ``max_batch=1``. Every sequence's cache is reset.
+
+        Raises:
+            BackendError: Requests are running or waiting: measure between them.
+        """
+        return self.engine.batched_pass_costs()
 
     def _prepare(self, request: GenerationRequest) -> PreparedRequest:
         """Check and encode ``request`` once: what every later stage of it reads."""

@@ -23,7 +23,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,7 +33,9 @@ __all__ = [
     "CALIBRATION_SIZES",
     "CALIBRATION_VERSION",
     "PassCosts",
+    "batch_sizes",
     "calibrate",
+    "measure_batched_pass_costs",
     "measure_pass_costs",
 ]
 
@@ -149,6 +151,70 @@ def measure_pass_costs(
         runner.reset()
     one = best[1]
     ratios = {rows: max(seconds / one, 1.0) for rows, seconds in best.items() if rows > 1}
+    return PassCosts(one, ratios, context, time.perf_counter() - started)
+
+
+def batch_sizes(sequences: int) -> tuple[int, ...]:
+    """Sequences per timed batched pass: 1, 2, 3, 4, then powers of two, and ``sequences``."""
+    sizes = {1, 2, 3, 4, sequences}
+    size = 8
+    while size < sequences:
+        sizes.add(size)
+        size *= 2
+    return tuple(sorted(n for n in sizes if 1 <= n <= sequences))
+
+
+def measure_batched_pass_costs(
+    sequences: Sequence[Runner],
+    forward_rows: Callable[[list[tuple[Runner, list[int], int]]], object],
+    *,
+    context: int = CALIBRATION_CONTEXT,
+    repeats: int = 3,
+) -> PassCosts | None:
+    """Time passes of one one-token row from each of n sequences, n from 1 to all of them.
+
+    What continuous batching runs at each step: every sequence holds ``context`` cached
+    tokens and brings its next token. As ``measure_pass_costs``, each size is timed
+    ``repeats`` times in interleaved rounds after a warm-up round and its quickest time
+    kept; ``ratios[n]`` is a pass of n sequences over a pass of one, so ``row_cost`` is
+    the cost of one more sequence's row. Every sequence's cache is reset before and after.
+
+    Args:
+        sequences: The sequences of one batched context (``Runner`` each).
+        forward_rows: Scores ``(sequence, tokens, logit rows)`` of several sequences in
+            one pass (``LlamaCppBatchRunner.forward_rows``).
+        context: Cached tokens of each sequence before the timed passes.
+        repeats: Timed rounds.
+
+    Returns:
+        The costs, or None with fewer than two sequences.
+    """
+    if len(sequences) < 2:
+        return None
+    started = time.perf_counter()
+    sizes = batch_sizes(len(sequences))
+    filler = _filler_tokens(context + 1, sequences[0].vocab_size)
+    best: dict[int, float] = {}
+    for sequence in sequences:
+        sequence.reset()
+    try:
+        for sequence in sequences:
+            sequence.forward(filler[:context], 1)
+        for round_index in range(repeats + 1):
+            for count in sizes:
+                chosen = sequences[:count]
+                tick = time.perf_counter()
+                forward_rows([(sequence, [filler[context]], 1) for sequence in chosen])
+                took = time.perf_counter() - tick
+                for sequence in chosen:
+                    sequence.crop(context)
+                if round_index:  # round 0 is the warm-up of every shape
+                    best[count] = min(best.get(count, took), took)
+    finally:
+        for sequence in sequences:
+            sequence.reset()
+    one = best[1]
+    ratios = {count: max(seconds / one, 1.0) for count, seconds in best.items() if count > 1}
     return PassCosts(one, ratios, context, time.perf_counter() - started)
 
 
