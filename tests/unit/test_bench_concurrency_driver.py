@@ -342,6 +342,7 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
         ratios=(),
         row_cost=0.5,
         one_token_s=0.004,
+        pass_ratios={2: 1.5},
         environment={"cpu": "Test CPU", "cpu_count": 2, "load_average": [1.0, 2.0, 3.0]},
     )
     notes = concurrency_notes(result)
@@ -352,7 +353,7 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
     )
     assert "the same requests" in notes[2] and "each phase replayed" in notes[2]
     assert "r = 0.500" in notes[3] and "t1 = 4.0 ms" in notes[3]
-    assert "served alone" in notes[3]
+    assert "on ours' max_batch=2 engine" in notes[3] and "by n (2: 1.50)" in notes[3]
     assert notes[4].startswith("The measured gains imply, by the bare N / (1 + (N-1)·r)")
     # Only the contender that batches, at N > 1 (the value rests on this run's clock).
     assert re.search(r": llama-server plain N=2: r = -?\d+\.\d\d\.$", notes[4])
@@ -377,7 +378,8 @@ def test_the_report_shows_the_machine_the_prediction_and_every_failure(
     ]
     assert record["cells"][3]["predicted_gain"] == 1.25
     assert record["cells"][1]["predicted_gain"] == 1.0  # serial: one at a time
-    assert record["one_token_s"] == 0.004
+    assert record["one_token_s"] == 0.004 and record["pass_ratios"] == {"2": 1.5}
+    assert record["row_cost_from"] == "batched"
     answered = record["phases"][0]["requests"][0]
     assert answered["ttft_s"] == pytest.approx(0.002) and answered["verify_steps"] == 2
     assert len(record["phases"]) == 4 and record["options"]["levels"] == [1, 2]

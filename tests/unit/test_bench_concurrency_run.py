@@ -1,7 +1,7 @@
 """The concurrency benchmark's contenders, with fakes of the local engine and of the
 llama-servers: ours batches with a backend per level (max_batch=N, llama-server's slot
-context), its gain is predicted from r measured alone, and the serial contenders are
-an option."""
+context), its gain is predicted from r of batched passes timed on the largest level's
+engine, and the serial contenders are an option."""
 
 from __future__ import annotations
 
@@ -27,11 +27,14 @@ from speculative_llm.bench.concurrency_options import ConcurrencyOptions
 from speculative_llm.bench.concurrency_report import concurrency_notes
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
+from speculative_llm.engine.loop.pass_costs import PassCosts
 from speculative_llm.stats import SpecStats
 from speculative_llm.types import Completion, GenerationRequest, Message
 
 ROW_COST = 0.25
 """r that the fake engine reports for a request served alone."""
+BATCHED_ROW_COST = 0.4
+"""r of the fake engine's batched passes: a pass of n requests' rows is 1 + 0.4·(n-1)."""
 ONE_TOKEN_S = 0.01
 """The one-token pass it reports r against."""
 
@@ -47,6 +50,17 @@ class FakeEngine:
     loaded_with: dict[str, Any]
     served: list[str] = field(default_factory=list)
     closed: bool = False
+    measured: int = 0
+    """Times its batched passes were timed (``batched_pass_costs``)."""
+
+    def batched_pass_costs(self) -> PassCosts | None:
+        assert not self.closed
+        self.measured += 1
+        batch = self.loaded_with["max_batch"]
+        if batch < 2:
+            return None
+        ratios = {n: 1 + BATCHED_ROW_COST * (n - 1) for n in range(2, batch + 1)}
+        return PassCosts(ONE_TOKEN_S, ratios, 128)
 
     def generate(self, request: GenerationRequest) -> Completion:
         assert not self.closed and request.messages
@@ -137,8 +151,9 @@ def test_ours_is_loaded_once_per_level_batching_n_in_a_slot_context(loads: Loads
     ]
     # Each level's phases ran on that level's engine: the same 12 requests (4 clients
     # of 3 at the largest level), twice (baseline and default), after one warm-up; r
-    # came from the engine alone at N=1.
-    assert [len(engine.served) for engine in loads.engines] == [1 + 2 * 12 + 1, 25, 25]
+    # came from the batched passes of the largest level's engine, timed once.
+    assert [len(engine.served) for engine in loads.engines] == [25, 25, 25]
+    assert [engine.measured for engine in loads.engines] == [0, 0, 1]
     assert all(engine.closed for engine in loads.engines)
     assert all(server.closed for _, server in loads.servers)
     labels = [OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN]
@@ -148,13 +163,18 @@ def test_ours_is_loaded_once_per_level_batching_n_in_a_slot_context(loads: Loads
     assert result.failures == []
 
 
-def test_ours_batches_and_is_predicted_from_r_measured_alone(loads: Loads) -> None:
+def test_ours_batches_and_is_predicted_from_r_of_batched_passes(loads: Loads) -> None:
     result = _run(levels=(1, 2, 4))
-    # from the max_batch=1 engine, not a batched one
-    assert (result.row_cost, result.one_token_s) == (ROW_COST, ONE_TOKEN_S)
+    # from the passes of 1 to 4 requests' rows on the max_batch=4 engine, not from a
+    # request served alone (one sequence's verify rows)
+    assert result.row_cost == pytest.approx(BATCHED_ROW_COST)
+    assert result.one_token_s == ONE_TOKEN_S and result.row_cost_from == "batched"
+    assert sorted(result.pass_ratios) == [2, 3, 4]
     # Each phase replayed: ours takes one prompt per step, llama-server every one waiting.
     schedules = {OURS_BASELINE: 1, OURS_DEFAULT: 1, LLAMA_PLAIN: None}
-    expected = predicted_gains(result.phases, schedules, row_cost=ROW_COST, one_token_s=ONE_TOKEN_S)
+    expected = predicted_gains(
+        result.phases, schedules, row_cost=result.row_cost, one_token_s=ONE_TOKEN_S
+    )
     for cell in result.cells:
         assert cell.batches and cell.predicted_gain is not None
         assert cell.predicted_gain == expected[(cell.contender, cell.concurrency)]
@@ -171,11 +191,17 @@ def test_ours_batches_and_is_predicted_from_r_measured_alone(loads: Loads) -> No
         assert f"{label} N=2: r = " in implied and f"{label} N=4: r = " in implied
 
 
-def test_without_level_one_r_still_comes_from_an_engine_alone(loads: Loads) -> None:
+def test_r_comes_from_the_largest_levels_engine_or_from_one_alone(loads: Loads) -> None:
     result = _run(levels=(2,))
     assert [engine.loaded_with["max_batch"] for engine in loads.engines] == [1, 2]
-    assert result.row_cost == ROW_COST
-    assert len(loads.engines[0].served) == 1  # the row cost's request, nothing timed
+    assert result.row_cost == pytest.approx(BATCHED_ROW_COST)
+    assert loads.engines[0].served == [] and loads.engines[1].measured == 1
+    assert "timed after the phases on ours' max_batch=2 engine" in concurrency_notes(result)[3]
+    loads.engines.clear()
+    # Every level 1: nothing batches; r is a request's own, served alone.
+    alone = _run(levels=(1,))
+    assert (alone.row_cost, alone.row_cost_from, alone.pass_ratios) == (ROW_COST, "alone", {})
+    assert "SpecStats.verify_row_cost of a request served alone" in concurrency_notes(alone)[3]
 
 
 def test_the_serial_option_adds_ours_one_request_at_a_time(loads: Loads) -> None:
@@ -195,8 +221,8 @@ def test_the_serial_option_adds_ours_one_request_at_a_time(loads: Loads) -> None
     serial_phases = [p for p in result.phases if "serial" in p.contender]
     assert {p.concurrency for p in serial_phases} == {1, 2}
     # Level 1 engine: warm-up, N=1 phases of ours and ours serial under both drivers
-    # (8 contenders × the 6 requests of every level), serial N=2 (4 contenders × 6), r.
-    assert len(loads.engines[0].served) == 1 + 8 * 6 + 4 * 6 + 1
+    # (8 contenders × the 6 requests of every level), serial N=2 (4 contenders × 6).
+    assert len(loads.engines[0].served) == 1 + 8 * 6 + 4 * 6
     assert OURS_SERIAL_DEFAULT in result.ratios[1]
     assert "; 1.0 for ours serial (max_batch=1" in concurrency_notes(result)[2]
     assert result.options.to_dict()["serial"] is True

@@ -29,10 +29,11 @@ level N, client c asks every N-th of those L·R requests from the c-th on
 (``client_plan``): one client asks them all in turn.
 
 The predicted gain of a contender that batches (ours and llama-server) replays each
-phase with each request's costs served alone (its level-1 phases) and the row cost r
-the engine measures (``SpecStats.verify_row_cost`` of a request served alone, on a
-``max_batch=1`` backend): ``concurrency_model``. The serial contenders serve one request
-at a time, so theirs is 1.0.
+phase with each request's costs served alone (its level-1 phases) and the row cost r of
+continuous batching: what one more request's row adds to a decoding pass, timed on ours'
+engine of the largest level after the phases (``LocalBackend.batched_pass_costs``):
+``concurrency_model``. The serial contenders serve one request at a time, so theirs is
+1.0.
 """
 
 from __future__ import annotations
@@ -393,10 +394,14 @@ class ConcurrencyResult:
         phases: Every phase, in the order run.
         cells: Pooled per (contender, level), with gains and predictions.
         ratios: Ours / llama-server plain at each level (``ratio_rows``).
-        row_cost: r, the engine's measured cost of one more row of a pass, serving a
-            request alone (None: not measured), on which the predicted gains of the
-            contenders that batch rest.
-        one_token_s: The one-token pass r was measured against (None: not measured).
+        row_cost: r, what one more request's row adds to a decoding pass, in passes of
+            one (None: not measured), on which the predicted gains of the contenders
+            that batch rest (``measured_pass_costs``).
+        one_token_s: The one-row pass r was measured against (None: not measured).
+        pass_ratios: Requests -> their batched pass over the pass of one (empty where
+            r came from a request alone).
+        row_cost_from: ``batched`` (timed batched passes) or ``alone`` (a request's
+            ``SpecStats`` on the ``max_batch=1`` engine, every level being 1).
         environment: Machine and software facts (CPU, load average at start and end).
         started_at: UTC start time, ISO 8601.
         duration_s: Seconds the run took (loading and warm-up included).
@@ -409,6 +414,8 @@ class ConcurrencyResult:
     ratios: tuple[dict[str, Any], ...]
     row_cost: float | None
     one_token_s: float | None = None
+    pass_ratios: dict[int, float] = dataclasses.field(default_factory=dict)
+    row_cost_from: str = "batched"
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     started_at: str = ""
     duration_s: float = 0.0
@@ -424,16 +431,28 @@ class ConcurrencyResult:
         ]
 
 
-def measured_pass_costs(local: Backend, prompt: BenchPrompt) -> tuple[float | None, float | None]:
-    """The engine's row cost r and one-token pass now, from one short default request.
+def measured_pass_costs(
+    backends: Mapping[int, LocalBackend], alone: Backend, prompt: BenchPrompt
+) -> tuple[float | None, float | None, dict[int, float], str]:
+    """R and t₁ of continuous batching, timed now; the ratios behind them and their source.
 
-    Both from its ``SpecStats`` (``verify_row_cost``, ``one_token_pass_s``). ``local``
-    must serve the request alone (``max_batch=1``): a batched request reports its share
-    of each pass, r scaled by the batch.
+    On ours' engine of the largest level (``max_batch`` > 1): passes of one row from
+    each of 1 to ``max_batch`` sequences (``LocalBackend.batched_pass_costs``), what a
+    decoding step of that many requests runs. Without one (every level 1), the
+    ``SpecStats`` of one short default request served alone (``verify_row_cost``: one
+    more verify row of one sequence).
+
+    Returns:
+        (r, t₁ in seconds, pass time over t₁ by requests, ``"batched"`` or ``"alone"``).
     """
+    largest = max(backends)
+    if largest > 1:
+        costs = backends[largest].batched_pass_costs()
+        if costs is not None:
+            return costs.row_cost, costs.one_token_s, dict(costs.ratios), "batched"
     request = prompt.request(WARMUP_TOKENS, SpecConfig()).replace(extra=dict(NO_PROMPT_CACHE))
-    stats = local.generate(request).stats
-    return stats.verify_row_cost, stats.one_token_pass_s
+    stats = alone.generate(request).stats
+    return stats.verify_row_cost, stats.one_token_pass_s, {}, "alone"
 
 
 def run_concurrency(
@@ -493,7 +512,9 @@ def run_concurrency(
                 loop=loop,
                 stop=stop,
             )
-        row_cost, one_token_s = measured_pass_costs(alone, chosen[0])
+        row_cost, one_token_s, pass_ratios, row_cost_from = measured_pass_costs(
+            backends, alone, chosen[0]
+        )
         facts = environment()
     facts["load_average_at_start"] = load_at_start
     predicted = predicted_gains(
@@ -511,6 +532,8 @@ def run_concurrency(
         ratios=tuple(ratio_rows(cells, [c.label for c in ours], LLAMA_PLAIN)),
         row_cost=row_cost,
         one_token_s=one_token_s,
+        pass_ratios=pass_ratios,
+        row_cost_from=row_cost_from,
         environment=facts,
         started_at=started_at,
         duration_s=time.perf_counter() - started,

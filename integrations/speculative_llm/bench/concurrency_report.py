@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from speculative_llm.bench.concurrency import LLAMA_PLAIN, ConcurrencyResult
 from speculative_llm.bench.concurrency_stats import implied_row_cost
 from speculative_llm.bench.report import format_ratio, json_safe
+from speculative_llm.engine.loop.pass_costs import CALIBRATION_CONTEXT
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -148,6 +149,18 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
         notes.append(
             "r unknown (the engine reported none): no predicted gain for the contenders that batch."
         )
+    elif result.row_cost_from == "batched":
+        largest = max(result.options.levels)
+        ratios = ", ".join(f"{n}: {ratio:.2f}" for n, ratio in sorted(result.pass_ratios.items()))
+        notes.append(
+            f"r = {result.row_cost:.3f}: one more request's row in a decoding pass, in passes "
+            f"of one (t1 = {1000 * (result.one_token_s or 0.0):.1f} ms), timed after the "
+            f"phases on ours' max_batch={largest} engine: passes of one row from each of n "
+            f"sequences after {CALIBRATION_CONTEXT} cached tokens, their time over t1 by n "
+            f"({ratios}); r is "
+            "the median of (ratio - 1) / (n - 1). Same GGUF and threads; llama-server's own "
+            "build may differ."
+        )
     else:
         notes.append(
             f"r = {result.row_cost:.3f}: the engine's measured cost of one more row of a pass, "
@@ -158,8 +171,7 @@ def concurrency_notes(result: ConcurrencyResult) -> list[str]:
                 if result.one_token_s is not None
                 else ""
             )
-            + "; batched passes over several sequences and llama-server's own kernels may "
-            "differ."
+            + "."
         )
     implied = [
         f"{cell.contender} N={cell.concurrency}: r = {r:.2f}"
@@ -231,6 +243,8 @@ def concurrency_to_dict(result: ConcurrencyResult) -> dict[str, Any]:
         "prompts": list(result.prompts),
         "row_cost": result.row_cost,
         "one_token_s": result.one_token_s,
+        "pass_ratios": {str(n): ratio for n, ratio in sorted(result.pass_ratios.items())},
+        "row_cost_from": result.row_cost_from,
         "cells": [cell.to_dict() for cell in result.cells],
         "ratios": list(result.ratios),
         "failures": len(result.failures),
