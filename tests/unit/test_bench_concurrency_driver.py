@@ -246,19 +246,36 @@ def test_run_phases_warm_up_each_backend_once_then_interleave_per_level() -> Non
         ("one", 1, 0),
         ("two", 1, 0),
     ]
-    # warm-up: one untimed request per distinct backend, then the same 2 requests at
-    # each level, each round
-    assert len(first.calls) == 1 + 2 * 4
+    # warm-up: each distinct prompt once, untimed, per distinct backend, then the same
+    # 2 requests at each level, each round
+    assert len(first.calls) == 2 + 2 * 4
+    assert [prompt for _, prompt in first.calls[:2]] == ["a", "bb"]
     cells = summarize_phases(phases, {"one": False, "two": True}, {})
     assert [c.generated_tokens for c in cells] == [6, 6, 6, 6]
 
 
 def test_a_failed_warm_up_stops_the_run_before_anything_is_timed() -> None:
-    contenders = [_contender("broken", FakeBackend(fail_on=["a"]))]
-    with pytest.raises(BackendError, match=r"warm-up request of broken .*failed: BackendError"):
+    contenders = [_contender("broken", FakeBackend(fail_on=["a", "bb"]))]
+    with pytest.raises(BackendError, match=r"warm-up request of broken .*failed, the first "):
         run_phases(
-            contenders, [_prompt("a")], levels=(1,), rounds=1, requests_per_client=1, max_tokens=4
+            contenders,
+            [_prompt("a"), _prompt("bb")],
+            levels=(1,),
+            rounds=1,
+            requests_per_client=1,
+            max_tokens=4,
         )
+    # One prompt that fails alone is timed and reported, not a broken backend.
+    partly = FakeBackend(fail_on=["bb"])
+    phases = run_phases(
+        [_contender("partly", partly)],
+        [_prompt("a"), _prompt("bb")],
+        levels=(1,),
+        rounds=1,
+        requests_per_client=2,
+        max_tokens=4,
+    )
+    assert [r.error is not None for r in phases[0].requests] == [False, True]
 
 
 def test_levels_and_options_are_checked_with_clear_errors() -> None:

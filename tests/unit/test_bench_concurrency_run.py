@@ -150,9 +150,10 @@ def test_ours_is_loaded_once_per_level_batching_n_in_a_slot_context(loads: Loads
         {"parallel": level, "ctx_size": 512 * level} for level in (1, 2, 4)
     ]
     # Each level's phases ran on that level's engine: the same 12 requests (4 clients
-    # of 3 at the largest level), twice (baseline and default), after one warm-up; r
-    # came from the batched passes of the largest level's engine, timed once.
-    assert [len(engine.served) for engine in loads.engines] == [25, 25, 25]
+    # of 3 at the largest level), twice (baseline and default), after a warm-up of each
+    # of the 2 prompts; r came from the batched passes of the largest level's engine,
+    # timed once.
+    assert [len(engine.served) for engine in loads.engines] == [26, 26, 26]
     assert [engine.measured for engine in loads.engines] == [0, 0, 1]
     assert all(engine.closed for engine in loads.engines)
     assert all(server.closed for _, server in loads.servers)
@@ -222,7 +223,7 @@ def test_the_serial_option_adds_ours_one_request_at_a_time(loads: Loads) -> None
     assert {p.concurrency for p in serial_phases} == {1, 2}
     # Level 1 engine: warm-up, N=1 phases of ours and ours serial under both drivers
     # (8 contenders × the 6 requests of every level), serial N=2 (4 contenders × 6).
-    assert len(loads.engines[0].served) == 1 + 8 * 6 + 4 * 6
+    assert len(loads.engines[0].served) == 2 + 8 * 6 + 4 * 6
     assert OURS_SERIAL_DEFAULT in result.ratios[1]
     assert "; 1.0 for ours serial (max_batch=1" in concurrency_notes(result)[2]
     assert result.options.to_dict()["serial"] is True
