@@ -260,7 +260,7 @@ def run_phases(
         requests_per_client: Requests each client sends, back to back, at the largest
             level (every level serves the same requests).
         max_tokens: Generation budget per request.
-        warmup: First send each backend one short request, untimed.
+        warmup: First send each backend every distinct prompt once, short, untimed.
         on_step: Progress callback, once per phase.
         loop: The event loop of the ``asyncio`` driver (one for the whole run: a
             backend's async client belongs to the loop it first ran on).

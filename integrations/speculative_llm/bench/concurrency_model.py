@@ -1,5 +1,8 @@
 """The predicted batching gain: a phase's schedule replayed with costs measured alone.
 
+r is what one more request's row adds to a batched decoding pass (the caller measures
+it: ``LocalBackend.batched_pass_costs``).
+
 ``N / (1 + (N-1)·r)`` assumes N requests that decode side by side from start to end.
 A phase is not that: each request first has its prompt processed (a pass of its own,
 the others' rows wait: with a KV stream per sequence llama.cpp cannot score a prompt
@@ -224,7 +227,7 @@ def predicted_gains(
         phases: Every phase of the run.
         schedules: Contender label -> its prompt passes per step (``replay_phase``'s
             ``prompts_per_step``), for the contenders that batch; the others are left out.
-        row_cost: r, measured alone (None: unknown, no prediction).
+        row_cost: r, one more request's row in a pass (None: unknown, no prediction).
         one_token_s: The one-token pass r was measured against (None: unknown).
 
     Returns:
