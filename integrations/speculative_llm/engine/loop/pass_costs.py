@@ -135,22 +135,42 @@ def measure_pass_costs(
         if context < 1:
             return None
     filler = _filler_tokens(context + max(usable), runner.vocab_size)
-    best: dict[int, float] = {}
+
+    def timed_pass(rows: int) -> float:
+        runner.crop(context)
+        tick = time.perf_counter()
+        runner.forward(filler[context : context + rows], rows)
+        return time.perf_counter() - tick
+
     runner.reset()
     try:
         runner.forward(filler[:context], 1)
-        for round_index in range(repeats + 1):
-            for rows in usable:
-                runner.crop(context)
-                tick = time.perf_counter()
-                runner.forward(filler[context : context + rows], rows)
-                took = time.perf_counter() - tick
-                if round_index:  # round 0 is the warm-up of every shape
-                    best[rows] = min(best.get(rows, took), took)
+        best = _quickest(usable, timed_pass, repeats)
     finally:
         runner.reset()
+    return _costs(best, context, started)
+
+
+def _quickest(
+    sizes: Sequence[int], timed_pass: Callable[[int], float], repeats: int
+) -> dict[int, float]:
+    """Each size's quickest of ``repeats`` timed passes, in rounds after a warm-up round.
+
+    A new input shape pays one-time kernel setup, and noise only ever slows a pass.
+    """
+    best: dict[int, float] = {}
+    for round_index in range(repeats + 1):
+        for size in sizes:
+            took = timed_pass(size)
+            if round_index:  # round 0 is the warm-up of every shape
+                best[size] = min(best.get(size, took), took)
+    return best
+
+
+def _costs(best: dict[int, float], context: int, started: float) -> PassCosts:
+    """Pass costs from the quickest time of each size: ratios over the size-1 pass."""
     one = best[1]
-    ratios = {rows: max(seconds / one, 1.0) for rows, seconds in best.items() if rows > 1}
+    ratios = {size: max(seconds / one, 1.0) for size, seconds in best.items() if size > 1}
     return PassCosts(one, ratios, context, time.perf_counter() - started)
 
 
@@ -192,30 +212,27 @@ def measure_batched_pass_costs(
     if len(sequences) < 2:
         return None
     started = time.perf_counter()
-    sizes = batch_sizes(len(sequences))
     filler = _filler_tokens(context + 1, sequences[0].vocab_size)
-    best: dict[int, float] = {}
+
+    def timed_pass(count: int) -> float:
+        chosen = sequences[:count]
+        tick = time.perf_counter()
+        forward_rows([(sequence, [filler[context]], 1) for sequence in chosen])
+        took = time.perf_counter() - tick
+        for sequence in chosen:
+            sequence.crop(context)
+        return took
+
     for sequence in sequences:
         sequence.reset()
     try:
         for sequence in sequences:
             sequence.forward(filler[:context], 1)
-        for round_index in range(repeats + 1):
-            for count in sizes:
-                chosen = sequences[:count]
-                tick = time.perf_counter()
-                forward_rows([(sequence, [filler[context]], 1) for sequence in chosen])
-                took = time.perf_counter() - tick
-                for sequence in chosen:
-                    sequence.crop(context)
-                if round_index:  # round 0 is the warm-up of every shape
-                    best[count] = min(best.get(count, took), took)
+        best = _quickest(batch_sizes(len(sequences)), timed_pass, repeats)
     finally:
         for sequence in sequences:
             sequence.reset()
-    one = best[1]
-    ratios = {count: max(seconds / one, 1.0) for count, seconds in best.items() if count > 1}
-    return PassCosts(one, ratios, context, time.perf_counter() - started)
+    return _costs(best, context, started)
 
 
 def _cache_path() -> Path:
