@@ -409,9 +409,7 @@ class ConcurrencyResult:
             that batch rest (``measured_pass_costs``).
         one_token_s: The one-row pass r was measured against (None: not measured).
         pass_ratios: Requests -> their batched pass over the pass of one (empty where
-            r came from a request alone).
-        row_cost_from: ``batched`` (timed batched passes) or ``alone`` (a request's
-            ``SpecStats`` on the ``max_batch=1`` engine, every level being 1).
+            r came from a request alone, every level being 1).
         environment: Machine and software facts (CPU, load average at start and end).
         started_at: UTC start time, ISO 8601.
         duration_s: Seconds the run took (loading and warm-up included).
@@ -425,10 +423,14 @@ class ConcurrencyResult:
     row_cost: float | None
     one_token_s: float | None = None
     pass_ratios: dict[int, float] = dataclasses.field(default_factory=dict)
-    row_cost_from: str = "batched"
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     started_at: str = ""
     duration_s: float = 0.0
+
+    @property
+    def row_cost_from(self) -> str:
+        """``batched`` (r of timed batched passes) or ``alone`` (a request's ``SpecStats``)."""
+        return "batched" if self.pass_ratios else "alone"
 
     @property
     def failures(self) -> list[tuple[PhaseResult, str]]:
@@ -443,8 +445,8 @@ class ConcurrencyResult:
 
 def measured_pass_costs(
     backends: Mapping[int, LocalBackend], alone: Backend, prompt: BenchPrompt
-) -> tuple[float | None, float | None, dict[int, float], str]:
-    """R and t₁ of continuous batching, timed now; the ratios behind them and their source.
+) -> tuple[float | None, float | None, dict[int, float]]:
+    """The row cost r and t₁ of continuous batching, timed now, and the ratios behind them.
 
     On ours' engine of the largest level (``max_batch`` > 1): passes of one row from
     each of 1 to ``max_batch`` sequences (``LocalBackend.batched_pass_costs``), what a
@@ -453,16 +455,16 @@ def measured_pass_costs(
     more verify row of one sequence).
 
     Returns:
-        (r, t₁ in seconds, pass time over t₁ by requests, ``"batched"`` or ``"alone"``).
+        (r, t₁ in seconds, pass time over t₁ by requests: empty for a request alone).
     """
     largest = max(backends)
     if largest > 1:
         costs = backends[largest].batched_pass_costs()
         if costs is not None:
-            return costs.row_cost, costs.one_token_s, dict(costs.ratios), "batched"
+            return costs.row_cost, costs.one_token_s, dict(costs.ratios)
     request = prompt.request(WARMUP_TOKENS, SpecConfig()).replace(extra=dict(NO_PROMPT_CACHE))
     stats = alone.generate(request).stats
-    return stats.verify_row_cost, stats.one_token_pass_s, {}, "alone"
+    return stats.verify_row_cost, stats.one_token_pass_s, {}
 
 
 def run_concurrency(
@@ -522,9 +524,7 @@ def run_concurrency(
                 loop=loop,
                 stop=stop,
             )
-        row_cost, one_token_s, pass_ratios, row_cost_from = measured_pass_costs(
-            backends, alone, chosen[0]
-        )
+        row_cost, one_token_s, pass_ratios = measured_pass_costs(backends, alone, chosen[0])
         facts = environment()
     facts["load_average_at_start"] = load_at_start
     predicted = predicted_gains(
@@ -543,7 +543,6 @@ def run_concurrency(
         row_cost=row_cost,
         one_token_s=one_token_s,
         pass_ratios=pass_ratios,
-        row_cost_from=row_cost_from,
         environment=facts,
         started_at=started_at,
         duration_s=time.perf_counter() - started,
