@@ -24,7 +24,11 @@ from speculative_llm.bench.concurrency import (
 )
 from speculative_llm.bench.concurrency_model import predicted_gains
 from speculative_llm.bench.concurrency_options import ConcurrencyOptions
-from speculative_llm.bench.concurrency_report import concurrency_notes
+from speculative_llm.bench.concurrency_report import (
+    concurrency_notes,
+    ratio_table_rows,
+    rounds_faster,
+)
 from speculative_llm.bench.options import BenchOptions
 from speculative_llm.bench.prompts import BenchPrompt
 from speculative_llm.engine.loop.pass_costs import PassCosts
@@ -184,6 +188,16 @@ def test_ours_batches_and_is_predicted_from_r_of_batched_passes(loads: Loads) ->
         set(row) == {"concurrency", "reference", OURS_BASELINE, OURS_DEFAULT}
         for row in result.ratios
     )
+    # one round: one ratio per level and contender, in the table beside the pooled one
+    assert all(
+        len(row[label]["round_throughput_ratios"]) == 1
+        for row in result.ratios
+        for label in (OURS_BASELINE, OURS_DEFAULT)
+    )
+    headers, rows = ratio_table_rows(result)
+    column = headers.index(f"{OURS_BASELINE} rounds faster (range)")
+    first = result.ratios[0][OURS_BASELINE]["round_throughput_ratios"][0]
+    assert rows[0][column] == f"{int(first > 1.0)} of 1 ({first:.2f}x)"
     notes = concurrency_notes(result)
     assert "Ours: max_batch=N" in notes[2] and "the same requests" in notes[2]
     assert "512 tokens of context per sequence" in notes[2] and "serial" not in notes[2]
@@ -247,3 +261,9 @@ def test_local_backend_loads_the_engine_with_the_batch_and_window_asked(
     for kw in loaded:  # the run's other options still apply
         assert kw["model"] == "m.gguf" and kw["threads"] == 2 and kw["runner"] == "llamacpp"
         assert kw["prompt_cache"] is False
+
+
+def test_rounds_faster_counts_the_rounds_ours_won_and_their_range() -> None:
+    assert rounds_faster([0.91, 1.12, 1.0, 1.05]) == "2 of 4 (0.91-1.12x)"
+    assert rounds_faster([0.97]) == "0 of 1 (0.97x)"
+    assert rounds_faster([]) == "-"

@@ -143,7 +143,32 @@ def test_ratio_rows_divide_ours_by_the_reference_at_each_level() -> None:
     cells = summarize_phases(phases, {"ours": False, "server": True}, {})
     rows = ratio_rows(cells, ["ours"], "server")
     assert [row["concurrency"] for row in rows] == [1, 2, 4]
-    assert rows[0]["ours"] == {"throughput_ratio": 0.5, "latency_ratio": 2.0}
-    assert rows[1]["ours"] == {"throughput_ratio": 0.25, "latency_ratio": 4.0}
-    assert rows[2]["ours"] == {"throughput_ratio": None, "latency_ratio": None}
+    assert rows[0]["ours"] == {
+        "throughput_ratio": 0.5,
+        "latency_ratio": 2.0,
+        "round_throughput_ratios": [],
+    }
+    assert rows[1]["ours"]["throughput_ratio"] == 0.25
+    assert rows[1]["ours"]["latency_ratio"] == 4.0
+    assert rows[2]["ours"]["throughput_ratio"] is None
+    assert rows[2]["ours"]["latency_ratio"] is None
     assert all(row["reference"] == "server" for row in rows)
+
+
+def test_ratio_rows_give_the_ratio_of_each_round_beside_the_pooled_one() -> None:
+    phases = [
+        # round 0: ours 10 tok/s against 8; round 1: 10 against 12.5; round 2: the
+        # server failed every request (0 tok/s), no ratio; round 3: ours did not run
+        _phase("ours", 2, 0, 2.0, [1.0], 20),
+        _phase("server", 2, 0, 2.5, [1.0], 20),
+        _phase("ours", 2, 1, 2.0, [1.0], 20),
+        _phase("server", 2, 1, 1.6, [1.0], 20),
+        _phase("ours", 2, 2, 2.0, [1.0], 20),
+        PhaseResult("server", 2, 2, 1.0, ()),
+        _phase("server", 2, 3, 2.0, [1.0], 20),
+    ]
+    cells = summarize_phases(phases, {"ours": True, "server": True}, {})
+    (row,) = ratio_rows(cells, ["ours"], "server", phases)
+    assert row["ours"]["round_throughput_ratios"] == pytest.approx([1.25, 0.8])
+    # pooled: 60 tokens in 6 s against 60 in 7.1 s
+    assert row["ours"]["throughput_ratio"] == pytest.approx(7.1 / 6.0)

@@ -539,7 +539,7 @@ def run_concurrency(
         prompts=tuple(p.id for p in chosen),
         phases=tuple(phases),
         cells=tuple(cells),
-        ratios=tuple(ratio_rows(cells, [c.label for c in ours], LLAMA_PLAIN)),
+        ratios=tuple(ratio_rows(cells, [c.label for c in ours], LLAMA_PLAIN, phases)),
         row_cost=row_cost,
         one_token_s=one_token_s,
         pass_ratios=pass_ratios,

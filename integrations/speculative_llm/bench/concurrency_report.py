@@ -2,8 +2,8 @@
 
 Two tables from one run: each contender at each level (aggregate tokens/s, its gain
 over one client against the predicted gain, median and p90 latency, failures), and ours
-over llama-server plain at each level. The machine's CPU and load average come with
-them: other processes on a shared machine move these figures.
+over llama-server plain at each level, pooled and round by round. The machine's CPU and
+load average come with them: other processes on a shared machine move these figures.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ __all__ = [
     "machine_line",
     "ratio_table_rows",
     "render_concurrency_tables",
+    "rounds_faster",
     "write_concurrency_report",
 ]
 
@@ -78,21 +79,41 @@ def cell_rows(result: ConcurrencyResult) -> list[list[str]]:
 
 
 def ratio_table_rows(result: ConcurrencyResult) -> tuple[list[str], list[list[str]]]:
-    """Ours / llama-server plain at each level: headers and text cells."""
+    """Ours / llama-server plain at each level: headers and text cells.
+
+    Per contender of ours: the pooled tok/s ratio, how many rounds alone had ours
+    faster and the range of their ratios (the noise the pooled ratio carries), and the
+    median latency ratio.
+    """
     labels = [key for key in (result.ratios[0] if result.ratios else {}) if key not in _KEYS]
     headers = ["N"]
     for label in labels:
-        headers += [f"{label} tok/s ratio", f"{label} latency ratio"]
+        headers += [
+            f"{label} tok/s ratio",
+            f"{label} rounds faster (range)",
+            f"{label} latency ratio",
+        ]
     rows = []
     for row in result.ratios:
         cells = [str(row["concurrency"])]
         for label in labels:
             cells += [
                 format_ratio(row[label]["throughput_ratio"]),
+                rounds_faster(row[label].get("round_throughput_ratios", ())),
                 format_ratio(row[label]["latency_ratio"]),
             ]
         rows.append(cells)
     return headers, rows
+
+
+def rounds_faster(round_ratios: Sequence[float]) -> str:
+    """``4 of 6 (0.91-1.12x)``: rounds with ours faster, and the range of their ratios."""
+    if not round_ratios:
+        return "-"
+    faster = sum(ratio > 1.0 for ratio in round_ratios)
+    low, high = min(round_ratios), max(round_ratios)
+    spread = f"{low:.2f}x" if len(round_ratios) == 1 else f"{low:.2f}-{high:.2f}x"
+    return f"{faster} of {len(round_ratios)} ({spread})"
 
 
 _KEYS = ("concurrency", "reference")

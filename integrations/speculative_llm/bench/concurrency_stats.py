@@ -335,7 +335,10 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
 
 
 def ratio_rows(
-    cells: Sequence[ConcurrencyCell], ours: Sequence[str], reference: str
+    cells: Sequence[ConcurrencyCell],
+    ours: Sequence[str],
+    reference: str,
+    phases: Iterable[PhaseResult] = (),
 ) -> list[dict[str, Any]]:
     """Ours against a reference contender at each concurrency, side by side.
 
@@ -343,21 +346,37 @@ def ratio_rows(
         cells: From ``summarize_phases``.
         ours: Labels of the contenders to compare (one column pair each).
         reference: The label they are divided by (llama-server plain).
+        phases: The phases the cells pool, for the ratio of each round alone.
 
     Returns:
         One row per concurrency of the reference: ``concurrency``, and per label in
-        ``ours`` its ``throughput_ratio`` (ours / reference tokens/s: above 1 ours is
-        faster) and ``latency_ratio`` (ours / reference median latency: below 1 ours
-        answers sooner), None where either side has no figure.
+        ``ours`` its ``throughput_ratio`` (ours / reference tokens/s, pooled over the
+        rounds: above 1 ours is faster), ``latency_ratio`` (ours / reference median
+        latency: below 1 ours answers sooner), None where either side has no figure,
+        and ``round_throughput_ratios``: the throughput ratio of each round where both
+        sides have a figure, in round order. Each round runs both sides minutes apart,
+        so how these spread says how far the machine's noise moves the pooled ratio.
     """
     by_key = {(cell.contender, cell.concurrency): cell for cell in cells}
+    by_round = {
+        (phase.contender, phase.concurrency, phase.round): phase.tokens_per_second
+        for phase in phases
+    }
+    rounds = sorted({round_ for _, _, round_ in by_round})
     rows: list[dict[str, Any]] = []
     for cell in cells:
         if cell.contender != reference:
             continue
-        row: dict[str, Any] = {"concurrency": cell.concurrency, "reference": reference}
+        level = cell.concurrency
+        row: dict[str, Any] = {"concurrency": level, "reference": reference}
         for label in ours:
-            mine = by_key.get((label, cell.concurrency))
+            mine = by_key.get((label, level))
+            per_round = (
+                _ratio(
+                    by_round.get((label, level, round_)), by_round.get((reference, level, round_))
+                )
+                for round_ in rounds
+            )
             row[label] = {
                 "throughput_ratio": _ratio(
                     None if mine is None else mine.tokens_per_second, cell.tokens_per_second
@@ -365,6 +384,7 @@ def ratio_rows(
                 "latency_ratio": _ratio(
                     None if mine is None else mine.median_latency_s, cell.median_latency_s
                 ),
+                "round_throughput_ratios": [ratio for ratio in per_round if ratio is not None],
             }
         rows.append(row)
     return rows
