@@ -139,3 +139,63 @@ def test_predicted_gains_replay_each_level_with_the_costs_at_one_client() -> Non
     assert not any(contender == "serial" for contender, _ in gains)
     unknown = predicted_gains(phases, {"ours": 1}, row_cost=None, one_token_s=0.01)
     assert unknown == {("ours", 1): None, ("ours", 2): None}
+
+
+def test_a_request_takes_its_steps_beside_others_only_in_a_shared_pass() -> None:
+    # Alone it drafts: 2 steps of 0.03 s (3 rows each); beside others it decodes as its
+    # plain twin: 6 steps of 0.01 s (one token each).
+    plain = RequestCost(prompt_s=0.0, steps=6, step_s=0.01)
+    drafting = RequestCost(prompt_s=0.0, steps=2, step_s=0.03, beside=plain)
+    assert drafting.steps_in(False) is drafting and drafting.steps_in(True) is plain
+    assert plain.steps_in(True) is plain
+
+    def replay(clients: list[list[RequestCost]], r: float) -> float:
+        return replay_phase(clients, row_cost=r, one_token_s=0.01, prompts_per_step=None)
+
+    # Alone: its own two steps, as measured.
+    assert replay([[drafting]], 0.5) == pytest.approx(0.06)
+    # Two together: 6 passes of 2 one-token rows at 1 + r = 1.5 one-token passes each.
+    assert replay([[drafting], [drafting]], 0.5) == pytest.approx(6 * 0.015)
+    # Beside a request of 3 plain steps: 3 shared passes do half of its work, then it is
+    # alone with the other half, one drafted step of 0.03 s.
+    short = RequestCost(prompt_s=0.0, steps=3, step_s=0.01)
+    assert replay([[drafting], [short]], 0.5) == pytest.approx(3 * 0.015 + 0.03)
+    # Our scheduler takes one prompt per step: the first request's first pass is alone
+    # (a drafted step, half its work), then 3 shared passes end it, then the second is
+    # alone for its last half.
+    one_by_one = replay_phase(
+        [[drafting], [drafting]], row_cost=0.5, one_token_s=0.01, prompts_per_step=1
+    )
+    assert one_by_one == pytest.approx(0.03 + 3 * 0.015 + 0.03)
+    # Without its twin's steps the replay keeps its drafted ones: 2 passes of 0.03 and
+    # 0.03 less the shared (1 - r)·t1 each.
+    alone_steps = RequestCost(prompt_s=0.0, steps=2, step_s=0.03)
+    assert replay([[alone_steps], [alone_steps]], 0.5) == pytest.approx(2 * (0.005 + 2 * 0.025))
+
+
+def test_predicted_gains_give_a_contender_its_plain_twins_steps_beside_others() -> None:
+    # "default" drafts alone (26 decoding steps, 0.02 s each); "baseline" takes 50
+    # one-token steps of 0.01 s for the same requests.
+    default = (_timing(0, 0, "a", 0.52, 0.0, 27), _timing(0, 1, "b", 0.52, 0.0, 27))
+    baseline = (_timing(0, 0, "a", 0.5, 0.0, 51), _timing(0, 1, "b", 0.5, 0.0, 51))
+    pair = (_timing(0, 0, "a", 0.4, 0.0, 27), _timing(1, 0, "b", 0.4, 0.0, 27))
+    phases = [
+        PhaseResult("default", 1, 0, 1.0, default),
+        PhaseResult("default", 2, 0, 0.6, pair),
+        PhaseResult("baseline", 1, 0, 1.0, baseline),
+    ]
+    schedules = {"default": None}
+    twinned = predicted_gains(
+        phases, schedules, row_cost=0.25, one_token_s=0.01, plain_twins={"default": "baseline"}
+    )
+    own = predicted_gains(phases, schedules, row_cost=0.25, one_token_s=0.01)
+    # Together: 50 passes of 2 plain rows at 1.25 one-token passes, against 1.04 s alone.
+    assert twinned[("default", 2)] == pytest.approx(1.04 / (50 * 0.0125))
+    # Its own drafted steps shared instead: 26 passes of 0.0075 + 2 * 0.0125.
+    assert own[("default", 2)] == pytest.approx(1.04 / (26 * (0.0075 + 2 * 0.0125)))
+    assert twinned[("default", 1)] == pytest.approx(1.0)
+    # A twin without the prompt's costs alone leaves the prediction unknown.
+    missing = predicted_gains(
+        phases, schedules, row_cost=0.25, one_token_s=0.01, plain_twins={"default": "none"}
+    )
+    assert missing[("default", 2)] is None

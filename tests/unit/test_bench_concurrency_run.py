@@ -72,12 +72,15 @@ class FakeEngine:
         assert isinstance(text, str)
         self.served.append(text)
         batch = self.loaded_with["max_batch"]
+        # A request that may draft takes half the steps: what it did alone must not
+        # stand for its steps beside others (see the twin test).
+        drafts = request.spec is not None and request.spec.method != "none"
         stats = SpecStats(
             backend="local",
             method="none",
             source="exact",
             generated_tokens=len(text),
-            verify_steps=len(text),
+            verify_steps=(len(text) + 1) // 2 if drafts else len(text),
             ttft_s=0.0,
             verify_row_cost=ROW_COST / batch,
             one_token_pass_s=ONE_TOKEN_S,
@@ -176,9 +179,14 @@ def test_ours_batches_and_is_predicted_from_r_of_batched_passes(loads: Loads) ->
     assert result.one_token_s == ONE_TOKEN_S and result.row_cost_from == "batched"
     assert sorted(result.pass_ratios) == [2, 3, 4]
     # Each phase replayed: ours takes one prompt per step, llama-server every one waiting.
+    # Beside others ours default decodes as ours baseline: its steps there are those.
     schedules = {OURS_BASELINE: 1, OURS_DEFAULT: 1, LLAMA_PLAIN: None}
     expected = predicted_gains(
-        result.phases, schedules, row_cost=result.row_cost, one_token_s=ONE_TOKEN_S
+        result.phases,
+        schedules,
+        row_cost=result.row_cost,
+        one_token_s=ONE_TOKEN_S,
+        plain_twins={OURS_DEFAULT: OURS_BASELINE},
     )
     for cell in result.cells:
         assert cell.batches and cell.predicted_gain is not None
@@ -204,6 +212,27 @@ def test_ours_batches_and_is_predicted_from_r_of_batched_passes(loads: Loads) ->
     implied = notes[4]
     for label in (OURS_BASELINE, OURS_DEFAULT, LLAMA_PLAIN):
         assert f"{label} N=2: r = " in implied and f"{label} N=4: r = " in implied
+
+
+def test_ours_default_is_replayed_with_ours_baselines_steps_beside_others(
+    loads: Loads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    twins: list[dict[str, str]] = []
+    replay = concurrency.predicted_gains
+
+    def spy(*args: Any, plain_twins: dict[str, str], **kw: Any) -> Any:
+        twins.append(plain_twins)
+        return replay(*args, plain_twins=plain_twins, **kw)
+
+    monkeypatch.setattr(concurrency, "predicted_gains", spy)
+    _run(levels=(1, 2), drivers=("threads", "asyncio"))
+    # each driver's default takes that driver's baseline steps; nothing else is twinned
+    assert twins == [
+        {
+            OURS_DEFAULT: OURS_BASELINE,
+            f"{OURS_DEFAULT} (asyncio)": f"{OURS_BASELINE} (asyncio)",
+        }
+    ]
 
 
 def test_r_comes_from_the_largest_levels_engine_or_from_one_alone(loads: Loads) -> None:

@@ -128,6 +128,9 @@ class ConcurrencyContender:
         prompts_per_step: How it schedules prompts, for its predicted gain
             (``concurrency_model.replay_phase``): 1 for ours (one prompt pass, then one
             decoding pass), None for llama-server (every waiting prompt in the step).
+        plain_twin: The contender whose steps it takes beside other requests, for its
+            predicted gain (ours default: ours baseline; beside others a draft row is a
+            pass of its own and never pays); None: its own steps alone.
     """
 
     label: str
@@ -137,6 +140,7 @@ class ConcurrencyContender:
     spec: SpecConfig | None = None
     prepare: Callable[[GenerationRequest], GenerationRequest] | None = None
     prompts_per_step: int | None = 1
+    plain_twin: str | None = None
 
     def request(self, prompt: BenchPrompt, max_tokens: int) -> GenerationRequest:
         """The request this contender sends for ``prompt``."""
@@ -341,7 +345,14 @@ def _ours(
             ConcurrencyContender(
                 OURS_BASELINE + suffix, True, driver, backends, SpecConfig.baseline()
             ),
-            ConcurrencyContender(OURS_DEFAULT + suffix, True, driver, backends, SpecConfig()),
+            ConcurrencyContender(
+                OURS_DEFAULT + suffix,
+                True,
+                driver,
+                backends,
+                SpecConfig(),
+                plain_twin=OURS_BASELINE + suffix,
+            ),
         ]
         if options.serial:
             contenders += [
@@ -532,6 +543,7 @@ def run_concurrency(
         {c.label: c.prompts_per_step for c in contenders if c.batches},
         row_cost=row_cost,
         one_token_s=one_token_s,
+        plain_twins={c.label: c.plain_twin for c in contenders if c.plain_twin is not None},
     )
     cells = summarize_phases(phases, {c.label: c.batches for c in contenders}, predicted)
     return ConcurrencyResult(

@@ -18,7 +18,11 @@ context (attention over its own cache). So the prediction replays the phase:
   request i's own row (its attention over its context, and r·t₁ of arithmetic): for
   equal steps ``t₁`` this is ``t₁·(1 + (|S|-1)·r)``;
 * a prompt pass costs its request's prompt seconds, and the others wait for it;
-* a client sends its next request when its previous one ends.
+* a client sends its next request when its previous one ends;
+* a request whose steps differ beside other requests (``RequestCost.beside``) takes
+  those in a pass with others: ours default prices a draft row beside other requests
+  as a pass of its own, which never pays (``draft_cost.best_draft_length``), so there
+  it decodes as ours baseline does, one token per step, and drafts only alone.
 
 The predicted gain is the replayed time of the phase at one client over that at N
 clients, for the same requests. Everything here is arithmetic on measured figures.
@@ -26,6 +30,7 @@ clients, for the same requests. Everything here is arithmetic on measured figure
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,11 +55,15 @@ class RequestCost:
         prompt_s: Seconds of its prompt pass (its time to first token alone).
         steps: Decoding passes after the prompt's (>= 0).
         step_s: Seconds of each of those passes alone (its decoding time over ``steps``).
+        beside: Its decoding steps where it shares the pass with other requests, when
+            they differ from those alone (ours default: ours baseline's steps of the
+            same request, one token each); None: the same steps.
     """
 
     prompt_s: float
     steps: int
     step_s: float
+    beside: RequestCost | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_s < 0 or self.steps < 0 or self.step_s < 0:
@@ -68,13 +77,26 @@ class RequestCost:
         """Seconds it takes served alone: its prompt pass and its steps."""
         return self.prompt_s + self.steps * self.step_s
 
+    def steps_in(self, shared: bool) -> RequestCost:
+        """The costs whose steps it takes in a pass alone or ``shared`` with others."""
+        return self.beside if shared and self.beside is not None else self
+
+
+_DONE = 1e-9
+"""Work left below which a request has ended (its steps' fractions sum to one)."""
+
 
 @dataclass(slots=True)
 class _Active:
     cost: RequestCost
     client: int
-    remaining: int
+    remaining: float = 1.0
+    """The fraction of its decoding left: a step of n steps does 1/n of it."""
     prompted: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.cost.steps:
+            self.remaining = 0.0
 
 
 def replay_phase(
@@ -113,30 +135,27 @@ def replay_phase(
     base = max(0.0, 1.0 - row_cost) * one_token_s
     queues = [deque(requests) for requests in clients]
     active: list[_Active] = [
-        _Active(queue.popleft(), client, 0) for client, queue in enumerate(queues) if queue
+        _Active(queue.popleft(), client) for client, queue in enumerate(queues) if queue
     ]
-    for request in active:
-        request.remaining = request.cost.steps
     clock = 0.0
     while active:
         waiting = [request for request in active if not request.prompted]
         for request in waiting[:prompts_per_step]:
             clock += request.cost.prompt_s
             request.prompted = True
-        decoding = [request for request in active if request.prompted and request.remaining]
+        decoding = [r for r in active if r.prompted and r.remaining > _DONE]
         if decoding:
+            steps = [r.cost.steps_in(len(decoding) > 1) for r in decoding]
             # pass(S) = base + Σ (step_i - base): rows share the weights' reads.
-            clock += base + sum(max(r.cost.step_s - base, 0.0) for r in decoding)
-            for request in decoding:
-                request.remaining -= 1
-        ended = [r for r in active if r.prompted and not r.remaining]
+            clock += base + sum(max(cost.step_s - base, 0.0) for cost in steps)
+            for request, cost in zip(decoding, steps, strict=True):
+                request.remaining -= 1.0 / cost.steps if cost.steps else request.remaining
+        ended = [r for r in active if r.prompted and r.remaining <= _DONE]
         for request in ended:
             active.remove(request)
             queue = queues[request.client]
             if queue:
-                following = _Active(queue.popleft(), request.client, 0)
-                following.remaining = following.cost.steps
-                active.append(following)
+                active.append(_Active(queue.popleft(), request.client))
     return clock
 
 
@@ -216,6 +235,7 @@ def predicted_gains(
     *,
     row_cost: float | None,
     one_token_s: float | None,
+    plain_twins: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, int], float | None]:
     """The predicted gain of each (contender, level) that batches, from its level-1 phases.
 
@@ -229,6 +249,9 @@ def predicted_gains(
             ``prompts_per_step``), for the contenders that batch; the others are left out.
         row_cost: r, one more request's row in a pass (None: unknown, no prediction).
         one_token_s: The one-token pass r was measured against (None: unknown).
+        plain_twins: Contender label -> the contender whose steps it takes beside other
+            requests (``RequestCost.beside``: ours default -> ours baseline), from that
+            one's level-1 phases too.
 
     Returns:
         (contender, level) -> predicted gain; None where r, t₁ or a request's cost alone
@@ -238,9 +261,21 @@ def predicted_gains(
     for phase in phases:
         if phase.contender in schedules:
             by_contender.setdefault(phase.contender, []).append(phase)
+
+    def level_one(label: str) -> dict[str, RequestCost]:
+        return alone_costs(p for p in phases if p.contender == label and p.concurrency == 1)
+
     gains: dict[tuple[str, int], float | None] = {}
     for contender, found in by_contender.items():
-        costs = alone_costs(p for p in found if p.concurrency == 1)
+        costs = level_one(contender)
+        twin = (plain_twins or {}).get(contender)
+        if twin is not None:
+            beside = level_one(twin)
+            costs = {
+                prompt: dataclasses.replace(cost, beside=beside[prompt])
+                for prompt, cost in costs.items()
+                if prompt in beside
+            }
         first: dict[int, PhaseResult] = {}
         for phase in sorted(found, key=lambda p: p.round):
             first.setdefault(phase.concurrency, phase)
