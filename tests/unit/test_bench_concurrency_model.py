@@ -120,9 +120,18 @@ def test_costs_alone_are_each_prompts_medians_from_the_requests_that_succeeded()
     assert (b.prompt_s, b.steps, b.step_s) == pytest.approx((0.2, 2, 0.4))
 
 
+def _prompts_a_and_b(latency: float, steps: int, *, together: bool) -> tuple[RequestTiming, ...]:
+    """Prompts "a" and "b" with prompt passes of 0 s: one client in turn, or one each."""
+    second = (1, 0) if together else (0, 1)
+    return (
+        _timing(0, 0, "a", latency, 0.0, steps),
+        _timing(*second, "b", latency, 0.0, steps),
+    )
+
+
 def test_predicted_gains_replay_each_level_with_the_costs_at_one_client() -> None:
-    alone = (_timing(0, 0, "a", 0.5, 0.0, 51), _timing(0, 1, "b", 0.5, 0.0, 51))
-    pair = (_timing(0, 0, "a", 0.4, 0.0, 51), _timing(1, 0, "b", 0.4, 0.0, 51))
+    alone = _prompts_a_and_b(0.5, 51, together=False)
+    pair = _prompts_a_and_b(0.4, 51, together=True)
     phases = [
         PhaseResult("ours", 1, 0, 1.0, alone),
         PhaseResult("ours", 2, 0, 0.6, pair),
@@ -176,9 +185,9 @@ def test_a_request_takes_its_steps_beside_others_only_in_a_shared_pass() -> None
 def test_predicted_gains_give_a_contender_its_plain_twins_steps_beside_others() -> None:
     # "default" drafts alone (26 decoding steps, 0.02 s each); "baseline" takes 50
     # one-token steps of 0.01 s for the same requests.
-    default = (_timing(0, 0, "a", 0.52, 0.0, 27), _timing(0, 1, "b", 0.52, 0.0, 27))
-    baseline = (_timing(0, 0, "a", 0.5, 0.0, 51), _timing(0, 1, "b", 0.5, 0.0, 51))
-    pair = (_timing(0, 0, "a", 0.4, 0.0, 27), _timing(1, 0, "b", 0.4, 0.0, 27))
+    default = _prompts_a_and_b(0.52, 27, together=False)
+    baseline = _prompts_a_and_b(0.5, 51, together=False)
+    pair = _prompts_a_and_b(0.4, 27, together=True)
     phases = [
         PhaseResult("default", 1, 0, 1.0, default),
         PhaseResult("default", 2, 0, 0.6, pair),
