@@ -91,6 +91,14 @@ def test_beside_requests_that_do_not_draft_a_draft_does_not_pay() -> None:
         for size in (1, 2, 4, 8)
     ]
     assert lengths == [3, 0, 0, 0]
+    # Not even a draft always accepted: n + 1 + d tokens for r(n + 1) + d passes never
+    # beat n + 1 for r(n + 1) while r(n + 1) < n + 1 (the concurrency bench replays the
+    # default with the baseline's steps beside others on the strength of this).
+    certain = [1.0] * 8
+    for size in (2, 4, 8):
+        for row_cost in (0.05, 0.5, 0.95):
+            beside = BatchShare(size - 1, float(size - 1))
+            assert best_draft_length(certain, linear_cost(row_cost), beside=beside) == 0
 
 
 def test_a_draft_joins_the_sub_batches_of_others_drafts_and_stops_at_their_depth() -> None:
