@@ -261,16 +261,18 @@ def predicted_gains(
     for phase in phases:
         if phase.contender in schedules:
             by_contender.setdefault(phase.contender, []).append(phase)
-
-    def level_one(label: str) -> dict[str, RequestCost]:
-        return alone_costs(p for p in phases if p.contender == label and p.concurrency == 1)
-
+    twins = plain_twins or {}
+    # Each contender's costs alone once: a twin (ours baseline) is a contender too.
+    alone = {
+        label: alone_costs(p for p in phases if p.contender == label and p.concurrency == 1)
+        for label in {*by_contender, *twins.values()}
+    }
     gains: dict[tuple[str, int], float | None] = {}
     for contender, found in by_contender.items():
-        costs = level_one(contender)
-        twin = (plain_twins or {}).get(contender)
+        costs = alone[contender]
+        twin = twins.get(contender)
         if twin is not None:
-            beside = level_one(twin)
+            beside = alone[twin]
             costs = {
                 prompt: dataclasses.replace(cost, beside=beside[prompt])
                 for prompt, cost in costs.items()
