@@ -99,7 +99,7 @@ def ratio_table_rows(result: ConcurrencyResult) -> tuple[list[str], list[list[st
         for label in labels:
             cells += [
                 format_ratio(row[label]["throughput_ratio"]),
-                rounds_faster(row[label].get("round_throughput_ratios", ())),
+                rounds_faster(row[label]["round_throughput_ratios"]),
                 format_ratio(row[label]["latency_ratio"]),
             ]
         rows.append(cells)
